@@ -1,0 +1,56 @@
+# kaiweb: `make run` brings the product up on embedded defaults, `make test` runs the tests.
+# Needs only Python 3.11 (with venv) on the machine; everything else is installed here.
+
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+PIP     = $(VENV)/bin/pip
+STAMP   = $(VENV)/.installed
+
+.PHONY: run test test-fast test-e2e lint fmt install bench scenarios schema clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): requirements.txt requirements-dev.txt | $(VENV)/bin/python
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(PY) deploy/run_dev.py
+
+test: $(STAMP)
+	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+	@if [ -x "$${KAI_CHROMIUM:-/usr/bin/chromium}" ]; then \
+		$(PY) -m pytest -p no:cacheprovider -m e2e $(PYTEST_ARGS); \
+	else \
+		echo "e2e: no Chromium at $${KAI_CHROMIUM:-/usr/bin/chromium}; browser tests not run (apt-get install chromium)"; \
+	fi
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -p no:cacheprovider -x -q tests/scheduler_core
+
+test-e2e: $(STAMP)
+	$(PY) -m pytest -p no:cacheprovider -m e2e $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff check --config scheduler_core/ruff.toml scheduler_core
+
+fmt: $(STAMP)
+	$(VENV)/bin/ruff format .
+
+scenarios: $(STAMP)
+	$(PY) -m scheduler_core.scenarios ../shared/corpus/kai
+
+schema: $(STAMP)
+	$(PY) manage.py spectacular --file deploy/openapi.yaml --validate --fail-on-warn
+
+bench: $(STAMP)
+	$(PY) benchmarks/b1_fill.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ClusterConfig(AppConfig):
+    name = "kaiweb.cluster"
+    label = "cluster"

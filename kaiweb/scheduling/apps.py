@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SchedulingConfig(AppConfig):
+    name = "kaiweb.scheduling"
+    label = "scheduling"

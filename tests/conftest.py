@@ -1,0 +1,3 @@
+"""Shared fixtures: personas (platform admin, queue admin, viewer) and API clients."""
+
+from __future__ import annotations
