@@ -1,1 +1,153 @@
-"""Models of the queues app."""
+"""Models of the queues app: the queue tree, memberships and priority classes."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+
+from kaiweb.core.choices import RESOURCES, UNLIMITED
+from kaiweb.core.models import TimeStampedModel
+from kaiweb.queues.choices import DEFAULT_QUEUE_PRIORITY, NON_PREEMPTIBLE_FROM, MembershipRole
+
+# Kubernetes object names (RFC 1123 subdomain, as used by cluster-scoped CRDs).
+k8s_name_validator = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+    "must be a Kubernetes name: lowercase letters, digits, '-' and '.', starting and ending alphanumeric",
+    code="invalid_name",
+)
+# A quota or limit is a non-negative amount, or -1 for unlimited.
+amount_validator = MinValueValidator(UNLIMITED, "must be -1 (unlimited) or a non-negative amount")
+weight_validator = MinValueValidator(0, "must not be negative")
+
+
+def _amount_field(default: float, help_text: str) -> models.FloatField:
+    return models.FloatField(default=default, validators=[amount_validator], help_text=help_text)
+
+
+class Queue(TimeStampedModel):
+    """A node in the queue tree; only leaf queues admit workloads."""
+
+    name = models.CharField(max_length=253, unique=True, validators=[k8s_name_validator])
+    display_name = models.CharField(max_length=200, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children",
+        help_text="Empty for a top-level queue.",
+    )
+    priority = models.IntegerField(
+        default=DEFAULT_QUEUE_PRIORITY,
+        help_text="Queue priority: orders over-quota distribution and queue order (higher first).",
+    )
+    # Per resource, in the Queue CRD's units: CPU millicores, memory MB, GPU devices (fractions allowed).
+    # -1 means unlimited, matching KAI's Queue CRD; a limit of 0 means "none of it at all".
+    cpu_quota = _amount_field(0, "Guaranteed CPU (millicores); -1 = unlimited.")
+    cpu_limit = _amount_field(UNLIMITED, "CPU cap (millicores); -1 = no cap, 0 = none.")
+    cpu_over_quota_weight = models.FloatField(default=1, validators=[weight_validator])
+    memory_quota = _amount_field(0, "Guaranteed memory (MB); -1 = unlimited.")
+    memory_limit = _amount_field(UNLIMITED, "Memory cap (MB); -1 = no cap, 0 = none.")
+    memory_over_quota_weight = models.FloatField(default=1, validators=[weight_validator])
+    gpu_quota = _amount_field(0, "Guaranteed GPUs (devices, fractions allowed); -1 = unlimited.")
+    gpu_limit = _amount_field(UNLIMITED, "GPU cap (devices); -1 = no cap, 0 = none.")
+    gpu_over_quota_weight = models.FloatField(default=1, validators=[weight_validator])
+    preempt_min_runtime = models.DurationField(
+        null=True, blank=True, help_text="Minimum runtime before preemption; empty = inherit."
+    )
+    reclaim_min_runtime = models.DurationField(
+        null=True, blank=True, help_text="Minimum runtime before reclaim; empty = inherit."
+    )
+    labels = models.JSONField(default=dict, blank=True, help_text="Kubernetes labels (e.g. the node pool).")
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="QueueMembership", related_name="queues", blank=True
+    )
+
+    class Meta:
+        ordering = ("name",)
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(parent__isnull=True) | ~models.Q(parent=models.F("pk")),
+                name="%(app_label)s_%(class)s_not_own_parent",
+            ),
+            *[
+                models.CheckConstraint(
+                    condition=models.Q(**{f"{r}_over_quota_weight__gte": 0}),
+                    name=f"%(app_label)s_%(class)s_{r}_weight_not_negative",
+                )
+                for r in RESOURCES
+            ],
+            *[
+                models.CheckConstraint(
+                    condition=models.Q(**{f"{r}_limit": UNLIMITED})
+                    | models.Q(**{f"{r}_limit__gte": models.F(f"{r}_quota")}, **{f"{r}_quota__gte": 0}),
+                    name=f"%(app_label)s_%(class)s_{r}_limit_not_below_quota",
+                )
+                for r in RESOURCES
+            ],
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def resources(self) -> dict[str, dict[str, float]]:
+        """Quota, limit and over-quota weight per resource, keyed like the CRD."""
+        return {
+            r: {
+                "quota": getattr(self, f"{r}_quota"),
+                "limit": getattr(self, f"{r}_limit"),
+                "overQuotaWeight": getattr(self, f"{r}_over_quota_weight"),
+            }
+            for r in RESOURCES
+        }
+
+    def clean(self) -> None:
+        from kaiweb.queues.validators import validate_queue_fields
+
+        validate_queue_fields(self)
+
+
+class QueueMembership(models.Model):
+    """A user's role on a queue, inherited by the queue's whole subtree."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="queue_memberships")
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=MembershipRole.choices, default=MembershipRole.ADMIN)
+
+    class Meta:
+        ordering = ("queue__name", "user__username")
+        constraints = [
+            models.UniqueConstraint(fields=("user", "queue"), name="%(app_label)s_%(class)s_unique_user_queue"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.role} of {self.queue}"
+
+
+class PriorityClass(TimeStampedModel):
+    """A workload priority class: orders jobs, decides who may preempt whom."""
+
+    name = models.CharField(max_length=253, unique=True, validators=[k8s_name_validator])
+    value = models.IntegerField(help_text="Higher runs first and may preempt strictly lower priorities.")
+    preemptible = models.BooleanField(
+        default=True, help_text="Workloads of this class can be preempted (KAI: value below 100)."
+    )
+    global_default = models.BooleanField(
+        default=False, help_text="Used for workloads that name no (or an unknown) priority class."
+    )
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ("-value", "name")
+        verbose_name_plural = "priority classes"
+        constraints = [
+            models.UniqueConstraint(
+                fields=("global_default",), condition=models.Q(global_default=True),
+                name="%(app_label)s_%(class)s_single_global_default",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.value})"
+
+    @staticmethod
+    def default_preemptible(value: int) -> bool:
+        """KAI's default: a priority below 100 is preemptible."""
+        return value < NON_PREEMPTIBLE_FROM

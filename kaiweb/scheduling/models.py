@@ -1,1 +1,165 @@
-"""Models of the scheduling app."""
+"""Models of the scheduling app: cycles, decisions, preemption events, why-pending records, queue status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus, PreemptionAction
+
+
+class SchedulingCycle(models.Model):
+    """One scheduling session: when, how long per phase, what it did, how it ended."""
+
+    shard = models.ForeignKey(
+        "cluster.SchedulingShard", null=True, blank=True, on_delete=models.SET_NULL, related_name="cycles"
+    )
+    trigger = models.CharField(max_length=32, default="beat", help_text="beat, manual, dry-run, …")
+    started_at = models.DateTimeField(db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=CycleStatus.choices, default=CycleStatus.RUNNING)
+    # {"snapshot": seconds, "allocate": …, "consolidate": …, "reclaim": …, "preempt": …, "apply": …, "record": …}
+    phase_durations = models.JSONField(default=dict, blank=True)
+    duration_seconds = models.FloatField(null=True, blank=True)
+    jobs_considered = models.PositiveIntegerField(default=0)
+    binds = models.PositiveIntegerField(default=0)
+    pipelined = models.PositiveIntegerField(default=0)
+    evictions = models.PositiveIntegerField(default=0)
+    pending = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ("-started_at", "-id")
+
+    def __str__(self) -> str:
+        return f"cycle {self.pk} at {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Decision(models.Model):
+    """One bind, pipeline or eviction decided by the engine, with its reason and numbers."""
+
+    cycle = models.ForeignKey(SchedulingCycle, on_delete=models.CASCADE, related_name="decisions")
+    kind = models.CharField(max_length=16, choices=DecisionKind.choices)
+    status = models.CharField(max_length=16, choices=DecisionStatus.choices, default=DecisionStatus.PLANNED)
+    workload = models.ForeignKey(
+        "workloads.Workload", null=True, blank=True, on_delete=models.SET_NULL, related_name="decisions"
+    )
+    pod = models.ForeignKey("workloads.Pod", null=True, blank=True, on_delete=models.SET_NULL, related_name="decisions")
+    node = models.ForeignKey("cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="decisions")
+    # Names kept as text so history survives the deletion of the objects.
+    workload_ref = models.CharField(max_length=320, help_text="namespace/name")
+    pod_name = models.CharField(max_length=253, blank=True)
+    node_name = models.CharField(max_length=253, blank=True)
+    gpu_group = models.CharField(max_length=64, blank=True)
+    reason = models.CharField(max_length=64, help_text="The engine's machine-readable reason code.")
+    message = models.TextField(blank=True)
+    numbers = models.JSONField(default=dict, blank=True, help_text="The figures behind the decision.")
+    idempotency_key = models.CharField(max_length=128, unique=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("cycle", "id")
+        indexes = [models.Index(fields=("kind", "reason"), name="sched_decision_kind_reason")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.pod_name or self.workload_ref}"
+
+
+class PreemptionEvent(models.Model):
+    """A victim evicted for a preemptor, with the action, reason and both queues' figures."""
+
+    cycle = models.ForeignKey(SchedulingCycle, on_delete=models.CASCADE, related_name="preemptions")
+    decision = models.OneToOneField(
+        Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="preemption"
+    )
+    at = models.DateTimeField(db_index=True)
+    action = models.CharField(max_length=16, choices=PreemptionAction.choices)
+    preemptor = models.ForeignKey(
+        "workloads.Workload", null=True, blank=True, on_delete=models.SET_NULL, related_name="preemptions_caused"
+    )
+    victim = models.ForeignKey(
+        "workloads.Workload", null=True, blank=True, on_delete=models.SET_NULL, related_name="preemptions_suffered"
+    )
+    preemptor_ref = models.CharField(max_length=320, blank=True, help_text="namespace/name; empty for stale-gang")
+    victim_ref = models.CharField(max_length=320)
+    preemptor_queue = models.ForeignKey(
+        "queues.Queue", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    victim_queue = models.ForeignKey("queues.Queue", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    reason = models.CharField(max_length=64)
+    message = models.TextField(blank=True)
+    # {"allocated": {...}, "fair_share": {...}, "quota": {...}} for each side, in queue units.
+    preemptor_queue_figures = models.JSONField(default=dict, blank=True)
+    victim_queue_figures = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ("-at", "-id")
+
+    def __str__(self) -> str:
+        return f"{self.action}: {self.victim_ref} for {self.preemptor_ref or '-'}"
+
+
+class PendingReason(models.Model):
+    """Why a workload stayed pending after a cycle; the one marked current is the latest."""
+
+    workload = models.ForeignKey("workloads.Workload", on_delete=models.CASCADE, related_name="pending_reasons")
+    cycle = models.ForeignKey(
+        SchedulingCycle, null=True, blank=True, on_delete=models.CASCADE, related_name="pending_reasons"
+    )
+    recorded_at = models.DateTimeField(db_index=True)
+    reason = models.CharField(max_length=64, help_text="e.g. OverLimit, NonPreemptibleOverQuota, NotReady")
+    message = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    is_current = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ("-recorded_at", "-id")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("workload",), condition=models.Q(is_current=True),
+                name="%(app_label)s_%(class)s_one_current_per_workload",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workload}: {self.reason}"
+
+
+class QueueStatus(models.Model):
+    """A queue's figures as recorded by one scheduling cycle (the latest row is current)."""
+
+    queue = models.ForeignKey("queues.Queue", on_delete=models.CASCADE, related_name="statuses")
+    cycle = models.ForeignKey(
+        SchedulingCycle, null=True, blank=True, on_delete=models.CASCADE, related_name="queue_statuses"
+    )
+    recorded_at = models.DateTimeField(db_index=True)
+    # Each is {"cpu": millicores, "memory": MB, "gpu": devices}, the units of the queue's quota.
+    allocated = models.JSONField(default=dict)
+    allocated_non_preemptible = models.JSONField(default=dict)
+    requested = models.JSONField(default=dict)
+    fair_share = models.JSONField(default=dict)
+    pending = models.JSONField(default=dict, help_text="Requested but not allocated.")
+    pending_workloads = models.PositiveIntegerField(default=0)
+    running_workloads = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ("-recorded_at", "-id")
+        verbose_name_plural = "queue statuses"
+        indexes = [models.Index(fields=("queue", "-recorded_at"), name="sched_qstatus_queue_recent")]
+        constraints = [
+            models.UniqueConstraint(fields=("queue", "cycle"), name="%(app_label)s_%(class)s_unique_queue_cycle"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue} at {self.recorded_at:%Y-%m-%d %H:%M:%S}"
+
+    def figures(self) -> dict[str, Any]:
+        """All figures keyed by name, for the API and the UI."""
+        return {
+            "allocated": self.allocated,
+            "allocated_non_preemptible": self.allocated_non_preemptible,
+            "requested": self.requested,
+            "fair_share": self.fair_share,
+            "pending": self.pending,
+        }

@@ -1,1 +1,54 @@
-"""Models of the usage app."""
+"""Models of the usage app: usage buckets per queue and resource, and their retention."""
+
+from __future__ import annotations
+
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from kaiweb.core.choices import Resource
+
+
+class UsageBucket(models.Model):
+    """Resource-seconds a queue used in one time bucket (start, width)."""
+
+    queue = models.ForeignKey("queues.Queue", on_delete=models.CASCADE, related_name="usage_buckets")
+    resource = models.CharField(max_length=16, choices=Resource.choices)
+    start = models.DateTimeField()
+    width_seconds = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    # Allocated amount integrated over the bucket, in queue units × seconds (e.g. GPU-seconds).
+    value = models.FloatField(default=0, validators=[MinValueValidator(0)])
+
+    class Meta:
+        ordering = ("-start", "queue", "resource")
+        indexes = [models.Index(fields=("queue", "resource", "start"), name="usage_bucket_queue_res_start")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=("queue", "resource", "start", "width_seconds"), name="%(app_label)s_%(class)s_unique_bucket"
+            ),
+            models.CheckConstraint(condition=models.Q(value__gte=0), name="%(app_label)s_%(class)s_value_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.resource} {self.start:%Y-%m-%d %H:%M} +{self.width_seconds}s"
+
+
+class UsageSettings(models.Model):
+    """How usage is bucketed, rolled up and kept (a single row)."""
+
+    raw_width_seconds = models.PositiveIntegerField(default=60, validators=[MinValueValidator(1)])
+    raw_retention_days = models.PositiveIntegerField(default=7, validators=[MinValueValidator(1)])
+    hourly_retention_days = models.PositiveIntegerField(default=90, validators=[MinValueValidator(1)])
+    daily_retention_days = models.PositiveIntegerField(default=730, validators=[MinValueValidator(1)])
+
+    class Meta:
+        verbose_name_plural = "usage settings"
+        constraints = [models.CheckConstraint(condition=models.Q(pk=1), name="%(app_label)s_%(class)s_singleton")]
+
+    def __str__(self) -> str:
+        return "usage settings"
+
+    @classmethod
+    def load(cls) -> UsageSettings:
+        """The single settings row, created with defaults on first use."""
+        obj, _ = cls.objects.get_or_create(pk=1)
+        return obj

@@ -1,0 +1,24 @@
+"""Choices of the cluster app."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class BackendKind(models.TextChoices):
+    """How kaiweb reaches a cluster."""
+
+    SIMULATED = "simulated", _("Simulated (in the database)")
+    KUBERNETES = "kubernetes", _("Kubernetes")
+
+
+class PlacementStrategy(models.TextChoices):
+    """A shard's placement strategy per resource (KAI SchedulingShard `placementStrategy`)."""
+
+    BINPACK = "binpack", _("Bin-pack")
+    SPREAD = "spread", _("Spread")
+
+
+# KAI's default node-pool label: a shard sees the nodes, queues and jobs whose label equals its value.
+DEFAULT_PARTITION_LABEL = "kai.scheduler/node-pool"
