@@ -5,16 +5,31 @@ This module is the contract between the division/ordering/reclaim rules (KAI-SEM
 Everything here is pure and deterministic. Vectors are lists of three floats indexed by
 CPU (millicores), MEMORY (bytes), GPU (devices); -1 means unlimited for deserved and limit.
 
-INTERFACE STUB: the signatures below are the agreed contract; bodies are being implemented.
+Invariants kept by `compute_fair_shares` (KAI-SEMANTICS §8):
+* deserved is granted first, whatever the queue priority or history: `fair ≥ min(deserved, requestable)`;
+* surplus goes to higher queue priority first, inside a priority by (usage-adjusted) over-quota weight,
+  never to a queue with weight 0 and never above `requestable`, except the two documented rounding quirks
+  (Q1: fractional leftovers of a higher priority flow to lower priorities first; Q2: the remainder phase
+  hands out up to one unit without re-checking request/limit);
+* historical usage changes only the over-quota weights;
+* the same queues, total and k always give the same fair shares and the same steps.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 CPU, MEMORY, GPU = 0, 1, 2
 RESOURCES = ("cpu", "memory", "gpu")
 UNLIMITED = -1.0
+
+# Fractions closer than this to a whole unit are treated as that unit when flooring, so that float
+# artefacts (2.9999999999999996 GPUs) do not cost a queue a whole device.
+_EPS = 1e-9
+# Rule 5 of the queue order: a resource the queue may not hold at all weighs this much per unit.
+_ZERO_SHARE_PENALTY = 1000.0
 
 
 def _zeros() -> list[float]:
@@ -54,14 +69,424 @@ class DivisionStep:
     phase: str  # "deserved", "over-quota", "remainder"
     amount: float
     detail: str
+    parent: str | None = None  # the queue whose share was being divided (None = the cluster)
+    level_total: float = 0.0  # the amount being divided among this queue and its siblings
+    priority: int | None = None  # the priority bucket (over-quota and remainder phases)
+    round: int = 0  # water-filling round inside the bucket, from 1 (over-quota phase)
+    fair_after: float = 0.0  # the queue's fair share of this resource after the step
+
+
+class FairShareInputError(ValueError):
+    """Queue attributes that the division cannot work with; `problems` names each field and rule."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+# --------------------------------------------------------------------------------------------
+# Small helpers shared with reclaimable.py and the engine
+# --------------------------------------------------------------------------------------------
+
+
+def is_unlimited(value: float) -> bool:
+    """True for the -1 sentinel ("no cap" / "the whole amount")."""
+    return value == UNLIMITED
+
+
+def le_cap(value: float, cap: float) -> bool:
+    """`value ≤ cap` where a cap of -1 means +∞."""
+    return is_unlimited(cap) or value <= cap
+
+
+def requestable(q: QueueAttrs, r: int) -> float:
+    """What the queue can use of resource r: its request, capped by its limit (§3.2)."""
+    return q.request[r] if is_unlimited(q.limit[r]) else min(q.limit[r], q.request[r])
+
+
+def allocatable_share(q: QueueAttrs) -> list[float]:
+    """`min(limit, max(deserved, fair))` per resource (§2.4 rule 5, §3.7); limit -1 is ignored.
+
+    With deserved -1 the result is the limit (which may itself be -1 = unbounded)."""
+    out: list[float] = []
+    for r in range(3):
+        if is_unlimited(q.deserved[r]):
+            out.append(q.limit[r])
+            continue
+        value = max(q.deserved[r], q.fair[r])
+        if not is_unlimited(q.limit[r]):
+            value = min(q.limit[r], value)
+        out.append(value)
+    return out
+
+
+def dominant_share(
+    q: QueueAttrs,
+    total: list[float],
+    add: Iterable[float] | None = None,
+    remove: Iterable[float] | None = None,
+) -> float:
+    """DRF dominant share: `max_r (allocated[r] + add[r] − remove[r]) / allocatable[r]` (§2.4 rule 5).
+
+    An unbounded allocatable share (deserved and limit -1) is replaced by the cluster total; a zero
+    allocatable share weighs the amount × 1000 (KAI's penalty for using what one may not hold)."""
+    used = list(q.allocated)
+    if add is not None:
+        used = [u + a for u, a in zip(used, add)]
+    if remove is not None:
+        used = [u - x for u, x in zip(used, remove)]
+    alloc = allocatable_share(q)
+    best = 0.0
+    for r in range(3):
+        cap = total[r] if is_unlimited(alloc[r]) else alloc[r]
+        if cap == 0:
+            term = used[r] * _ZERO_SHARE_PENALTY
+        else:
+            term = used[r] / cap
+        best = max(best, term)
+    return best
+
+
+def _num(x: float) -> str:
+    """A number for an explanation: whole values without decimals, others with two."""
+    if abs(x - round(x)) < 1e-9:
+        return str(int(round(x)))
+    return f"{x:.2f}"
+
+
+def _floor(x: float) -> float:
+    f = math.floor(x)
+    if x - f > 1 - _EPS:
+        f += 1
+    return float(f)
+
+
+def _order_key(q: QueueAttrs) -> tuple[float, str]:
+    return (q.creation, q.name)
+
+
+# --------------------------------------------------------------------------------------------
+# Input validation
+# --------------------------------------------------------------------------------------------
+
+
+def validate_queues(queues: dict[str, QueueAttrs], total: list[float] | None = None) -> list[str]:
+    """Every problem that would make the division meaningless, one sentence per field and rule.
+
+    Empty list = fine. Checked: vector lengths, finite numbers, deserved/limit ≥ 0 or -1, weight,
+    request, allocated and usage ≥ 0, a known parent, no cycles, and (when given) the total."""
+    problems: list[str] = []
+    if total is not None:
+        if len(total) != 3:
+            problems.append(f"total: must have 3 entries (cpu, memory, gpu), got {len(total)}")
+        else:
+            for r, v in enumerate(total):
+                if not math.isfinite(v) or v < 0:
+                    problems.append(f"total[{RESOURCES[r]}] = {v}: must be a finite number ≥ 0")
+    for key, q in sorted(queues.items()):
+        if q.name != key:
+            problems.append(f"queue {key}: name {q.name!r} differs from its key")
+        for fname, allow_unlimited in (
+            ("deserved", True), ("limit", True), ("weight", False), ("request", False),
+            ("allocated", False), ("allocated_np", False), ("usage", False),
+        ):
+            vec = getattr(q, fname)
+            if len(vec) != 3:
+                problems.append(f"queue {key}: {fname} must have 3 entries (cpu, memory, gpu), got {len(vec)}")
+                continue
+            for r, v in enumerate(vec):
+                if not isinstance(v, int | float) or not math.isfinite(v):
+                    problems.append(f"queue {key}: {fname}[{RESOURCES[r]}] = {v!r} is not a finite number")
+                elif v < 0 and not (allow_unlimited and v == UNLIMITED):
+                    rule = "≥ 0 or -1 (unlimited)" if allow_unlimited else "≥ 0"
+                    problems.append(f"queue {key}: {fname}[{RESOURCES[r]}] = {v} must be {rule}")
+        if q.parent is not None:
+            if q.parent == key:
+                problems.append(f"queue {key}: parent is the queue itself")
+            elif q.parent not in queues:
+                problems.append(f"queue {key}: parent {q.parent!r} does not exist")
+    # Cycles: walk up from every queue; a walk longer than the number of queues loops.
+    for key in sorted(queues):
+        seen = {key}
+        cur = queues[key].parent
+        while cur is not None and cur in queues:
+            if cur in seen:
+                problems.append(f"queue {key}: parent chain loops through {cur!r}")
+                break
+            seen.add(cur)
+            cur = queues[cur].parent
+    return problems
+
+
+def children_of(queues: dict[str, QueueAttrs]) -> dict[str | None, list[str]]:
+    """Children of each queue (None = the top level), each list in (creation, name) order."""
+    out: dict[str | None, list[str]] = {None: []}
+    for q in queues.values():
+        out.setdefault(q.name, [])
+    for q in sorted(queues.values(), key=_order_key):
+        out.setdefault(q.parent, []).append(q.name)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Fair-share division (§3.3, §3.4, §3.8)
+# --------------------------------------------------------------------------------------------
+
+
+class _Division:
+    """The division of one resource among one sibling set: the three phases of §3.3."""
+
+    def __init__(
+        self, siblings: list[QueueAttrs], r: int, amount: float, k: float, parent: str | None,
+        steps: list[DivisionStep],
+    ) -> None:
+        self.siblings = siblings
+        self.r = r
+        self.res = RESOURCES[r]
+        self.amount = amount
+        self.k = k
+        self.parent = parent
+        self.steps = steps
+
+    def _step(self, q: QueueAttrs, phase: str, amount: float, detail: str, priority: int | None = None,
+              rnd: int = 0) -> None:
+        self.steps.append(DivisionStep(
+            queue=q.name, resource=self.res, phase=phase, amount=amount, detail=detail, parent=self.parent,
+            level_total=self.amount, priority=priority, round=rnd, fair_after=q.fair[self.r],
+        ))
+
+    def _unsatisfied(self, q: QueueAttrs) -> bool:
+        r = self.r
+        if q.request[r] <= q.fair[r]:
+            return False
+        return is_unlimited(q.limit[r]) or q.limit[r] > q.fair[r]
+
+    def _remaining(self, q: QueueAttrs) -> float:
+        return max(0.0, requestable(q, self.r) - q.fair[self.r])
+
+    def run(self) -> None:
+        r = self.r
+        left = self.amount
+        # Phase 1 — deserved, regardless of priority and of what is left (over-subscription allowed).
+        for q in self.siblings:
+            d = self.amount if is_unlimited(q.deserved[r]) else q.deserved[r]
+            req = requestable(q, r)
+            give = min(d, req)
+            q.fair[r] += give
+            left -= give
+            quota = "unlimited (the whole " + _num(self.amount) + ")" if is_unlimited(q.deserved[r]) else _num(d)
+            cap = "" if is_unlimited(q.limit[r]) else f", limit {_num(q.limit[r])}"
+            self._step(q, "deserved", give,
+                       f"deserved min(quota {quota}, requestable {_num(req)} = request {_num(q.request[r])}{cap})"
+                       f" = {_num(give)}")
+        if left <= 0:
+            return
+        # Phase 2 — over-quota, one priority bucket at a time, highest first; what a bucket cannot
+        # use (including the fractions flooring left over) flows to the next bucket (quirk Q1).
+        priorities = sorted({q.priority for q in self.siblings}, reverse=True)
+        remainders: dict[int, dict[str, float]] = {}
+        for p in priorities:
+            bucket = [q for q in self.siblings if q.priority == p]
+            remainders[p] = {}
+            if left > 0:
+                left = self._water_fill(left, bucket, p, remainders[p])
+        # Phase 3 — at most one unit per queue by largest remainder, bucket by bucket (quirk Q2:
+        # no request/limit re-check).
+        by_name = {q.name: q for q in self.siblings}
+        for p in priorities:
+            if left <= _EPS:
+                break
+            ranked = sorted(remainders[p].items(),
+                            key=lambda kv: (-kv[1], by_name[kv[0]].creation, kv[0]))
+            for name, rem in ranked:
+                if left <= _EPS:
+                    break
+                g = min(1.0, left)
+                q = by_name[name]
+                q.fair[r] += g
+                left -= g
+                self._step(q, "remainder", g,
+                           f"leftover {_num(g)} given by largest remaining fraction ({rem:.2f}) in priority {p}",
+                           priority=p)
+
+    def _water_fill(self, left: float, bucket: list[QueueAttrs], p: int, rem: dict[str, float]) -> float:
+        r = self.r
+        rnd = 0
+        while True:
+            rnd += 1
+            round_amount = left
+            w_total = sum(q.weight[r] for q in bucket if self._remaining(q) > 0)
+            if w_total <= 0:
+                break
+            shares: dict[str, float] = {}
+            for q in bucket:
+                if self._unsatisfied(q):
+                    w_norm = q.weight[r] / w_total
+                    shares[q.name] = max(0.0, w_norm + self.k * (w_norm - q.usage[r]))
+            s_sum = sum(shares.values())
+            if s_sum <= 0:
+                break
+            again = False
+            for q in bucket:
+                if left <= 0:
+                    break
+                if q.name not in shares or q.weight[r] == 0:
+                    continue
+                fs = round_amount * shares[q.name] / s_sum
+                need = self._remaining(q)
+                if need <= fs + _EPS:
+                    give = need
+                    rem.pop(q.name, None)
+                    how = f"needs only {_num(need)} of its {_num(fs)}"
+                else:
+                    give = _floor(fs)
+                    frac = fs - give
+                    if frac > _EPS:
+                        rem[q.name] = frac
+                    how = f"proportional {_num(fs)} floored to {_num(give)}"
+                if give <= 0:
+                    continue
+                q.fair[r] += give
+                left -= give
+                usage = "" if self.k == 0 or q.usage[r] == 0 else (
+                    f", usage-adjusted max(0, {q.weight[r] / w_total:.3f} + {_num(self.k)}·"
+                    f"({q.weight[r] / w_total:.3f} − usage {q.usage[r]:.3f})) = {shares[q.name]:.3f}")
+                self._step(q, "over-quota", give,
+                           f"priority {p} round {rnd}: weight {_num(q.weight[r])} of {_num(w_total)}{usage}"
+                           f" → {_num(fs)} of {_num(round_amount)}; {how}", priority=p, rnd=rnd)
+                again = again or need < fs
+            if left < _EPS:
+                left = 0.0
+            if not again or left == 0:
+                break
+        return left
 
 
 def compute_fair_shares(
     queues: dict[str, QueueAttrs], total: list[float], k: float = 1.0
 ) -> list[DivisionStep]:
     """Set `fair` on every queue: KAI's division (§3.3) per resource, top level first, then each
-    queue's fair share divided among its children (§3.4). Returns the steps taken."""
-    raise NotImplementedError
+    queue's fair share divided among its children (§3.4). Returns the steps taken.
+
+    `total` is the capacity to divide (§3.1); `k` scales the time-based penalty of §3.8 (values ≤ 0
+    turn it off). Each queue's `usage` must already be normalised to the whole cluster. Raises
+    `FairShareInputError` (before changing anything) when `validate_queues` finds problems.
+    Deterministic: siblings are visited in (creation, name) order and no result depends on it.
+    """
+    problems = validate_queues(queues, total)
+    if problems:
+        raise FairShareInputError(problems)
+    k = max(0.0, float(k))
+    for q in queues.values():
+        q.fair = _zeros()
+    kids = children_of(queues)
+    for q in queues.values():
+        q.children = list(kids[q.name])
+    steps: list[DivisionStep] = []
+    # Breadth-first: a parent's fair share is final before its children are divided.
+    level: list[str | None] = [None]
+    while level:
+        nxt: list[str | None] = []
+        for parent in level:
+            names = kids.get(parent, [])
+            if not names:
+                continue
+            siblings = [queues[n] for n in names]
+            for r in range(3):
+                amount = total[r] if parent is None else queues[parent].fair[r]
+                _Division(siblings, r, amount, k, parent, steps).run()
+            nxt.extend(names)
+        level = nxt
+    return steps
+
+
+def explain_fair_share(steps: list[DivisionStep], queue: str, resource: str = "gpu") -> list[str]:
+    """The sentences behind one queue's fair share of one resource, in the order they happened."""
+    return [f"{s.phase}: +{_num(s.amount)} ({s.detail}) → {_num(s.fair_after)}"
+            for s in steps if s.queue == queue and s.resource == resource]
+
+
+# --------------------------------------------------------------------------------------------
+# Queue order (§2.4) and victim-queue order (§2.10, §4.2)
+# --------------------------------------------------------------------------------------------
+
+
+def is_over_utilized(q: QueueAttrs) -> bool:
+    """Rule 1: `fair < allocated` in all three resources (quirk Q3)."""
+    return all(q.fair[r] < q.allocated[r] for r in range(3))
+
+
+def is_starved(q: QueueAttrs, req: list[float]) -> bool:
+    """Rule 2: `allocated + req ≤ deserved` in every resource (deserved -1 = ∞)."""
+    return all(le_cap(q.allocated[r] + req[r], q.deserved[r]) for r in range(3))
+
+
+def has_zero_share_violation(q: QueueAttrs, req: list[float]) -> bool:
+    """Rule 4: the queue holds (or would hold) some resource of which its allocatable share is 0."""
+    alloc = allocatable_share(q)
+    return any(alloc[r] == 0 and q.allocated[r] + req[r] > 0 for r in range(3))
+
+
+def _vec_le(a: list[float], b: list[float]) -> bool:
+    return all(_inf(x) <= _inf(y) for x, y in zip(a, b))
+
+
+def _vec_lt_any(a: list[float], b: list[float]) -> bool:
+    return any(_inf(x) < _inf(y) for x, y in zip(a, b))
+
+
+def _inf(x: float) -> float:
+    return math.inf if is_unlimited(x) else x
+
+
+def _cmp(a: float, b: float) -> int:
+    return -1 if a < b else (1 if a > b else 0)
+
+
+def queue_order_reasons(
+    left: QueueAttrs, right: QueueAttrs, left_req: list[float] | None, right_req: list[float] | None,
+    total: list[float], left_removed: list[float] | None = None, right_removed: list[float] | None = None,
+) -> tuple[int, str]:
+    """The queue-order cascade with the name of the deciding rule ("starved", "priority", …).
+
+    `*_removed` (victim mode) is subtracted from `allocated` only in the dominant-share-with-job rule,
+    as KAI does (`calculateDominantResourceShareWithJob`); the other rules read live `allocated`."""
+    lreq = left_req if left_req is not None else _zeros()
+    rreq = right_req if right_req is not None else _zeros()
+    # 1. not over-utilized first
+    lo, ro = is_over_utilized(left), is_over_utilized(right)
+    if lo != ro:
+        return (1 if lo else -1), "over-utilized"
+    # 2. starved first
+    ls, rs = is_starved(left, lreq), is_starved(right, rreq)
+    if ls != rs:
+        return (-1 if ls else 1), "starved"
+    # 3. higher queue priority first
+    if left.priority != right.priority:
+        return (-1 if left.priority > right.priority else 1), "priority"
+    # 4. zero-share penalty
+    lz, rz = has_zero_share_violation(left, lreq), has_zero_share_violation(right, rreq)
+    if lz != rz:
+        return (1 if lz else -1), "zero-share"
+    # 5. dominant share including the job (and, in victim mode, without the removed victims)
+    c = _cmp(dominant_share(left, total, lreq, left_removed), dominant_share(right, total, rreq, right_removed))
+    if c:
+        return c, "dominant-share-with-job"
+    # 6. dominant share as allocated
+    c = _cmp(dominant_share(left, total), dominant_share(right, total))
+    if c:
+        return c, "dominant-share"
+    # 7. smaller allocatable share (≤ everywhere and < somewhere)
+    la, ra = allocatable_share(left), allocatable_share(right)
+    if _vec_le(la, ra) and _vec_lt_any(la, ra):
+        return -1, "allocatable-share"
+    if _vec_le(ra, la) and _vec_lt_any(ra, la):
+        return 1, "allocatable-share"
+    # 8. older queue first, then name (KAI leaves exact ties to heap position; we do not)
+    c = _cmp(left.creation, right.creation)
+    if c:
+        return c, "creation"
+    return _cmp(left.name, right.name), "name"  # type: ignore[arg-type]
 
 
 def compare_queues(
@@ -70,7 +495,7 @@ def compare_queues(
 ) -> int:
     """QueueOrder (§2.4, the eight rules + name as last tie-break): < 0 when `left` goes first.
     `*_req` is the resource vector of the queue's best pending job's next batch (None = no job)."""
-    raise NotImplementedError
+    return queue_order_reasons(left, right, left_req, right_req, total)[0]
 
 
 def compare_victim_queues(
@@ -78,5 +503,10 @@ def compare_victim_queues(
     total: list[float],
 ) -> int:
     """Victim-mode queue order (§2.10, §4.2): QueueOrder reversed, evaluated with each queue's
-    `allocated` minus `*_removed` (its already-popped victims plus its next candidate), no job."""
-    raise NotImplementedError
+    `allocated` minus `*_removed` (its already-popped victims plus its next candidate), no job.
+
+    < 0 when `left`'s candidate should be taken first: over-utilized queues, then queues over their
+    deserved quota, then lower priority, zero-share violators, larger dominant share after removal,
+    larger dominant share, larger allocatable share, newer queue, later name. As in KAI, the removed
+    amounts enter only the dominant-share-after-removal rule (§2.10)."""
+    return -queue_order_reasons(left, right, None, None, total, left_removed, right_removed)[0]
