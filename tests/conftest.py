@@ -1,3 +1,88 @@
-"""Shared fixtures: personas (platform admin, queue admin, viewer) and API clients."""
+"""Shared fixtures: personas (platform admin, queue admin, viewer), API clients and a queue tree.
+
+Personas (all with password "pw"):
+- ``platform_admin``: member of the ``platform-admins`` group — may change everything.
+- ``queue_admin``: admin of ``department-a`` (and so of its subtree) in ``queue_tree`` — nothing else.
+- ``viewer``: signed in, no role — reads everything, changes nothing.
+Clients: ``api_client`` (anonymous DRF client), ``admin_api``, ``queue_admin_api``, ``viewer_api``
+(DRF clients logged in as the persona, session auth, CSRF not enforced as in DRF's test client),
+and ``admin_client`` from pytest-django for the HTML side.
+``queue_tree``: the example tree of deploy/examples/queues.yaml as a dict name -> Queue.
+"""
 
 from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group
+from rest_framework.test import APIClient
+
+from kaiweb.accounts.roles import PLATFORM_ADMINS_GROUP
+from tests.factories import QueueFactory, QueueMembershipFactory, UserFactory
+
+
+@pytest.fixture
+def platform_admin(db):
+    """A platform admin (member of platform-admins, not a superuser)."""
+    user = UserFactory(username="platform-admin", is_staff=True)
+    group, _ = Group.objects.get_or_create(name=PLATFORM_ADMINS_GROUP)
+    user.groups.add(group)
+    return user
+
+
+@pytest.fixture
+def queue_tree(db) -> dict:
+    """department-a (team-inference, team-research-a) and department-b (team-training, team-research-b)."""
+    dep_a = QueueFactory(name="department-a", gpu_quota=16, cpu_quota=128000)
+    dep_b = QueueFactory(name="department-b", gpu_quota=16, cpu_quota=128000)
+    tree = {"department-a": dep_a, "department-b": dep_b}
+    for name, parent, priority in (
+        ("team-inference", dep_a, 200),
+        ("team-research-a", dep_a, 100),
+        ("team-training", dep_b, 100),
+        ("team-research-b", dep_b, 50),
+    ):
+        tree[name] = QueueFactory(
+            name=name, parent=parent, priority=priority, gpu_quota=8, gpu_limit=16, cpu_quota=64000, cpu_limit=128000
+        )
+    return tree
+
+
+@pytest.fixture
+def queue_admin(db, queue_tree):
+    """Admin of department-a's subtree (staff, so the Django admin lets them in)."""
+    user = UserFactory(username="queue-admin", is_staff=True)
+    QueueMembershipFactory(user=user, queue=queue_tree["department-a"], role="admin")
+    return user
+
+
+@pytest.fixture
+def viewer(db):
+    """A signed-in user with no role."""
+    return UserFactory(username="viewer")
+
+
+@pytest.fixture
+def api_client() -> APIClient:
+    """An anonymous API client."""
+    return APIClient()
+
+
+def _client_for(user) -> APIClient:
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def admin_api(platform_admin) -> APIClient:
+    return _client_for(platform_admin)
+
+
+@pytest.fixture
+def queue_admin_api(queue_admin) -> APIClient:
+    return _client_for(queue_admin)
+
+
+@pytest.fixture
+def viewer_api(viewer) -> APIClient:
+    return _client_for(viewer)

@@ -1,0 +1,298 @@
+"""Writes of the queues app: the queue tree, memberships and priority classes.
+
+Every write runs in one transaction, checks the rules first and raises a ValidationError
+whose keys are field names and whose messages state the rule, so nothing is half-written.
+Each change is recorded in the audit log. Suspicious but allowed states (children's quotas
+adding up above their parent's) come back as warnings on the returned `Change`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from kaiweb.accounts import roles
+from kaiweb.audit import services as audit
+from kaiweb.audit.choices import AuditAction, AuditSource
+from kaiweb.core.choices import RESOURCES, UNLIMITED
+from kaiweb.core.services import Change, reject_unknown_fields
+from kaiweb.queues.choices import MembershipRole
+from kaiweb.queues.models import PriorityClass, Queue, QueueMembership
+from kaiweb.workloads.choices import ACTIVE_WORKLOAD_STATES
+
+Actor = AbstractBaseUser | AnonymousUser | None
+
+QUEUE_FIELDS = frozenset(
+    {
+        "name", "display_name", "parent", "priority", "preempt_min_runtime", "reclaim_min_runtime", "labels",
+        *(f"{r}_{part}" for r in RESOURCES for part in ("quota", "limit", "over_quota_weight")),
+    }
+)
+PRIORITY_CLASS_FIELDS = frozenset({"name", "value", "preemptible", "global_default", "description"})
+
+
+# ------------------------------------------------------------------------------------------ tree rules
+
+
+def resolve_parent(value: Queue | int | str | None) -> Queue | None:
+    """The parent queue given as an object, a primary key or a name; a clear error if it does not exist."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, Queue):
+        return value
+    lookup = {"pk": value} if isinstance(value, int) else {"name": value}
+    parent = Queue.objects.filter(**lookup).first()
+    if parent is None:
+        raise ValidationError({"parent": f"queue {value!r} does not exist; create the parent first"})
+    return parent
+
+
+def find_cycle(parents: Mapping[Any, Any], start: Any) -> list[Any] | None:
+    """The loop reached by following parents from `start` (keys, start first), or None."""
+    path: list[Any] = []
+    seen: set[Any] = set()
+    node: Any = start
+    while node is not None:
+        if node in seen:
+            return [*path[path.index(node):], node]
+        seen.add(node)
+        path.append(node)
+        node = parents.get(node)
+    return None
+
+
+def _check_tree(queue: Queue, parent: Queue | None) -> None:
+    """Rules that need the rest of the tree: no cycle, and only leaf queues hold workloads."""
+    if parent is None:
+        return
+    if queue.pk is not None:
+        rows = list(Queue.objects.values_list("pk", "parent_id", "name"))
+        parents: dict[Any, Any] = {pk: parent_id for pk, parent_id, _ in rows}
+        names = {pk: name for pk, _, name in rows}
+        names[queue.pk] = queue.name  # the queue may be renamed in this change
+        parents[queue.pk] = parent.pk
+        loop = find_cycle(parents, queue.pk)
+        if loop:
+            raise ValidationError(
+                {
+                    "parent": f"putting {queue.name} under {parent.name} makes a cycle in the tree: "
+                    + " → ".join(names[pk] for pk in loop)
+                }
+            )
+    active = parent.workloads.filter(state__in=ACTIVE_WORKLOAD_STATES).count()
+    if active:
+        raise ValidationError(
+            {
+                "parent": f"queue {parent.name} has {active} active workload(s); only leaf queues hold workloads, "
+                "so it cannot get child queues"
+            }
+        )
+
+
+def quota_warnings(queue: Queue) -> list[str]:
+    """Warnings for the queue's parent and for the queue itself: children's quotas above the parent's."""
+    warnings: list[str] = []
+    parents = [p for p in (queue.parent, queue if queue.pk else None) if p is not None]
+    for parent in parents:
+        children = list(Queue.objects.filter(parent=parent))
+        if not children:
+            continue
+        for r in RESOURCES:
+            parent_quota = getattr(parent, f"{r}_quota")
+            if parent_quota == UNLIMITED:
+                continue
+            quotas = [getattr(c, f"{r}_quota") for c in children]
+            if UNLIMITED in quotas:
+                warnings.append(
+                    f"a child of {parent.name} has an unlimited {r} quota while {parent.name}'s {r} quota is "
+                    f"{parent_quota:g}: the children are promised more than the parent has"
+                )
+            elif sum(quotas) > parent_quota:
+                warnings.append(
+                    f"the children of {parent.name} have {r} quotas summing to {sum(quotas):g}, above "
+                    f"{parent.name}'s {r} quota {parent_quota:g}: not every child can get its quota"
+                )
+    return warnings
+
+
+def _validate(queue: Queue) -> None:
+    # The check constraints mirror clean(); clean() says it in words, so skip their generic messages.
+    queue.full_clean(validate_constraints=False)
+
+
+# ------------------------------------------------------------------------------------------ queues
+
+
+def _apply(queue: Queue, data: Mapping[str, Any]) -> Queue | None:
+    reject_unknown_fields(dict(data), QUEUE_FIELDS)
+    values = dict(data)
+    parent = queue.parent
+    if "parent" in values:
+        parent = resolve_parent(values.pop("parent"))
+        queue.parent = parent
+    for key, value in values.items():
+        setattr(queue, key, value)
+    return parent
+
+
+def create_queue(data: Mapping[str, Any], *, actor: Actor = None, source: str = AuditSource.SYSTEM) -> Change[Queue]:
+    """Create a queue from field values (parent as object, id or name)."""
+    with transaction.atomic():
+        queue = Queue()
+        parent = _apply(queue, data)
+        if queue.name and Queue.objects.filter(name=queue.name).exists():
+            raise ValidationError({"name": f"a queue named {queue.name!r} already exists; queue names are unique"})
+        _validate(queue)
+        _check_tree(queue, parent)
+        queue.save()
+        audit.record(queue, AuditAction.CREATE, actor=actor, source=source, after=audit.snapshot(queue))
+        return Change(queue, quota_warnings(queue))
+
+
+def update_queue(
+    queue: Queue, data: Mapping[str, Any], *, actor: Actor = None, source: str = AuditSource.SYSTEM
+) -> Change[Queue]:
+    """Change some fields of a queue (a partial update); the tree is re-checked when the parent moves."""
+    with transaction.atomic():
+        queue = Queue.objects.select_for_update().get(pk=queue.pk)
+        before = audit.snapshot(queue)
+        old_name = queue.name
+        parent = _apply(queue, data)
+        if queue.name != old_name and Queue.objects.filter(name=queue.name).exclude(pk=queue.pk).exists():
+            raise ValidationError({"name": f"a queue named {queue.name!r} already exists; queue names are unique"})
+        _validate(queue)
+        if "parent" in data:
+            _check_tree(queue, parent)
+        queue.save()
+        after = audit.snapshot(queue)
+        if after != before:
+            audit.record(queue, AuditAction.UPDATE, actor=actor, source=source, before=before, after=after)
+        return Change(queue, quota_warnings(queue))
+
+
+def delete_queue(queue: Queue, *, actor: Actor = None, source: str = AuditSource.SYSTEM) -> None:
+    """Delete a leaf queue without workloads; its status and usage history go with it."""
+    with transaction.atomic():
+        queue = Queue.objects.select_for_update().get(pk=queue.pk)
+        children = list(queue.children.order_by("name").values_list("name", flat=True))
+        if children:
+            raise ValidationError(
+                {"queue": f"queue {queue.name} has child queues ({', '.join(children)}); delete or move them first"}
+            )
+        workloads = queue.workloads.count()
+        if workloads:
+            raise ValidationError(
+                {"queue": f"queue {queue.name} has {workloads} workload(s); delete them or move them to another queue first"}
+            )
+        before = audit.snapshot(queue)
+        pk = queue.pk
+        queue.delete()
+        audit.record(queue, AuditAction.DELETE, actor=actor, source=source, before=before, object_id=pk)
+
+
+def set_membership(
+    queue: Queue, user: AbstractBaseUser, role: str | None, *, actor: Actor = None, source: str = AuditSource.SYSTEM
+) -> QueueMembership | None:
+    """Give `user` a role on `queue` (and its subtree), or remove it with role None."""
+    if role is not None and role not in MembershipRole.values:
+        raise ValidationError({"role": f"must be one of {', '.join(MembershipRole.values)}, not {role!r}"})
+    with transaction.atomic():
+        existing = QueueMembership.objects.filter(queue=queue, user=user).first()
+        before = audit.snapshot(existing) if existing else None
+        if role is None:
+            if existing is not None:
+                pk = existing.pk
+                existing.delete()
+                audit.record(existing, AuditAction.DELETE, actor=actor, source=source, before=before, object_id=pk)
+            membership = None
+        else:
+            membership, created = QueueMembership.objects.update_or_create(
+                queue=queue, user=user, defaults={"role": role}
+            )
+            audit.record(
+                membership, AuditAction.CREATE if created else AuditAction.UPDATE,
+                actor=actor, source=source, before=before, after=audit.snapshot(membership),
+            )
+    roles.forget(user)
+    return membership
+
+
+# ------------------------------------------------------------------------------------------ priority classes
+
+
+def _check_priority_class(pc: PriorityClass) -> None:
+    clash = PriorityClass.objects.filter(name=pc.name).exclude(pk=pc.pk).first()
+    if clash is not None:
+        raise ValidationError(
+            {"name": f"a priority class named {pc.name!r} already exists (value {clash.value}); names are unique"}
+        )
+    pc.full_clean(validate_unique=False, validate_constraints=False)
+    if pc.global_default and PriorityClass.objects.filter(global_default=True).exclude(pk=pc.pk).exists():
+        other = PriorityClass.objects.filter(global_default=True).exclude(pk=pc.pk).first()
+        raise ValidationError(
+            {"global_default": f"{other.name} is already the global default; only one class can be"}
+        )
+
+
+def create_priority_class(
+    data: Mapping[str, Any], *, actor: Actor = None, source: str = AuditSource.SYSTEM
+) -> Change[PriorityClass]:
+    """Create a priority class; `preemptible` defaults to KAI's rule (value below 100)."""
+    reject_unknown_fields(dict(data), PRIORITY_CLASS_FIELDS)
+    with transaction.atomic():
+        values = dict(data)
+        if "preemptible" not in values and isinstance(values.get("value"), int):
+            values["preemptible"] = PriorityClass.default_preemptible(values["value"])
+        pc = PriorityClass(**values)
+        _check_priority_class(pc)
+        pc.save()
+        audit.record(pc, AuditAction.CREATE, actor=actor, source=source, after=audit.snapshot(pc))
+        return Change(pc, _priority_class_warnings(pc))
+
+
+def update_priority_class(
+    pc: PriorityClass, data: Mapping[str, Any], *, actor: Actor = None, source: str = AuditSource.SYSTEM
+) -> Change[PriorityClass]:
+    """Change a priority class."""
+    reject_unknown_fields(dict(data), PRIORITY_CLASS_FIELDS)
+    with transaction.atomic():
+        pc = PriorityClass.objects.select_for_update().get(pk=pc.pk)
+        before = audit.snapshot(pc)
+        for key, value in data.items():
+            setattr(pc, key, value)
+        _check_priority_class(pc)
+        pc.save()
+        after = audit.snapshot(pc)
+        if after != before:
+            audit.record(pc, AuditAction.UPDATE, actor=actor, source=source, before=before, after=after)
+        return Change(pc, _priority_class_warnings(pc))
+
+
+def delete_priority_class(pc: PriorityClass, *, actor: Actor = None, source: str = AuditSource.SYSTEM) -> None:
+    """Delete a priority class no workload uses."""
+    with transaction.atomic():
+        used = pc.workloads.count()
+        if used:
+            raise ValidationError(
+                {"priority_class": f"{pc.name} is used by {used} workload(s); change their class first"}
+            )
+        before = audit.snapshot(pc)
+        pk = pc.pk
+        pc.delete()
+        audit.record(pc, AuditAction.DELETE, actor=actor, source=source, before=before, object_id=pk)
+
+
+def _priority_class_warnings(pc: PriorityClass) -> list[str]:
+    if pc.preemptible != PriorityClass.default_preemptible(pc.value):
+        kind = "preemptible" if pc.preemptible else "non-preemptible"
+        return [f"{pc.name} is {kind} although KAI's default for value {pc.value} is the opposite (below 100 = preemptible)"]
+    return []
+
+
+def queue_names(queues: Iterable[Queue]) -> list[str]:
+    """Names of the queues, sorted (for messages)."""
+    return sorted(q.name for q in queues)
