@@ -58,6 +58,9 @@ class QueueAttrs:
     allocated_np: list[float] = field(default_factory=_zeros)
     usage: list[float] = field(default_factory=_zeros)  # normalised historical usage, 0 when off
     fair: list[float] = field(default_factory=_zeros)
+    # Min-runtime overrides in seconds (None = inherit from the parent, §4.4).
+    preempt_min_runtime: float | None = None
+    reclaim_min_runtime: float | None = None
 
 
 @dataclass(slots=True)
