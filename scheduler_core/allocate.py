@@ -1,0 +1,556 @@
+"""Placing jobs: node scoring, predicates, GPU sharing, topology, and the allocate action.
+
+Invariants (KAI-SEMANTICS §2.6, §2.7, §5, §8.8–10):
+* a job's gang batch is placed in one statement or not at all;
+* a task is *allocated* only on idle resources, *pipelined* when it needs releasing ones; if any
+  gang-phase task is pipelined, the whole batch is pipelined (no partial bind);
+* queue limits hold at every level; a non-preemptible job stays within quota;
+* nodes are tried by descending score sum, ties by node name in byte order (SCHEMA B.4);
+* allocate never evicts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from scheduler_core import model as m
+from scheduler_core.ordering import JobsOrder, batch_request, is_candidate, tasks_to_allocate
+from scheduler_core.proportion import QueueAttrs
+from scheduler_core.session import (
+    CPU,
+    GPU,
+    PODS,
+    JobState,
+    PodSet,
+    Session,
+    Statement,
+    SubGroupSet,
+    TaskState,
+)
+
+_EPS = 1e-9
+RES_NAMES = ("CPU", "memory", "GPU")
+
+
+def _fmt(x: float) -> str:
+    if abs(x - round(x)) < 1e-9:
+        return str(int(round(x)))
+    return f"{x:.2f}"
+
+
+def _fmt_res(r: int, x: float) -> str:
+    if r == 0:
+        return f"{_fmt(x / 1000)} CPU cores"
+    if r == 1:
+        return f"{_fmt(x / 1e9)} GB memory"
+    return f"{_fmt(x)} GPUs"
+
+
+# --------------------------------------------------------------------------------------------
+# Queue capacity (§2.6 step 2)
+
+
+def queue_capacity_problem(s: Session, job: JobState, tasks: list[TaskState]) -> m.Reason | None:
+    """Limit at every level, and non-preemptible within quota; None when the batch may go."""
+    req = [0.0, 0.0, 0.0]
+    for t in tasks:
+        v = t.qvec
+        g = v[2]
+        if t.request.gpu_kind == m.GPU_MEMORY:
+            # the most lenient portion (largest node GPU memory): reject only if certainly over
+            g = t.request.gpu_memory_mib / s.max_gpu_mem * t.request.gpu_devices
+        req[0] += v[0]
+        req[1] += v[1]
+        req[2] += g
+    for q in s.chain[job.queue]:
+        for r in (2, 0, 1):
+            if req[r] > 0 and q.limit[r] != m.UNLIMITED and q.allocated[r] + req[r] > q.limit[r] + _EPS:
+                return m.Reason(
+                    "queue-over-limit",
+                    f"queue {q.name} is at its {RES_NAMES[r]} limit of {_fmt_res(r, q.limit[r]).split(' ')[0]}: "
+                    f"{_fmt_res(r, q.allocated[r])} allocated + {_fmt_res(r, req[r])} requested would exceed it",
+                    {"queue": q.name, "resource": ("cpu", "memory", "gpu")[r], "limit": q.limit[r],
+                     "allocated": q.allocated[r], "requested": req[r]},
+                )
+        if not job.preemptible:
+            for r in (2, 0, 1):
+                if req[r] > 0 and q.deserved[r] != m.UNLIMITED and q.allocated_np[r] + req[r] > q.deserved[r] + _EPS:
+                    return m.Reason(
+                        "non-preemptible-over-quota",
+                        f"non-preemptible job would take queue {q.name} over its {RES_NAMES[r]} quota of "
+                        f"{_fmt_res(r, q.deserved[r])}: {_fmt_res(r, q.allocated_np[r])} already used by "
+                        f"non-preemptible jobs + {_fmt_res(r, req[r])} requested",
+                        {"queue": q.name, "resource": ("cpu", "memory", "gpu")[r], "quota": q.deserved[r],
+                         "allocated_non_preemptible": q.allocated_np[r], "requested": req[r]},
+                    )
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Node selection for one task
+
+
+class Placer:
+    """Scores and fits tasks on nodes for one session."""
+
+    def __init__(self, s: Session) -> None:
+        self.s = s
+        cfg = s.config
+        self.predicates = cfg.predicates and cfg.has_plugin("predicates")
+        self.gpu_spread = cfg.gpu_placement == "spread" or (cfg.plugins is not None and "gpuspread" in cfg.plugins)
+        self.cpu_spread = cfg.cpu_placement == "spread"
+        self.use_availability = cfg.has_plugin("nodeavailability")
+        self.use_sharing_order = cfg.has_plugin("gpusharingorder") and not self.gpu_spread
+        self.use_resource_type = cfg.has_plugin("resourcetype")
+        self.use_placement = cfg.has_plugin("nodeplacement") or cfg.plugins is None
+        self._affinity_cache: dict[tuple, np.ndarray] = {}
+        self.all_nodes = np.arange(len(s.nodes))
+
+    # ---- predicates -------------------------------------------------------------------------
+    def _static_mask(self, t: TaskState) -> np.ndarray:
+        """Predicates that do not depend on node usage (ready, affinity, selectors, MIG type)."""
+        spec = t.spec
+        r = spec.request
+        key = (spec.node_affinity, tuple(sorted(spec.node_selector.items())), r.gpu_kind,
+               tuple(sorted(r.mig)), self.predicates)
+        mask = self._affinity_cache.get(key)
+        if mask is not None:
+            return mask
+        s = self.s
+        out = np.ones(len(s.nodes), dtype=bool)
+        for i, ns in enumerate(s.nodes):
+            n = ns.spec
+            ok = True
+            if self.predicates:
+                if not n.ready:
+                    ok = False
+                elif spec.node_affinity is not None and n.label(m.NODE_TYPE_LABEL) not in spec.node_affinity:
+                    ok = False
+                elif any(n.label(k) != v for k, v in spec.node_selector.items()):
+                    ok = False
+                elif r.gpu_kind == m.GPU_MEMORY and not n.gpu_memory_synced:
+                    ok = False
+            # MIG / resource type rules are part of resource fit (always on)
+            if ok:
+                if r.gpu_kind == m.GPU_MIG:
+                    ok = n.mig_enabled and n.mig_strategy != "single"
+                elif r.gpu_kind == m.GPU_WHOLE:
+                    ok = n.mig_strategy != "mixed"
+                elif r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY):
+                    ok = not n.mig_enabled
+            out[i] = ok
+        self._affinity_cache[key] = out
+        return out
+
+    def _mig_fits(self, t: TaskState, i: int) -> tuple[bool, bool]:
+        """(fits on idle, fits on idle+releasing) for a MIG request."""
+        ns = self.s.nodes[i]
+        idle_ok = all(ns.mig_idle.get(p, 0.0) + _EPS >= c for p, c in t.request.mig.items())
+        any_ok = all(ns.mig_idle.get(p, 0.0) + ns.mig_releasing.get(p, 0.0) + _EPS >= c
+                     for p, c in t.request.mig.items())
+        return idle_ok, any_ok
+
+    def _shared_options(self, t: TaskState, i: int) -> tuple[list[tuple[float, str | None, bool]], float, float]:
+        """Candidate devices for a shared task on node i: (score, group or None=new, on idle).
+
+        Sorted best first: gpupack = most used group first and new devices last; gpuspread the
+        reverse. Returns also the task's MiB per device and accepted portion on this node."""
+        s = self.s
+        ns = s.nodes[i]
+        mem, portion = s.shared_need(t, i)
+        gmem = float(s.gpu_mem[i])
+        opts: list[tuple[float, str | None, bool]] = []
+        for g in sorted(ns.groups):
+            grp = ns.groups[g]
+            if grp.fully_releasing:
+                continue
+            free_any = gmem - grp.mem_active
+            if free_any + _EPS < mem:
+                continue
+            on_idle = gmem - grp.mem_active - grp.mem_releasing + _EPS >= mem
+            used = (grp.mem_active + grp.mem_releasing) / gmem
+            score = (1.0 - used) if self.gpu_spread else used
+            opts.append((score, g, on_idle))
+        idle_whole = int(math.floor(s.idle[i, GPU] + _EPS))
+        rel_whole = int(math.floor(s.idle[i, GPU] + s.rel[i, GPU] + _EPS)) - max(idle_whole, 0)
+        whole_score = 1.0 if self.gpu_spread else 0.0
+        for _ in range(max(idle_whole, 0)):
+            opts.append((whole_score, None, True))
+        for _ in range(max(rel_whole, 0)):
+            opts.append((whole_score, None, False))
+        # stable sort: score descending, existing groups by name, idle markers before releasing
+        opts.sort(key=lambda o: (-o[0], o[1] is None, not o[2]))
+        return opts, mem, portion
+
+    # ---- scoring ----------------------------------------------------------------------------
+    def scores(self, t: TaskState, cand: np.ndarray, fit_idle: np.ndarray, extra: np.ndarray | None) -> np.ndarray:
+        """Score sum of the plugins for each candidate node (§2.7)."""
+        s = self.s
+        r = t.request
+        score = np.zeros(len(cand))
+        gpu_task = not r.cpu_only
+        res = GPU if gpu_task else CPU
+        if self.use_placement:
+            free = s.idle[cand, res] + s.rel[cand, res]
+            cap = s.cap[cand, res]
+            if r.gpu_kind == m.GPU_MIG:
+                free = np.array([sum(s.nodes[i].mig_idle.values()) + sum(s.nodes[i].mig_releasing.values())
+                                 for i in cand])
+                cap = np.array([float(sum(s.nodes[i].spec.mig_instances.values())) for i in cand])
+            has = cap > 0
+            spread = self.gpu_spread if gpu_task else self.cpu_spread
+            if spread:
+                total = cap.copy()
+                if gpu_task and r.gpu_kind != m.GPU_MIG:
+                    total = np.array([float(s.nodes[i].spec.gpus or s.cap[i, GPU]) for i in cand])
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    score += np.where(has & (total > 0), free / np.where(total > 0, total, 1), 0.0)
+            elif has.any():
+                lo, hi = free[has].min(), free[has].max()
+                if hi - lo > _EPS:
+                    score += np.where(has, 9.0 * (1.0 - (free - lo) / (hi - lo)), 0.0)
+                else:
+                    score += np.where(has, 9.0, 0.0)
+        if self.use_availability:
+            score += np.where(fit_idle, 1000.0, 0.0)
+        if self.use_resource_type and r.cpu_only:
+            no_gpu = np.array([s.cap[i, GPU] == 0 and not s.nodes[i].spec.mig_instances for i in cand])
+            score += np.where(no_gpu, 10.0, 0.0)
+        if self.use_sharing_order and (t.shared or r.cpu_only):
+            bonus = np.zeros(len(cand))
+            for k, i in enumerate(cand):
+                ns = s.nodes[i]
+                if not ns.groups:
+                    continue
+                if r.cpu_only:
+                    bonus[k] = 10000.0
+                    continue
+                mem, _ = s.shared_need(t, i)
+                gmem = float(s.gpu_mem[i])
+                if any(not g.fully_releasing and gmem - g.mem_active + _EPS >= mem for g in ns.groups.values()):
+                    bonus[k] = 10000.0
+            score += bonus
+        if extra is not None:
+            score += extra
+        return score
+
+    def place(self, stmt: Statement, t: TaskState, cand: np.ndarray, pipeline_only: bool,
+              extra_score: np.ndarray | None = None) -> bool:
+        """Put one task on the best feasible node among ``cand``; False when none fits."""
+        s = self.s
+        r = t.request
+        if len(cand) == 0:
+            return False
+        static = self._static_mask(t)[cand]
+        vec = t.vec
+        cols = vec > 0
+        idle = s.idle[cand]
+        anyr = idle + s.rel[cand]
+        if t.shared:
+            cols = cols.copy()
+            cols[GPU] = False
+        fit_idle = (idle[:, cols] + _EPS >= vec[cols]).all(axis=1) & static
+        fit_any = (anyr[:, cols] + _EPS >= vec[cols]).all(axis=1) & static
+        if r.gpu_kind == m.GPU_MIG:
+            for k, i in enumerate(cand):
+                if fit_any[k]:
+                    a, b = self._mig_fits(t, int(i))
+                    fit_idle[k] = fit_idle[k] and a
+                    fit_any[k] = b
+        if t.shared:
+            # a node fits a shared task if enough devices (groups with room + whole GPUs) exist
+            n = r.gpu_devices
+            for k, i in enumerate(cand):
+                if not fit_any[k]:
+                    continue
+                opts, mem, _ = self._shared_options(t, int(i))
+                fit_any[k] = len(opts) >= n
+                fit_idle[k] = fit_idle[k] and sum(1 for o in opts if o[2]) >= n
+        if not fit_any.any():
+            return False
+        score = self.scores(t, cand, fit_idle, extra_score)
+        order = np.lexsort((cand, -score))
+        for k in order:
+            if not fit_any[k]:
+                continue
+            i = int(cand[k])
+            if t.shared:
+                if self._place_shared(stmt, t, i, pipeline_only, bool(fit_idle[k])):
+                    return True
+                continue
+            on_idle = bool(fit_idle[k]) and not pipeline_only
+            self._commit_move(stmt, t, m.ALLOCATED if on_idle else m.PIPELINED, i, ())
+            return True
+        return False
+
+    def _commit_move(self, stmt: Statement, t: TaskState, status: str, i: int, groups: tuple[str, ...]) -> None:
+        # pipelining an evicted task back onto its own node (and GPU groups) cancels the eviction
+        if status == m.PIPELINED and t.status == m.RELEASING and t.node == i and t.orig_status != m.RELEASING \
+                and (not groups or tuple(groups) == tuple(t.groups)):
+            stmt.move(t, t.orig_status if t.orig_status in m.ACTIVE_USED_STATES else m.RUNNING, i, t.groups)
+            return
+        if t.status == m.RELEASING:
+            _leave_ghost(stmt, t)
+        stmt.move(t, status, i, groups)
+
+    def _place_shared(self, stmt: Statement, t: TaskState, i: int, pipeline_only: bool, node_idle: bool) -> bool:
+        s = self.s
+        n = t.request.gpu_devices
+        opts, mem, portion = self._shared_options(t, i)
+        if len(opts) < n:
+            return False
+        chosen = opts[:n]
+        new_groups = sum(1 for o in chosen if o[1] is None)
+        if self.predicates and new_groups and s.idle[i, PODS] + s.rel[i, PODS] + _EPS < 1 + new_groups:
+            # a new GPU group needs a pod slot for its reservation pod
+            return False
+        on_idle = node_idle and all(o[2] for o in chosen) and not pipeline_only
+        # un-evict: an evicted shared task going back to its own groups
+        if t.status == m.RELEASING and t.node == i and t.orig_status != m.RELEASING and not on_idle:
+            own = set(t.groups)
+            if all(o[1] in own for o in chosen if o[1] is not None) and new_groups == 0 and len(own) == n:
+                stmt.move(t, m.RUNNING, i, t.groups)
+                return True
+        groups = tuple(o[1] if o[1] is not None else s.new_group_name(t, k) for k, o in enumerate(chosen))
+        if t.status == m.RELEASING:
+            _leave_ghost(stmt, t)
+        stmt.place_shared(t, m.ALLOCATED if on_idle else m.PIPELINED, i, groups, mem, portion)
+        return True
+
+
+def _leave_ghost(stmt: Statement, t: TaskState) -> None:
+    """A victim re-placed on another node: its old pod keeps releasing where it was, the task
+    itself becomes a new (pipelined) pod."""
+    s = stmt.session
+    ghost = s.make_ghost(t)
+    node, groups = t.node, t.groups
+    stmt.move(t, m.PENDING, None, ())
+    stmt.move(ghost, m.RELEASING, node, groups)
+
+
+# --------------------------------------------------------------------------------------------
+# Topology (§6.1)
+
+
+def _domain_of(node: m.NodeSpec, levels: tuple[str, ...], depth: int) -> tuple[str, ...] | None:
+    out = []
+    for lv in levels[: depth + 1]:
+        v = node.labels.get(lv)
+        if v is None:
+            return None
+        out.append(v)
+    return tuple(out)
+
+
+def topology_subsets(s: Session, tasks: list[TaskState], tc: m.TopologyConstraint | None,
+                     cand: np.ndarray) -> tuple[list[np.ndarray], np.ndarray | None, m.Reason | None]:
+    """Ordered node sets to try for a constrained batch, plus preferred-level scores."""
+    if tc is None:
+        return [cand], None, None
+    topo = next((x for x in s.snapshot.topologies if x.name == tc.topology), None)
+    if topo is None or not topo.levels:
+        return [cand], None, None
+    levels = topo.levels
+    req_d = levels.index(tc.required_level) if tc.required_level in levels else None
+    pref_d = levels.index(tc.preferred_level) if tc.preferred_level in levels else None
+    if req_d is None and pref_d is None:
+        return [cand], None, None
+    inside = [int(i) for i in cand if _domain_of(s.nodes[int(i)].spec, levels, len(levels) - 1) is not None]
+    total_req = np.zeros(4)
+    for t in tasks:
+        total_req += t.vec
+        if t.shared:
+            total_req[GPU] += t.portion or t.request.gpu_fraction or 0.0
+
+    def ratio(nodes: list[int]) -> float:
+        free = (s.idle[nodes] + s.rel[nodes]).sum(axis=0) if nodes else np.zeros(4)
+        worst = 0.0
+        for r in range(4):
+            if total_req[r] <= 0:
+                continue
+            worst = max(worst, total_req[r] / free[r] if free[r] > 0 else 1000.0)
+        return worst
+
+    deepest = pref_d if pref_d is not None else req_d
+    # domains per level, from deepest allowed level up to the required level (or the root)
+    top = req_d if req_d is not None else -1
+    subsets: list[tuple[int, float, tuple, list[int]]] = []
+    for d in range(deepest, top - 1, -1):
+        doms: dict[tuple, list[int]] = {}
+        if d < 0:
+            doms[()] = inside
+        else:
+            for i in inside:
+                key = _domain_of(s.nodes[i].spec, levels, d)
+                doms.setdefault(key, []).append(i)  # type: ignore[arg-type]
+        for key, nodes in doms.items():
+            rt = ratio(nodes)
+            if rt <= 1.0 + _EPS:
+                subsets.append((-d, -rt, key, nodes))
+    subsets.sort(key=lambda x: (x[0], x[1], x[2]))
+    extra = None
+    if pref_d is not None:
+        doms2: dict[tuple, list[int]] = {}
+        for i in inside:
+            doms2.setdefault(_domain_of(s.nodes[i].spec, levels, pref_d), []).append(i)  # type: ignore[arg-type]
+        order = sorted(doms2.items(), key=lambda kv: (-ratio(kv[1]), kv[0]))
+        extra_map: dict[int, float] = {}
+        n = len(order)
+        for k, (_, nodes) in enumerate(order):
+            for i in nodes:
+                extra_map[i] = math.floor(10 * (k + 1) / n) * 100000.0
+        extra = np.array([extra_map.get(int(i), 0.0) for i in cand])
+    if not subsets:
+        lvl = tc.required_level or tc.preferred_level
+        return [], extra, m.Reason(
+            "topology-unsatisfied",
+            f"topology {tc.topology}, requirement {lvl} couldn't be satisfied: no {lvl} domain has room for "
+            f"{len(tasks)} pods",
+            {"topology": tc.topology, "level": lvl, "pods": len(tasks)},
+        )
+    return [np.array(sorted(x[3]), dtype=int) for x in subsets], extra, None
+
+
+def _job_topology(job: JobState) -> m.TopologyConstraint | None:
+    if job.root.topology is not None:
+        return job.root.topology
+    for ps in job.pod_sets.values():
+        if ps.topology is not None:
+            return ps.topology
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Allocating one job (§2.6)
+
+
+def should_pipeline_job(job: JobState) -> bool:
+    """A pod set with a pipelined task and fewer than its minimum truly allocated (§2.6 step 5)."""
+    for ps in job.pod_sets.values():
+        if ps.allocated < ps.min_available and any(t.status == m.PIPELINED for t in ps.tasks):
+            return True
+    return False
+
+
+def allocate_job(s: Session, placer: Placer, stmt: Statement, job: JobState, pipeline_only: bool,
+                 simulation: bool = False, record: bool = True) -> bool:
+    """Place the job's next batch, all or nothing. On failure the statement is rolled back to
+    where it was and (when ``record``) the job's pending reason is set."""
+    tasks = tasks_to_allocate(job, simulation)
+    if not tasks:
+        return False
+    problem = queue_capacity_problem(s, job, tasks)
+    if problem is not None:
+        if record:
+            s.pending_reasons[job.uid] = problem
+        return False
+    cand = placer.all_nodes
+    subsets, extra, topo_problem = topology_subsets(s, tasks, _job_topology(job), cand)
+    if topo_problem is not None:
+        if record:
+            s.pending_reasons[job.uid] = topo_problem
+        return False
+    cp = stmt.checkpoint()
+    failed: TaskState | None = None
+    for subset in subsets:
+        sub_extra = None
+        if extra is not None:
+            pos = {int(c): k for k, c in enumerate(cand)}
+            sub_extra = np.array([extra[pos[int(i)]] for i in subset])
+        ok = True
+        for t in tasks:
+            if not placer.place(stmt, t, subset, pipeline_only, sub_extra):
+                ok = False
+                failed = t
+                break
+        if ok:
+            if should_pipeline_job(job):
+                for t in job.tasks:
+                    if t.status == m.ALLOCATED:
+                        if t.shared:
+                            stmt.place_shared(t, m.PIPELINED, t.node, t.groups, t.mem_per_device, t.portion)  # type: ignore[arg-type]
+                        else:
+                            stmt.move(t, m.PIPELINED, t.node, t.groups)
+            return True
+        stmt.rollback(cp)
+    if record and failed is not None:
+        s.pending_reasons[job.uid] = fit_failure_reason(s, job, tasks, failed)
+    for t in tasks:
+        if t.status == m.PENDING and t.spec.node is not None:
+            t.was_cleared = True
+    return False
+
+
+def fit_failure_reason(s: Session, job: JobState, tasks: list[TaskState], failed: TaskState) -> m.Reason:
+    """A sentence with the numbers for a batch that found no room."""
+    r = failed.request
+    n = len(tasks)
+    if r.gpu_kind == m.GPU_WHOLE and r.gpus > 0:
+        per = r.gpus
+        free = s.idle[:, GPU] + s.rel[:, GPU]
+        fitting = int((free + _EPS >= per).sum())
+        if n > 1:
+            msg = f"gang of {n} × {_fmt(per)} GPUs: only {fitting} nodes have {_fmt(per)} free GPUs"
+        else:
+            msg = f"{_fmt(per)} GPUs requested: no node has {_fmt(per)} free GPUs ({fitting} nodes fit)"
+        return m.Reason("no-node-fits", msg, {"pods": n, "gpus_per_pod": per, "nodes_with_room": fitting})
+    if failed.shared:
+        what = f"{_fmt(r.gpu_fraction)} of a GPU" if r.gpu_kind == m.GPU_FRACTION else f"{r.gpu_memory_mib} MiB of GPU memory"
+        return m.Reason("no-node-fits", f"{n} pod(s) asking {what} each: no node has a device with room",
+                        {"pods": n})
+    if r.gpu_kind == m.GPU_MIG:
+        return m.Reason("no-node-fits", f"{n} pod(s) asking MIG {dict(r.mig)}: no node has these instances free",
+                        {"pods": n, "mig": dict(r.mig)})
+    return m.Reason("no-node-fits",
+                    f"{n} pod(s) of {_fmt(r.cpu_millis / 1000)} CPU cores and {_fmt(r.memory_bytes / 1e9)} GB: "
+                    f"no node has room for task {failed.name}", {"pods": n})
+
+
+# --------------------------------------------------------------------------------------------
+# The allocate action (§2.9)
+
+
+def eligible_for_allocation(job: JobState) -> bool:
+    return job.valid and job.has_pending() and job.ready() and not job.spec.deleting
+
+
+def run_allocate(s: Session, placer: Placer) -> None:
+    """Allocate pending jobs in queue/job order; commit each success, re-queue elastic jobs."""
+    order = JobsOrder(s, [j for j in s.jobs if eligible_for_allocation(j)])
+    for j in s.jobs:
+        if j.valid and j.has_pending() and not j.ready():
+            need = j.root.need
+            s.pending_reasons[j.uid] = m.Reason(
+                "not-ready", f"job is not ready for scheduling: fewer pods exist than its gang minimum "
+                f"({need} member(s) required)", {})
+    while True:
+        job = order.pop()
+        if job is None:
+            break
+        stmt = Statement(s)
+        had_alloc = job.allocated_count() > 0
+        if allocate_job(s, placer, stmt, job, pipeline_only=False):
+            touched = stmt.commit()
+            pipelined = any(t.status == m.PIPELINED for t in touched)
+            for t in touched:
+                if t.status == m.PIPELINED:
+                    s.pipeline_actions[t.index] = "allocate"
+            if not had_alloc and not pipelined and job.allocated_count() > 0:
+                job.last_start = s.now
+            s.pending_reasons.pop(job.uid, None)
+            if job.has_pending() and tasks_to_allocate(job):
+                order.push(job)
+        else:
+            stmt.discard()
+
+
+def job_batch_request(job: JobState) -> list[float]:
+    return batch_request(tasks_to_allocate(job))
+
+
+__all__ = [
+    "Placer", "allocate_job", "run_allocate", "queue_capacity_problem", "should_pipeline_job",
+    "topology_subsets", "job_batch_request", "is_candidate", "PodSet", "SubGroupSet", "QueueAttrs",
+]

@@ -1,0 +1,136 @@
+"""One scheduling cycle: fair share, then the configured actions, then the result.
+
+``run_cycle(snapshot, config)`` is pure: it never mutates its input and the same snapshot and
+config always give the same ``CycleResult`` (every tie is broken by a name). ``Session`` state can
+also be driven action by action (``open_session`` / ``run_action`` / ``close_session``), which is
+what the scenario runner does for KAI's single-action sessions.
+"""
+
+from __future__ import annotations
+
+import time
+
+from scheduler_core import model as m
+from scheduler_core.allocate import Placer, run_allocate
+from scheduler_core.evict import run_consolidation, run_preempt, run_reclaim, run_stale_gangs
+from scheduler_core.ordering import tasks_to_allocate
+from scheduler_core.proportion import FairShareInputError, compute_fair_shares
+from scheduler_core.session import Session
+
+_ACTION_FUNCS = {
+    "allocate": run_allocate,
+    "consolidation": run_consolidation,
+    "reclaim": run_reclaim,
+    "preempt": run_preempt,
+    "stalegangeviction": run_stale_gangs,
+}
+
+
+def open_session(snapshot: m.ClusterSnapshot, config: m.CycleConfig) -> tuple[Session, Placer]:
+    """Build the session and compute fair shares (fixed for the cycle, §8.25)."""
+    s = Session(snapshot, config)
+    try:
+        s.division_steps = compute_fair_shares(s.queues, s.total, config.k_value)  # type: ignore[attr-defined]
+    except FairShareInputError as exc:  # validated above; kept as a guard for bad totals
+        for problem in exc.problems:
+            s.errors.append(m.ObjectError("queue", "*", "fair_share", problem))
+    return s, Placer(s)
+
+
+def run_action(s: Session, placer: Placer, action: str) -> None:
+    """Run one action on the session (names as in ``model.ACTIONS``)."""
+    if action not in _ACTION_FUNCS:
+        raise ValueError(f"actions: unknown action {action!r}; known: {', '.join(m.ACTIONS)}")
+    if action == "consolidation" and (
+        s.config.gpu_placement == "spread" or s.config.cpu_placement == "spread"
+        or s.config.max_consolidation_preemptees == 0
+    ):
+        return  # KAI disables consolidation with spread placement
+    _ACTION_FUNCS[action](s, placer)
+
+
+_OUT_STATUS = {m.ALLOCATED: m.BINDING}
+
+
+def close_session(s: Session, timings: dict[str, float] | None = None) -> m.CycleResult:
+    """Turn the session state into a ``CycleResult``."""
+    names = [n.name for n in s.nodes]
+    binds, pipelined, evictions, outcomes = [], [], [], []
+    for t in s.tasks:
+        status = _OUT_STATUS.get(t.status, t.status)
+        node = names[t.node] if t.node is not None else None
+        if t.status == m.PENDING and node is None and t.spec.node is not None and not t.was_cleared:
+            node = t.spec.node  # KAI keeps a pending task's node unless an attempt was rolled back
+        outcomes.append(m.TaskOutcome(t.job.uid, t.name, status, node, tuple(t.groups)))
+        if t.status == m.ALLOCATED:
+            binds.append(m.BindDecision(t.job.uid, t.name, node or "", tuple(t.groups),
+                                        t.portion if t.shared else 0.0))
+        elif t.status == m.PIPELINED and (t.orig_status != m.PIPELINED or t.spec.node != node):
+            action = s.pipeline_actions.get(t.index, "allocate")
+            moved = t.spec.node if t.orig_status in m.ACTIVE_USED_STATES and t.spec.node != node else None
+            pipelined.append(m.PipelineDecision(t.job.uid, t.name, node or "", action, tuple(t.groups), moved))
+        if t.status == m.RELEASING and t.orig_status != m.RELEASING or t.index in s.eviction_reasons:
+            info = s.eviction_reasons.get(t.index)
+            action, preemptor, reason = info if info else ("unknown", None, m.Reason("evicted", "evicted", {}))
+            evictions.append(m.EvictionDecision(t.job.uid, t.name, t.spec.node or node or "", action,
+                                                preemptor, reason))
+    queues = {
+        name: m.QueueStatus(name, tuple(q.fair), tuple(q.allocated), tuple(q.allocated_np), tuple(q.request),
+                            tuple(q.deserved), tuple(q.limit))
+        for name, q in sorted(s.queues.items())
+    }
+    pending: dict[str, m.Reason] = {}
+    for j in s.jobs:
+        if not j.has_pending():
+            continue
+        if not j.valid:
+            err = next((e for e in s.errors if e.name == j.uid), None)
+            pending[j.uid] = m.Reason("invalid", err.message if err else "job has invalid fields", {})
+            continue
+        reason = s.pending_reasons.get(j.uid)
+        if reason is None:
+            if j.gang_satisfied() and not tasks_to_allocate(j):
+                continue
+            reason = m.Reason("not-attempted", "no attempt was made for this job in this cycle "
+                              "(earlier jobs used the capacity, or a session cap was reached)", {})
+        pending[j.uid] = reason
+    nodes = {}
+    for i, n in enumerate(s.nodes):
+        idle, rel = s.node_gpu_counts(i)
+        nodes[n.name] = {"idle_gpus": idle, "releasing_gpus": rel}
+    counts = {
+        "binds": len(binds), "pipelined": len(pipelined), "evictions": len(evictions),
+        "pending_jobs": len(pending), "errors": len(s.errors), "nodes": len(s.nodes), "jobs": len(s.jobs),
+    }
+    return m.CycleResult(
+        binds=tuple(binds), pipelined=tuple(pipelined), evictions=tuple(evictions), queues=queues,
+        pending=pending, errors=tuple(s.errors), tasks=tuple(outcomes), nodes=nodes,
+        last_start={j.uid: j.last_start for j in s.jobs if j.last_start is not None},
+        stale_since={j.uid: j.stale_since for j in s.jobs},
+        counts=counts, timings_ms=dict(timings or {}),
+    )
+
+
+def run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig | None = None) -> m.CycleResult:
+    """Run fair share and the configured actions (allocate → consolidation → reclaim → preempt →
+    stale-gang eviction by default) on a frozen snapshot; return every decision with reasons.
+
+    Deterministic: same snapshot and config, same result. Bad objects are reported in
+    ``result.errors`` and skipped; the rest of the cycle goes on."""
+    config = config or m.CycleConfig()
+    for a in config.actions:
+        if a not in m.ACTIONS:
+            raise ValueError(f"actions: unknown action {a!r}; known: {', '.join(m.ACTIONS)}")
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    s, placer = open_session(snapshot, config)
+    timings["open_session"] = (time.perf_counter() - t0) * 1000
+    for a in config.actions:
+        t1 = time.perf_counter()
+        run_action(s, placer, a)
+        timings[a] = (time.perf_counter() - t1) * 1000
+    t2 = time.perf_counter()
+    result = close_session(s, timings)
+    timings["close_session"] = (time.perf_counter() - t2) * 1000
+    timings["total"] = (time.perf_counter() - t0) * 1000
+    return result

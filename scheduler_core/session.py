@@ -1,0 +1,688 @@
+"""One scheduling session: mutable node, job and queue state built from a frozen snapshot.
+
+Invariant (KAI-SEMANTICS §8.24): every task status change goes through ``Session.set_task``, which
+removes the task's old charge and adds its new one symmetrically on the node vectors (idle /
+releasing, shared-GPU groups, MIG instances), on the job's per-pod-set counters and on the queue
+accounting (``allocated`` / ``allocated_np``) of the leaf queue and all its ancestors. A
+``Statement`` records each change so it can be rolled back exactly (§2.8).
+
+Node vectors are rows of numpy arrays ``[cpu millicores, memory bytes, whole GPUs, pods]`` so
+node scoring and fit checks can run over all nodes at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scheduler_core import model as m
+from scheduler_core.proportion import QueueAttrs
+
+CPU, MEM, GPU, PODS = 0, 1, 2, 3
+_EPS = 1e-9
+
+
+# --------------------------------------------------------------------------------------------
+# Per-object mutable state
+
+
+@dataclass(slots=True)
+class GpuGroup:
+    """One physical GPU shared by fractional tasks on a node (KAI's GPU group)."""
+
+    name: str
+    mem_active: float = 0.0  # MiB held by tasks that are not releasing (incl. pipelined)
+    mem_releasing: float = 0.0  # MiB held by releasing tasks
+    n_active: int = 0  # allocated/running/stuck tasks
+    n_pipelined: int = 0
+    n_releasing: int = 0
+
+    def contribution(self) -> tuple[int, int]:
+        """(idle delta, releasing delta) of whole GPUs this group causes on its node."""
+        if self.n_active > 0:
+            return (-1, 0)
+        if self.n_releasing > 0:
+            return (-1, 0) if self.n_pipelined > 0 else (-1, 1)
+        if self.n_pipelined > 0:
+            return (0, -1)
+        return (0, 0)
+
+    @property
+    def empty(self) -> bool:
+        return self.n_active + self.n_pipelined + self.n_releasing == 0
+
+    @property
+    def fully_releasing(self) -> bool:
+        return self.n_releasing > 0 and self.n_active == 0 and self.n_pipelined == 0
+
+
+@dataclass(slots=True)
+class NodeState:
+    """Non-vector state of a node: shared GPU groups and MIG instances."""
+
+    index: int
+    spec: m.NodeSpec
+    groups: dict[str, GpuGroup] = field(default_factory=dict)
+    mig_idle: dict[str, float] = field(default_factory=dict)
+    mig_releasing: dict[str, float] = field(default_factory=dict)
+    tasks: set[int] = field(default_factory=set)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+class PodSet:
+    """A leaf of a job's gang tree with its live counters."""
+
+    __slots__ = ("name", "min_available", "topology", "tasks", "active_allocated", "allocated", "active_used",
+                 "parent")
+
+    def __init__(self, name: str, min_available: int, topology: m.TopologyConstraint | None) -> None:
+        self.name = name
+        self.min_available = min_available
+        self.topology = topology
+        self.tasks: list[TaskState] = []
+        self.active_allocated = 0
+        self.allocated = 0
+        self.active_used = 0
+        self.parent: SubGroupSet | None = None
+
+    @property
+    def satisfied(self) -> bool:
+        return self.active_allocated >= self.min_available
+
+
+class SubGroupSet:
+    """A node of a job's gang tree: ``need`` of its members must be satisfied."""
+
+    __slots__ = ("name", "min_subgroups", "topology", "members", "parent")
+
+    def __init__(self, name: str, min_subgroups: int | None, topology: m.TopologyConstraint | None) -> None:
+        self.name = name
+        self.min_subgroups = min_subgroups
+        self.topology = topology
+        self.members: list[PodSet | SubGroupSet] = []
+        self.parent: SubGroupSet | None = None
+
+    @property
+    def need(self) -> int:
+        return len(self.members) if self.min_subgroups is None else min(self.min_subgroups, len(self.members))
+
+    @property
+    def satisfied(self) -> bool:
+        return sum(1 for x in self.members if x.satisfied) >= self.need
+
+
+class TaskState:
+    """A task's live state. ``vec`` is its node charge [cpu, mem, whole GPUs, pods];
+    ``qvec`` its queue charge [cpu, mem, GPU units] (set on placement for shared GPUs)."""
+
+    __slots__ = ("index", "job", "spec", "name", "status", "node", "groups", "pod_set", "vec", "qvec",
+                 "req_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
+                 "orig_groups", "was_cleared")
+
+    def __init__(self, index: int, job: JobState, spec: m.TaskSpec) -> None:
+        self.index = index
+        self.job = job
+        self.spec = spec
+        self.name = spec.name
+        self.status = spec.state
+        self.node: int | None = None
+        self.groups: tuple[str, ...] = tuple(spec.gpu_groups)
+        self.pod_set: PodSet | None = None
+        r = spec.request
+        whole = float(r.gpus) if r.gpu_kind == m.GPU_WHOLE else 0.0
+        self.vec = np.array([r.cpu_millis, r.memory_bytes, whole, 1.0])
+        self.portion = 0.0  # accepted GPU portion per device (shared tasks)
+        self.mem_per_device = 0.0
+        gpu_units = whole
+        if r.gpu_kind == m.GPU_FRACTION:
+            gpu_units = r.gpu_fraction * r.gpu_devices
+        elif r.gpu_kind == m.GPU_MIG:
+            gpu_units = r.mig_gpu_units
+        self.qvec = [float(r.cpu_millis), float(r.memory_bytes), gpu_units]
+        self.req_qvec = list(self.qvec)  # request-side vector (GPU memory via smallest node)
+        # task order: task-order priority (present first, higher first), then name
+        tp = spec.task_order_priority
+        self.order_key = (0 if tp is not None else 1, -(tp or 0), spec.name)
+        self.orig_status = spec.state
+        self.orig_node: str | None = spec.node
+        self.orig_groups = tuple(spec.gpu_groups)
+        self.was_cleared = False
+
+    @property
+    def request(self) -> m.TaskRequest:
+        return self.spec.request
+
+    @property
+    def shared(self) -> bool:
+        return self.spec.request.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"<Task {self.name} {self.status} node={self.node}>"
+
+
+class JobState:
+    """A job's live state: tasks, gang tree, flags."""
+
+    __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
+                 "fit_errors", "valid", "priority", "preemptible", "evicted_by")
+
+    def __init__(self, index: int, spec: m.JobSpec) -> None:
+        self.index = index
+        self.spec = spec
+        self.uid = spec.uid
+        self.queue = spec.queue
+        self.tasks: list[TaskState] = []
+        self.pod_sets: dict[str, PodSet] = {}
+        self.root = SubGroupSet("", None, None)
+        self.last_start = spec.last_start
+        self.stale_since = spec.stale_since
+        self.fit_errors: list[m.Reason] = []
+        self.valid = True
+        self.priority = spec.priority
+        self.preemptible = spec.preemptible
+        self.evicted_by: str | None = None
+
+    # ---- gang state -------------------------------------------------------------------------
+    def pending_tasks(self) -> list[TaskState]:
+        return [t for t in self.tasks if t.status == m.PENDING]
+
+    def has_pending(self) -> bool:
+        return any(t.status == m.PENDING for t in self.tasks)
+
+    def active_allocated(self) -> int:
+        return sum(ps.active_allocated for ps in self.pod_sets.values())
+
+    def allocated_count(self) -> int:
+        return sum(ps.allocated for ps in self.pod_sets.values())
+
+    def gang_satisfied(self) -> bool:
+        return self.root.satisfied
+
+    def elastic_state(self) -> int:
+        """0 = some pod set below its minimum, 1 = exactly at minimum everywhere, 2 = above."""
+        above = False
+        for ps in self.pod_sets.values():
+            if ps.active_allocated < ps.min_available:
+                return 0
+            if ps.active_allocated > ps.min_available:
+                above = True
+        return 2 if above else 1
+
+    def is_elastic(self) -> bool:
+        return any(len(ps.tasks) > ps.min_available for ps in self.pod_sets.values())
+
+    def ready(self) -> bool:
+        """KAI readiness: enough alive (non-gated) pods for the root's requirement (§1.3)."""
+        alive = {m.PENDING} | m.ACTIVE_ALLOCATED_STATES
+
+        def ok(x: PodSet | SubGroupSet) -> bool:
+            if isinstance(x, PodSet):
+                return sum(1 for t in x.tasks if t.status in alive) >= x.min_available
+            return sum(1 for y in x.members if ok(y)) >= x.need
+
+        return ok(self.root)
+
+    def order_key(self) -> tuple:
+        """JobOrder inside a leaf (§2.4): priority, elastic state, age, build order, name."""
+        s = self.spec
+        return (-self.priority, self.elastic_state(), s.creation, s.build_order, self.uid)
+
+    def __repr__(self) -> str:  # pragma: no cover
+        return f"<Job {self.uid}>"
+
+
+# --------------------------------------------------------------------------------------------
+# The session
+
+
+_ACTIVE_NODE = frozenset({m.RUNNING, m.ALLOCATED, m.BINDING, m.BOUND, m.STUCK_IN_RELEASING})
+
+
+class Session:
+    """State of one cycle. Build with ``Session(snapshot, config)``."""
+
+    def __init__(self, snapshot: m.ClusterSnapshot, config: m.CycleConfig) -> None:
+        self.snapshot = snapshot
+        self.config = config
+        self.now = snapshot.now
+        self.errors: list[m.ObjectError] = []
+        self.pending_reasons: dict[str, m.Reason] = {}
+        self.eviction_reasons: dict[int, tuple[str, str | None, m.Reason]] = {}
+        self.pipeline_actions: dict[int, str] = {}
+        self.counts = {"binds": 0, "pipelined": 0, "evictions": 0}
+        self._group_seq = 0
+        self.ghosts: list[TaskState] = []
+        self._build_nodes()
+        self._build_queues()
+        self._build_jobs()
+        self._place_existing()
+        self._compute_requests()
+
+    # ---- building ---------------------------------------------------------------------------
+    def _error(self, kind: str, name: str, fld: str, message: str) -> None:
+        self.errors.append(m.ObjectError(kind, name, fld, message))
+
+    def _build_nodes(self) -> None:
+        nodes: list[m.NodeSpec] = []
+        seen: set[str] = set()
+        for n in self.snapshot.nodes:
+            bad = None
+            if n.name in seen:
+                bad = ("name", f"node {n.name}: duplicate name")
+            elif n.cpu_millis < 0 or n.memory_bytes < 0 or n.gpus < 0 or n.max_pods < 0:
+                bad = ("resources", f"node {n.name}: allocatable resources must be ≥ 0")
+            elif n.gpu_memory_mib <= 0:
+                bad = ("gpu_memory_mib", f"node {n.name}: GPU memory per device must be > 0")
+            if bad:
+                self._error("node", n.name, bad[0], bad[1])
+                continue
+            seen.add(n.name)
+            nodes.append(n)
+        nodes.sort(key=lambda x: x.name.encode())  # byte order, as KAI's tie-break
+        self.nodes = [NodeState(i, n) for i, n in enumerate(nodes)]
+        self.node_index = {n.name: i for i, n in enumerate(nodes)}
+        count = len(nodes)
+        self.cap = np.zeros((count, 4))
+        for i, n in enumerate(nodes):
+            gpu_mem = float(n.gpu_memory_mib)
+            self.cap[i] = (n.cpu_millis, n.memory_bytes, float(n.whole_gpus), float(n.max_pods))
+            self.nodes[i].mig_idle = {p: float(c) for p, c in n.mig_instances.items()}
+            self.nodes[i].mig_releasing = {p: 0.0 for p in n.mig_instances}
+            del gpu_mem
+        self.idle = self.cap.copy()
+        self.rel = np.zeros((count, 4))
+        self.gpu_mem = np.array([float(n.gpu_memory_mib) for n in nodes]) if nodes else np.zeros(0)
+        self.ready = np.array([n.ready for n in nodes], dtype=bool)
+        self.has_gpu = self.cap[:, GPU] > 0 if count else np.zeros(0, dtype=bool)
+        self.has_cpu = self.cap[:, CPU] > 0 if count else np.zeros(0, dtype=bool)
+        self.min_gpu_mem = float(self.gpu_mem.min()) if count else 100.0
+        self.max_gpu_mem = float(self.gpu_mem.max()) if count else 100.0
+        # whole-cluster capacity for fair share: ready nodes; GPUs in quota units (MIG slices)
+        total = [0.0, 0.0, 0.0]
+        for n in nodes:
+            if not n.ready:
+                continue
+            total[0] += n.cpu_millis
+            total[1] += n.memory_bytes
+            total[2] += n.whole_gpus + sum(m.mig_profile_slices(p) * c for p, c in n.mig_instances.items())
+        if self.snapshot.total_capacity is not None:
+            total = [float(x) for x in self.snapshot.total_capacity]
+        self.total = total
+
+    def _build_queues(self) -> None:
+        specs: dict[str, m.QueueSpec] = {}
+        for q in self.snapshot.queues:
+            if q.name in specs:
+                self._error("queue", q.name, "name", f"queue {q.name}: duplicate name")
+                continue
+            problem = None
+            for rname, res in (("gpu", q.gpu), ("cpu", q.cpu), ("memory", q.memory)):
+                for fname in ("quota", "limit"):
+                    v = getattr(res, fname)
+                    if not math.isfinite(v) or (v < 0 and v != m.UNLIMITED):
+                        problem = (f"{rname}.{fname}", f"queue {q.name}: {rname} {fname} {v} must be ≥ 0 or -1")
+                if res.over_quota_weight < 0 and res.over_quota_weight != m.UNLIMITED:
+                    problem = (f"{rname}.over_quota_weight",
+                               f"queue {q.name}: {rname} over-quota weight must be ≥ 0")
+            if problem:
+                self._error("queue", q.name, problem[0], problem[1])
+                continue
+            specs[q.name] = q
+        # drop orphans (parent missing) with their subtrees, and cycles
+        valid: dict[str, m.QueueSpec] = {}
+        for name, q in specs.items():
+            chain, cur, ok = {name}, q.parent, True
+            while cur is not None:
+                if cur not in specs:
+                    ok = False
+                    self._error("queue", name, "parent",
+                                f"queue {name}: parent queue {cur!r} does not exist; the queue is ignored")
+                    break
+                if cur in chain:
+                    ok = False
+                    self._error("queue", name, "parent", f"queue {name}: the parent chain loops through {cur!r}")
+                    break
+                chain.add(cur)
+                cur = specs[cur].parent
+            if ok:
+                valid[name] = q
+        self.queue_specs = valid
+        self.queues: dict[str, QueueAttrs] = {}
+        for name, q in valid.items():
+            def vec(attr: str, q: m.QueueSpec = q) -> list[float]:
+                return [float(getattr(q.cpu, attr)), float(getattr(q.memory, attr)), float(getattr(q.gpu, attr))]
+
+            weight = vec("over_quota_weight")
+            weight = [max(0.0, w) if w != m.UNLIMITED else 1.0 for w in weight]
+            self.queues[name] = QueueAttrs(
+                name=name, parent=q.parent, priority=q.priority, creation=q.creation,
+                deserved=vec("quota"), limit=vec("limit"), weight=weight,
+                usage=[float(x) for x in self.snapshot.usage.get(name, (0.0, 0.0, 0.0))],
+            )
+        for q in self.queues.values():
+            if q.parent is not None:
+                self.queues[q.parent].children.append(q.name)
+        # ancestor chains (leaf first) for fast accounting
+        self.chain: dict[str, list[QueueAttrs]] = {}
+        for name in self.queues:
+            out, cur = [], name
+            while cur is not None:
+                out.append(self.queues[cur])
+                cur = self.queues[cur].parent
+            self.chain[name] = out
+
+    def _build_jobs(self) -> None:
+        self.jobs: list[JobState] = []
+        self.tasks: list[TaskState] = []
+        seen: set[str] = set()
+        for spec in self.snapshot.jobs:
+            job = JobState(len(self.jobs), spec)
+            if job.uid in seen:
+                self._error("job", job.uid, "name", f"job {job.uid}: duplicate name")
+                continue
+            seen.add(job.uid)
+            problem = self._validate_job(spec)
+            if problem:
+                self._error("job", job.uid, problem[0], problem[1])
+                job.valid = False
+            for ts in spec.tasks:
+                t = TaskState(len(self.tasks), job, ts)
+                self.tasks.append(t)
+                job.tasks.append(t)
+            self._build_gang(job)
+            self.jobs.append(job)
+        self.job_by_uid = {j.uid: j for j in self.jobs}
+
+    def _validate_job(self, spec: m.JobSpec) -> tuple[str, str] | None:
+        if spec.queue not in self.queue_specs:
+            if any(q.name == spec.queue for q in self.snapshot.queues):
+                return ("queue", f"job {spec.uid}: queue {spec.queue!r} is not usable (its parent is missing)")
+            return ("queue", f"job {spec.uid}: queue {spec.queue!r} does not exist")
+        if self.queues[spec.queue].children:
+            return ("queue", f"job {spec.uid}: queue {spec.queue!r} has child queues; jobs must use a leaf queue")
+        names: set[str] = set()
+        for t in spec.tasks:
+            r = t.request
+            if t.name in names:
+                return ("tasks", f"task {t.name}: duplicate task name")
+            names.add(t.name)
+            if t.state not in m.TASK_STATES:
+                return ("tasks.state", f"task {t.name}: unknown state {t.state!r}")
+            if r.cpu_millis < 0 or r.memory_bytes < 0 or r.gpus < 0 or r.gpu_memory_mib < 0:
+                return ("tasks.request", f"task {t.name}: requests must be ≥ 0")
+            if r.gpu_kind not in m.GPU_KINDS:
+                return ("tasks.request.gpu_kind", f"task {t.name}: unknown GPU request kind {r.gpu_kind!r}")
+            if r.gpu_kind == m.GPU_FRACTION and not (0 < r.gpu_fraction <= 1):
+                return ("tasks.request.gpu_fraction",
+                        f"task {t.name}: GPU fraction {r.gpu_fraction} must be in (0, 1]")
+            if r.gpu_kind == m.GPU_MEMORY and r.gpu_memory_mib <= 0:
+                return ("tasks.request.gpu_memory_mib", f"task {t.name}: GPU memory request must be > 0")
+            if r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY) and r.gpu_devices < 1:
+                return ("tasks.request.gpu_devices", f"task {t.name}: GPU devices must be ≥ 1")
+            if t.node is not None and t.state not in (m.PENDING, m.SUCCEEDED, m.FAILED, m.GATED) \
+                    and t.node not in self.node_index:
+                return ("tasks.node", f"task {t.name}: node {t.node!r} does not exist")
+        if spec.min_available is not None and spec.min_available < 0:
+            return ("min_available", f"job {spec.uid}: min_available must be ≥ 0")
+        return None
+
+    def _build_gang(self, job: JobState) -> None:
+        spec = job.spec
+        tree = spec.subgroups
+        if tree is None:
+            mins = len(spec.tasks) if spec.min_available is None else spec.min_available
+            tree = m.SubGroupSpec("", None, None, (m.PodSetSpec("default", mins, None),), ())
+
+        def build(sg: m.SubGroupSpec, parent: SubGroupSet | None) -> SubGroupSet:
+            node = SubGroupSet(sg.name, sg.min_subgroups, sg.topology_constraint)
+            node.parent = parent
+            for ps in sg.pod_sets:
+                p = PodSet(ps.name, ps.min_available, ps.topology_constraint)
+                p.parent = node
+                node.members.append(p)
+                job.pod_sets[ps.name] = p
+            for child in sg.subgroups:
+                node.members.append(build(child, node))
+            return node
+
+        job.root = build(tree, None)
+        added_default = False
+        for t in job.tasks:
+            name = t.spec.subgroup or "default"
+            ps = job.pod_sets.get(name)
+            if ps is None:
+                if name != "default":
+                    self._error("task", t.name, "subgroup", f"task {t.name}: unknown subgroup {name!r}")
+                    job.valid = False
+                # as KAI's harness: a missing default pod set holds all such tasks as a strict gang
+                ps = PodSet(name, 0, None)
+                ps.parent = job.root
+                job.root.members.append(ps)
+                job.pod_sets[name] = ps
+                added_default = added_default or name == "default"
+            ps.tasks.append(t)
+            t.pod_set = ps
+        if added_default:
+            job.pod_sets["default"].min_available = len(job.pod_sets["default"].tasks)
+        for ps in job.pod_sets.values():
+            ps.tasks.sort(key=lambda t: t.order_key)
+
+    def _place_existing(self) -> None:
+        """Charge tasks that already hold node resources (§B.1), in task-name order."""
+        placed = [t for t in self.tasks if t.status in m.ACTIVE_USED_STATES or t.status == m.BOUND]
+        placed.sort(key=lambda t: t.name)
+        for t in placed:
+            status = t.status
+            if t.spec.node is None or t.spec.node not in self.node_index:
+                if t.job.valid:
+                    self._error("task", t.name, "node", f"task {t.name}: {status} but has no known node")
+                t.status = m.PENDING
+                continue
+            t.status = m.PENDING
+            node = self.node_index[t.spec.node]
+            groups = tuple(t.spec.gpu_groups)
+            if t.shared and not groups:
+                groups = tuple(self.new_group_name(t, i) for i in range(t.request.gpu_devices))
+            if t.shared:
+                t.mem_per_device, t.portion = self.shared_need(t, node)
+                t.qvec = [t.qvec[0], t.qvec[1], t.portion * t.request.gpu_devices]
+            self.set_task(t, status, node, groups)
+        for j in self.jobs:
+            if j.last_start is None and j.allocated_count() > 0:
+                j.last_start = self.now - 60.0
+
+    def _compute_requests(self) -> None:
+        """Queue ``request`` = allocated + pending requests (GPU memory via the smallest node)."""
+        for t in self.tasks:
+            if t.shared and t.request.gpu_kind == m.GPU_MEMORY:
+                t.req_qvec[2] = t.request.gpu_memory_mib / self.min_gpu_mem * t.request.gpu_devices
+        for j in self.jobs:
+            if not j.valid:
+                continue
+            for t in j.tasks:
+                if t.status in m.ALLOCATED_STATES:
+                    vec = t.qvec
+                elif t.status == m.PENDING:
+                    vec = t.req_qvec
+                else:
+                    continue
+                for q in self.chain[j.queue]:
+                    q.request[0] += vec[0]
+                    q.request[1] += vec[1]
+                    q.request[2] += vec[2]
+
+    # ---- GPU sharing helpers ----------------------------------------------------------------
+    def new_group_name(self, task: TaskState, i: int) -> str:
+        self._group_seq += 1
+        return f"auto:{task.name}:{self._group_seq}"
+
+    def shared_need(self, task: TaskState, node: int) -> tuple[float, float]:
+        """(MiB per device, accepted GPU portion per device) of a shared task on a node (§5)."""
+        r = task.request
+        gmem = float(self.gpu_mem[node])
+        if r.gpu_kind == m.GPU_FRACTION:
+            return float(math.floor(r.gpu_fraction * gmem + _EPS)), r.gpu_fraction
+        mem = float(r.gpu_memory_mib)
+        return mem, math.ceil(100.0 * mem / gmem - _EPS) / 100.0
+
+    # ---- the one mutation -------------------------------------------------------------------
+    def set_task(self, t: TaskState, status: str, node: int | None, groups: tuple[str, ...]) -> None:
+        """Move a task to (status, node, groups), keeping every account in step."""
+        self._charge(t, -1)
+        t.status, t.node, t.groups = status, node, groups
+        self._charge(t, +1)
+
+    def _charge(self, t: TaskState, sign: int) -> None:
+        status = t.status
+        ps = t.pod_set
+        if ps is not None:
+            if status in m.ACTIVE_ALLOCATED_STATES:
+                ps.active_allocated += sign
+            if status in m.ALLOCATED_STATES:
+                ps.allocated += sign
+            if status in m.ACTIVE_USED_STATES:
+                ps.active_used += sign
+        if status in m.ALLOCATED_STATES and t.job.valid:
+            qv = t.qvec
+            np_job = not t.job.preemptible
+            for q in self.chain[t.job.queue]:
+                a = q.allocated
+                a[0] += sign * qv[0]
+                a[1] += sign * qv[1]
+                a[2] += sign * qv[2]
+                if np_job:
+                    b = q.allocated_np
+                    b[0] += sign * qv[0]
+                    b[1] += sign * qv[1]
+                    b[2] += sign * qv[2]
+        if t.node is None or status not in m.ACTIVE_USED_STATES:
+            return
+        i = t.node
+        ns = self.nodes[i]
+        vec = t.vec
+        # a resource the node does not have at all is not charged (B.1)
+        if status in _ACTIVE_NODE:
+            self.idle[i] -= sign * vec
+        elif status == m.RELEASING:
+            self.idle[i] -= sign * vec
+            self.rel[i] += sign * vec
+        elif status == m.PIPELINED:
+            self.rel[i] -= sign * vec
+        if t.index >= 0:
+            if sign > 0:
+                ns.tasks.add(t.index)
+            else:
+                ns.tasks.discard(t.index)
+        if t.shared:
+            mem = t.mem_per_device
+            for g in t.groups:
+                grp = ns.groups.get(g)
+                if grp is None:
+                    grp = ns.groups[g] = GpuGroup(g)
+                old = grp.contribution()
+                if status == m.RELEASING:
+                    grp.mem_releasing += sign * mem
+                    grp.n_releasing += sign
+                elif status == m.PIPELINED:
+                    grp.mem_active += sign * mem
+                    grp.n_pipelined += sign
+                else:
+                    grp.mem_active += sign * mem
+                    grp.n_active += sign
+                new = grp.contribution()
+                self.idle[i, GPU] += new[0] - old[0]
+                self.rel[i, GPU] += new[1] - old[1]
+                if grp.empty:
+                    del ns.groups[g]
+        elif t.request.gpu_kind == m.GPU_MIG:
+            for p, c in t.request.mig.items():
+                if status in _ACTIVE_NODE:
+                    ns.mig_idle[p] = ns.mig_idle.get(p, 0.0) - sign * c
+                elif status == m.RELEASING:
+                    ns.mig_idle[p] = ns.mig_idle.get(p, 0.0) - sign * c
+                    ns.mig_releasing[p] = ns.mig_releasing.get(p, 0.0) + sign * c
+                elif status == m.PIPELINED:
+                    ns.mig_releasing[p] = ns.mig_releasing.get(p, 0.0) - sign * c
+
+    def make_ghost(self, t: TaskState) -> TaskState:
+        """A stand-in for a victim's old pod, left releasing on its node while the task itself is
+        re-placed elsewhere (consolidation / re-pipelined victims). It counts on the node only."""
+        g = TaskState(-1 - len(self.ghosts), t.job, t.spec)
+        g.status, g.node, g.groups = m.PENDING, None, ()
+        g.vec, g.qvec, g.portion, g.mem_per_device = t.vec, list(t.qvec), t.portion, t.mem_per_device
+        g.pod_set = None
+        self.ghosts.append(g)
+        return g
+
+    # ---- results helpers --------------------------------------------------------------------
+    def node_gpu_counts(self, i: int) -> tuple[float, float]:
+        """(idle, releasing) whole GPUs of a node as the harness counts them (A.10)."""
+        return float(self.idle[i, GPU]), float(self.rel[i, GPU])
+
+
+def _all_pod_sets(sg: m.SubGroupSpec) -> list[m.PodSetSpec]:
+    out = list(sg.pod_sets)
+    for c in sg.subgroups:
+        out.extend(_all_pod_sets(c))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Statement
+
+
+class Statement:
+    """An ordered list of task moves that can be rolled back (KAI's statement, §2.8)."""
+
+    __slots__ = ("session", "ops")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.ops: list[tuple[TaskState, str, int | None, tuple[str, ...], float, float, list[float]]] = []
+
+    def checkpoint(self) -> int:
+        return len(self.ops)
+
+    def _record(self, t: TaskState) -> None:
+        self.ops.append((t, t.status, t.node, t.groups, t.portion, t.mem_per_device, list(t.qvec)))
+
+    def move(self, t: TaskState, status: str, node: int | None, groups: tuple[str, ...] = ()) -> None:
+        self._record(t)
+        self.session.set_task(t, status, node, groups)
+
+    def place_shared(self, t: TaskState, status: str, node: int, groups: tuple[str, ...],
+                     mem: float, portion: float) -> None:
+        """Place a shared-GPU task: its memory and accepted portion depend on the node."""
+        self._record(t)
+        s = self.session
+        s._charge(t, -1)
+        t.mem_per_device, t.portion = mem, portion
+        t.qvec = [t.qvec[0], t.qvec[1], portion * t.request.gpu_devices]
+        t.status, t.node, t.groups = status, node, groups
+        s._charge(t, +1)
+
+    def evict(self, t: TaskState) -> None:
+        self.move(t, m.RELEASING, t.node, t.groups)
+
+    def rollback(self, cp: int) -> None:
+        s = self.session
+        while len(self.ops) > cp:
+            t, status, node, groups, portion, mem, qvec = self.ops.pop()
+            s._charge(t, -1)
+            t.status, t.node, t.groups = status, node, groups
+            t.portion, t.mem_per_device, t.qvec = portion, mem, qvec
+            s._charge(t, +1)
+
+    def discard(self) -> None:
+        self.rollback(0)
+
+    def commit(self) -> list[TaskState]:
+        """Keep the moves; returns the tasks touched, in order."""
+        touched = [op[0] for op in self.ops]
+        self.ops = []
+        return touched
