@@ -728,7 +728,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(fault.status, _status(fault.status, reason, f"injected fault: {fault.status}"), headers)
             return
         try:
-            if parts.path == "/version":
+            if parts.path.rstrip("/") == "/version":
                 self._send_json(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake"})
                 return
             if method == "GET" and (query.get("watch") or [""])[0].lower() in ("1", "true"):

@@ -1,0 +1,915 @@
+"""The Kubernetes backend of the cluster gateway, on the official client (`kubernetes` 36.0.3).
+
+Reads come back as raw JSON (``_preload_content=False``) and are parsed here into the neutral
+objects of `kaiweb.cluster.backends.types`; the same parsers serve the watcher, whose events
+carry raw objects too. One parser per kind returns either the object or an `Unreadable`, so a
+bad object never hides the others.
+
+Every call goes through `KubernetesGateway._call`: 429, 5xx, dropped connections and timeouts are
+retried with bounded exponential backoff (honouring ``Retry-After``), then raised as
+`ClusterUnavailable` / `ClusterTimeout`; other 4xx answers are raised as `ClusterRejected`
+unless the caller treats them as "already done" (bind/evict idempotency).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.utils import parse_quantity
+
+from kaiweb.cluster.backends.types import (
+    BIND_KEY_ANNOTATION,
+    GPU_FRACTION_ANNOTATION,
+    GPU_FRACTION_NUM_DEVICES_ANNOTATION,
+    GPU_GROUP_LABEL,
+    GPU_MEMORY_ANNOTATION,
+    GPU_MEMORY_LABEL,
+    GPU_PORTION_ANNOTATION,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    MIG_ENABLED_LABEL,
+    MIG_RESOURCE_PREFIX,
+    MIG_STRATEGY_LABEL,
+    POD_GROUP_ANNOTATION,
+    QUEUE_LABEL,
+    SUBGROUP_LABEL,
+    ActionOutcome,
+    ActionResult,
+    BindAction,
+    EvictAction,
+    Listing,
+    ObservedNode,
+    ObservedPod,
+    ObservedPodGroup,
+    ObservedPriorityClass,
+    ObservedQueue,
+    PodRef,
+    PodState,
+    QueueResource,
+    QueueSpec,
+    QueueStatusUpdate,
+    QueueSyncAction,
+    ResourceAmounts,
+    SubGroup,
+    Taint,
+    TopologyConstraint,
+    Unreadable,
+)
+from kaiweb.cluster.gateway import ClusterError, ClusterRejected, ClusterTimeout, ClusterUnavailable
+
+logger = logging.getLogger(__name__)
+
+QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.run.ai", "v2", "queues"
+PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.run.ai", "v2alpha2", "podgroups"
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+PAGE_SIZE = 500
+# nvidia.com/gpu.memory is MiB; values this large can only be bytes (KAI-SEMANTICS §5).
+_BYTES_THRESHOLD_MIB = 1024 * 1024
+
+
+class _Bad(Exception):
+    """A field that cannot be read; becomes an `Unreadable`."""
+
+    def __init__(self, field: str, rule: str, value: Any = None) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+        self.rule = rule
+        self.value = value
+
+
+# -- parsing helpers ------------------------------------------------------------------------------
+
+
+def _meta(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    return raw.get("metadata") or {}
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    if isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _quantity(value: Any, field: str) -> Decimal:
+    try:
+        amount = parse_quantity(value)
+    except (ValueError, TypeError, InvalidOperation) as exc:
+        raise _Bad(field, "must be a Kubernetes quantity (e.g. 500m, 4, 16Gi)", value) from exc
+    if amount < 0:
+        raise _Bad(field, "must not be negative", value)
+    return amount
+
+
+def _amounts(resources: Mapping[str, Any], field: str) -> dict[str, Decimal]:
+    return {name: _quantity(value, f"{field}[{name}]") for name, value in (resources or {}).items()}
+
+
+def _to_resource_amounts(totals: Mapping[str, Decimal]) -> ResourceAmounts:
+    # CPU rounds up to whole millicores (a request of 0.0001 still needs a slot), memory to bytes.
+    cpu = totals.get("cpu", Decimal(0))
+    mig = {name[len("nvidia.com/"):]: int(v) for name, v in totals.items() if name.startswith(MIG_RESOURCE_PREFIX)}
+    other = {name: int(v) for name, v in totals.items()
+             if name not in ("cpu", "memory", "pods", GPU_RESOURCE) and not name.startswith(MIG_RESOURCE_PREFIX)}
+    return ResourceAmounts(
+        cpu_millis=int((cpu * 1000).to_integral_value(rounding="ROUND_CEILING")),
+        memory_bytes=int(totals.get("memory", Decimal(0)).to_integral_value(rounding="ROUND_CEILING")),
+        gpus=float(totals.get(GPU_RESOURCE, Decimal(0))),
+        pods=int(totals.get("pods", Decimal(0))),
+        mig=mig,
+        other=other,
+    )
+
+
+def _add(into: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
+    for key, value in more.items():
+        into[key] = into.get(key, Decimal(0)) + value
+
+
+def _container_requests(container: Mapping[str, Any], field: str) -> dict[str, Decimal]:
+    resources = container.get("resources") or {}
+    requests = _amounts(resources.get("requests") or {}, f"{field}.resources.requests")
+    # The API server defaults a missing request to its limit; GPUs are often given as limits only.
+    for name, value in _amounts(resources.get("limits") or {}, f"{field}.resources.limits").items():
+        requests.setdefault(name, value)
+    return requests
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """A pod's request vector as KAI computes it (KAI-SEMANTICS §1.1): containers plus native
+    sidecars, maxed with each regular init container's peak (plus the sidecars started before
+    it), plus ``spec.overhead``."""
+    total: dict[str, Decimal] = {}
+    for i, container in enumerate(spec.get("containers") or []):
+        _add(total, _container_requests(container, f"spec.containers[{i}]"))
+    sidecars: dict[str, Decimal] = {}
+    peak: dict[str, Decimal] = {}
+    for i, container in enumerate(spec.get("initContainers") or []):
+        requests = _container_requests(container, f"spec.initContainers[{i}]")
+        if container.get("restartPolicy") == "Always":
+            _add(sidecars, requests)
+            continue
+        candidate = dict(sidecars)
+        _add(candidate, requests)
+        for key, value in candidate.items():
+            peak[key] = max(peak.get(key, Decimal(0)), value)
+    _add(total, sidecars)
+    for key, value in peak.items():
+        total[key] = max(total.get(key, Decimal(0)), value)
+    _add(total, _amounts(spec.get("overhead") or {}, "spec.overhead"))
+    return total
+
+
+def _unreadable(kind: str, raw: Mapping[str, Any], bad: _Bad) -> Unreadable:
+    meta = _meta(raw)
+    ns, name = meta.get("namespace", "") or "", meta.get("name", "") or "?"
+    ref = f"{kind} {ns}/{name}" if ns else f"{kind} {name}"
+    value = "" if bad.value is None else f" = {bad.value!r}"
+    return Unreadable(kind=kind, namespace=ns, name=name, uid=meta.get("uid", "") or "", field=bad.field,
+                      rule=bad.rule, message=f"{ref}: {bad.field}{value} {bad.rule}; it is skipped until fixed")
+
+
+def _pod_state(raw: Mapping[str, Any]) -> str:
+    phase = (raw.get("status") or {}).get("phase") or "Pending"
+    spec = raw.get("spec") or {}
+    deleting = bool(_meta(raw).get("deletionTimestamp"))
+    if phase == "Running":
+        return PodState.RELEASING if deleting else PodState.RUNNING
+    if phase == "Pending":
+        if deleting:
+            return PodState.RELEASING
+        if spec.get("nodeName"):
+            return PodState.BOUND
+        if spec.get("schedulingGates"):
+            return PodState.GATED
+        return PodState.PENDING
+    return {"Succeeded": PodState.SUCCEEDED, "Failed": PodState.FAILED}.get(phase, PodState.UNKNOWN)
+
+
+def parse_pod(raw: Mapping[str, Any]) -> ObservedPod | Unreadable:
+    """An `ObservedPod`, or an `Unreadable` naming the first field that breaks a rule."""
+    try:
+        return _parse_pod(raw)
+    except _Bad as bad:
+        return _unreadable("Pod", raw, bad)
+
+
+def _parse_pod(raw: Mapping[str, Any]) -> ObservedPod:
+    meta, spec = _meta(raw), raw.get("spec") or {}
+    labels = dict(meta.get("labels") or {})
+    annotations = dict(meta.get("annotations") or {})
+    pod_group = annotations.get(POD_GROUP_ANNOTATION) or None
+    queue = labels.get(QUEUE_LABEL) or None
+    if queue is None and pod_group is None:
+        raise _Bad(f"metadata.labels[{QUEUE_LABEL}]",
+                   f"is required (or annotation {POD_GROUP_ANNOTATION} naming a PodGroup with a queue)")
+    fraction: float | None = None
+    if GPU_FRACTION_ANNOTATION in annotations:
+        text = annotations[GPU_FRACTION_ANNOTATION]
+        field = f"metadata.annotations[{GPU_FRACTION_ANNOTATION}]"
+        try:
+            fraction = float(text)
+        except (TypeError, ValueError) as exc:
+            raise _Bad(field, "must be a number in (0, 1]", text) from exc
+        if not 0 < fraction <= 1:
+            raise _Bad(field, "must be a number in (0, 1]", text)
+    memory_mib: int | None = None
+    if GPU_MEMORY_ANNOTATION in annotations:
+        text = annotations[GPU_MEMORY_ANNOTATION]
+        field = f"metadata.annotations[{GPU_MEMORY_ANNOTATION}]"
+        if not str(text).isdigit() or int(text) <= 0:
+            raise _Bad(field, "must be a whole number of MiB greater than 0", text)
+        memory_mib = int(text)
+    devices = 1
+    if GPU_FRACTION_NUM_DEVICES_ANNOTATION in annotations:
+        text = annotations[GPU_FRACTION_NUM_DEVICES_ANNOTATION]
+        if not str(text).isdigit() or int(text) < 1:
+            raise _Bad(f"metadata.annotations[{GPU_FRACTION_NUM_DEVICES_ANNOTATION}]",
+                       "must be a whole number of devices, at least 1", text)
+        devices = int(text)
+    requests = _to_resource_amounts(pod_requests(spec))
+    if (fraction is not None or memory_mib is not None) and requests.gpus:
+        raise _Bad(f"spec.containers[*].resources.requests[{GPU_RESOURCE}]",
+                   f"must not be set together with the {GPU_FRACTION_ANNOTATION}/{GPU_MEMORY_ANNOTATION} "
+                   "annotations", requests.gpus)
+    if requests.gpus and requests.gpus != int(requests.gpus):
+        raise _Bad(f"spec.containers[*].resources.requests[{GPU_RESOURCE}]",
+                   f"must be whole devices (use the {GPU_FRACTION_ANNOTATION} annotation for a share)",
+                   requests.gpus)
+    priority = spec.get("priority")
+    return ObservedPod(
+        namespace=meta.get("namespace", "") or "",
+        name=meta.get("name", ""),
+        uid=meta.get("uid", "") or "",
+        node=spec.get("nodeName") or None,
+        phase=(raw.get("status") or {}).get("phase") or "Pending",
+        state=_pod_state(raw),
+        queue=queue,
+        pod_group=pod_group,
+        sub_group=labels.get(SUBGROUP_LABEL) or None,
+        priority_class=spec.get("priorityClassName") or None,
+        priority=int(priority) if isinstance(priority, int) else None,
+        requests=requests,
+        gpu_fraction=fraction,
+        gpu_memory_mib=memory_mib,
+        gpu_fraction_num_devices=devices,
+        gpu_group=labels.get(GPU_GROUP_LABEL) or None,
+        labels=labels,
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        created_at=_time(meta.get("creationTimestamp")),
+        deleted_at=_time(meta.get("deletionTimestamp")),
+        resource_version=str(meta.get("resourceVersion", "")),
+    )
+
+
+def parse_node(raw: Mapping[str, Any]) -> ObservedNode | Unreadable:
+    try:
+        meta, spec, status = _meta(raw), raw.get("spec") or {}, raw.get("status") or {}
+        labels = dict(meta.get("labels") or {})
+        allocatable = _to_resource_amounts(_amounts(status.get("allocatable") or {}, "status.allocatable"))
+        if allocatable.gpus != int(allocatable.gpus):
+            raise _Bad(f"status.allocatable[{GPU_RESOURCE}]", "must be whole devices", allocatable.gpus)
+        gpu_memory: int | None = None
+        if GPU_MEMORY_LABEL in labels:
+            text = labels[GPU_MEMORY_LABEL]
+            if not str(text).isdigit():
+                raise _Bad(f"metadata.labels[{GPU_MEMORY_LABEL}]", "must be a whole number of MiB", text)
+            gpu_memory = int(text)
+            if gpu_memory >= _BYTES_THRESHOLD_MIB:
+                gpu_memory //= 1024 * 1024
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        return ObservedNode(
+            name=meta.get("name", ""),
+            allocatable=allocatable,
+            gpu_product=labels.get(GPU_PRODUCT_LABEL) or None,
+            gpu_memory_mib=gpu_memory,
+            mig_enabled=labels.get(MIG_ENABLED_LABEL) == "true" or bool(allocatable.mig),
+            mig_strategy=labels.get(MIG_STRATEGY_LABEL) or None,
+            labels=labels,
+            ready=ready,
+            unschedulable=bool(spec.get("unschedulable")),
+            taints=tuple(Taint(t.get("key", ""), t.get("value", "") or "", t.get("effect", ""))
+                         for t in spec.get("taints") or []),
+            resource_version=str(meta.get("resourceVersion", "")),
+            uid=meta.get("uid", "") or "",
+        )
+    except _Bad as bad:
+        return _unreadable("Node", raw, bad)
+
+
+def _optional_int(spec: Mapping[str, Any], key: str, field: str, minimum: int = 0) -> int | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _Bad(field, f"must be a whole number, at least {minimum}", value)
+    return value
+
+
+def parse_pod_group(raw: Mapping[str, Any]) -> ObservedPodGroup | Unreadable:
+    try:
+        meta, spec = _meta(raw), raw.get("spec") or {}
+        queue = spec.get("queue")
+        if not isinstance(queue, str) or not queue:
+            raise _Bad("spec.queue", "is required: the name of a leaf queue", queue)
+        min_member = _optional_int(spec, "minMember", "spec.minMember")
+        min_sub_group = _optional_int(spec, "minSubGroup", "spec.minSubGroup")
+        preemptibility = spec.get("preemptibility") or None
+        if preemptibility not in (None, "preemptible", "non-preemptible"):
+            raise _Bad("spec.preemptibility", "must be 'preemptible', 'non-preemptible' or empty", preemptibility)
+        sub_groups = []
+        for i, sg in enumerate(spec.get("subGroups") or []):
+            if not isinstance(sg, Mapping) or not sg.get("name"):
+                raise _Bad(f"spec.subGroups[{i}].name", "is required", sg)
+            sub_groups.append(SubGroup(
+                name=sg["name"],
+                min_member=_optional_int(sg, "minMember", f"spec.subGroups[{i}].minMember"),
+                parent=sg.get("parent") or None,
+                min_sub_group=_optional_int(sg, "minSubGroup", f"spec.subGroups[{i}].minSubGroup"),
+            ))
+        tc = spec.get("topologyConstraint") or None
+        topology = None
+        if tc:
+            topology = TopologyConstraint(topology=tc.get("topology", "") or "",
+                                          required_level=tc.get("requiredTopologyLevel") or None,
+                                          preferred_level=tc.get("preferredTopologyLevel") or None)
+        return ObservedPodGroup(
+            namespace=meta.get("namespace", "") or "",
+            name=meta.get("name", ""),
+            uid=meta.get("uid", "") or "",
+            min_member=1 if min_member is None else min_member,
+            min_sub_group=min_sub_group,
+            queue=queue,
+            priority_class=spec.get("priorityClassName") or None,
+            preemptibility=preemptibility,
+            sub_groups=tuple(sub_groups),
+            topology_constraint=topology,
+            mark_unschedulable=spec.get("markUnschedulable", True) is not False,
+            created_at=_time(meta.get("creationTimestamp")),
+            resource_version=str(meta.get("resourceVersion", "")),
+        )
+    except _Bad as bad:
+        return _unreadable("PodGroup", raw, bad)
+
+
+def _number(block: Mapping[str, Any], key: str, field: str, minimum: float) -> float:
+    value = block.get(key, 0)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Bad(field, "must be a number", value)
+    if value < minimum:
+        rule = "must be -1 (unlimited) or at least 0" if minimum == -1 else "must be at least 0"
+        raise _Bad(field, rule, value)
+    return float(value)
+
+
+def parse_queue_spec(name: str, spec: Any) -> QueueSpec:
+    """A `QueueSpec` from a CRD spec; raises `_Bad` naming the field and the rule."""
+    if not isinstance(spec, Mapping):
+        raise _Bad("spec", "is required", spec)
+    resources = spec.get("resources")
+    if not isinstance(resources, Mapping):
+        raise _Bad("spec.resources", "is required (quota, limit and overQuotaWeight per resource)", resources)
+    parsed: dict[str, QueueResource] = {}
+    for resource in ("cpu", "memory", "gpu"):
+        block = resources.get(resource) or {}
+        field = f"spec.resources.{resource}"
+        if not isinstance(block, Mapping):
+            raise _Bad(field, "must be an object with quota, limit and overQuotaWeight", block)
+        parsed[resource] = QueueResource(
+            quota=_number(block, "quota", f"{field}.quota", -1),
+            limit=_number(block, "limit", f"{field}.limit", -1),
+            over_quota_weight=_number(block, "overQuotaWeight", f"{field}.overQuotaWeight", 0),
+        )
+    priority = spec.get("priority", 100)
+    if priority is None:
+        priority = 100
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise _Bad("spec.priority", "must be a whole number", priority)
+    parent = spec.get("parentQueue") or None
+    if parent is not None and not isinstance(parent, str):
+        raise _Bad("spec.parentQueue", "must be a queue name", parent)
+    return QueueSpec(name=name, parent=parent, priority=priority, display_name=spec.get("displayName") or None,
+                     cpu=parsed["cpu"], memory=parsed["memory"], gpu=parsed["gpu"])
+
+
+def parse_queue(raw: Mapping[str, Any]) -> ObservedQueue | Unreadable:
+    try:
+        meta = _meta(raw)
+        return ObservedQueue(spec=parse_queue_spec(meta.get("name", ""), raw.get("spec")),
+                             uid=meta.get("uid", "") or "", resource_version=str(meta.get("resourceVersion", "")),
+                             status=dict(raw.get("status") or {}))
+    except _Bad as bad:
+        return _unreadable("Queue", raw, bad)
+
+
+def parse_priority_class(raw: Mapping[str, Any]) -> ObservedPriorityClass | Unreadable:
+    meta = _meta(raw)
+    value = raw.get("value")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return _unreadable("PriorityClass", raw, _Bad("value", "must be a whole number", value))
+    return ObservedPriorityClass(name=meta.get("name", ""), value=value,
+                                 global_default=bool(raw.get("globalDefault")),
+                                 preemption_policy=raw.get("preemptionPolicy") or None,
+                                 resource_version=str(meta.get("resourceVersion", "")))
+
+
+def queue_crd_spec(spec: QueueSpec) -> dict[str, Any]:
+    """The CRD ``spec`` for a `QueueSpec` (every field explicit, so nothing relies on defaults)."""
+
+    def block(r: QueueResource) -> dict[str, Any]:
+        def num(v: float) -> int | float:
+            return int(v) if float(v).is_integer() else v
+
+        return {"quota": num(r.quota), "limit": num(r.limit), "overQuotaWeight": num(r.over_quota_weight)}
+
+    body: dict[str, Any] = {
+        "priority": spec.priority,
+        "resources": {"cpu": block(spec.cpu), "memory": block(spec.memory), "gpu": block(spec.gpu)},
+    }
+    if spec.parent:
+        body["parentQueue"] = spec.parent
+    if spec.display_name:
+        body["displayName"] = spec.display_name
+    return body
+
+
+def _quantity_text(amounts: ResourceAmounts) -> dict[str, str]:
+    gpus = f"{amounts.gpus:.4f}".rstrip("0").rstrip(".")
+    return {"cpu": f"{amounts.cpu_millis}m", "memory": str(amounts.memory_bytes), GPU_RESOURCE: gpus or "0"}
+
+
+# -- Queue CRD sync -------------------------------------------------------------------------------
+
+
+def _spec_differences(db: QueueSpec, cluster: QueueSpec) -> list[str]:
+    out = []
+    for label, a, b in (("parentQueue", db.parent, cluster.parent), ("priority", db.priority, cluster.priority),
+                        ("displayName", db.display_name, cluster.display_name)):
+        if a != b:
+            out.append(f"{label} {b!r} → {a!r}")
+    for resource in ("cpu", "memory", "gpu"):
+        ra, rb = getattr(db, resource), getattr(cluster, resource)
+        for label, attr in (("quota", "quota"), ("limit", "limit"), ("overQuotaWeight", "over_quota_weight")):
+            if getattr(ra, attr) != getattr(rb, attr):
+                out.append(f"resources.{resource}.{label} {getattr(rb, attr):g} → {getattr(ra, attr):g}")
+    return out
+
+
+def _depth(name: str, parents: Mapping[str, str | None]) -> int:
+    depth, seen = 0, {name}
+    while (parent := parents.get(name)) and parent not in seen:
+        seen.add(parent)
+        name, depth = parent, depth + 1
+    return depth
+
+
+def diff_queues(
+    database: Iterable[QueueSpec], cluster: Iterable[ObservedQueue], *, deleted_in_database: Iterable[str] = (),
+) -> list[QueueSyncAction]:
+    """What to do so the cluster's Queue CRDs match the database.
+
+    * in the database only → ``create``;
+    * in both, different → ``update`` (the database wins; the message lists each overridden value);
+    * in the cluster only, and deleted in the database → ``delete``;
+    * in the cluster only, never known to the database → ``import`` (the other direction of the
+      two-way sync: the caller adds it to the database; nothing is written to the cluster).
+
+    Creates come parents first and deletes children first, so a tree can be applied in order;
+    the order is otherwise by name, so the same inputs give the same plan.
+    """
+    db = {q.name: q for q in database}
+    seen = {q.name: q for q in cluster}
+    deleted = set(deleted_in_database) - set(db)
+    parents = {**{n: q.spec.parent for n, q in seen.items()}, **{n: q.parent for n, q in db.items()}}
+    creates, updates, deletes, imports = [], [], [], []
+    for name in sorted(db, key=lambda n: (_depth(n, parents), n)):
+        spec = db[name]
+        if name not in seen:
+            creates.append(QueueSyncAction("create", name, spec, f"Queue {name} is in the database but not in "
+                                           "the cluster: creating it."))
+            continue
+        changes = _spec_differences(spec, seen[name].spec)
+        if changes:
+            updates.append(QueueSyncAction(
+                "update", name, spec,
+                f"Queue {name} differs between the cluster and the database; the database wins: "
+                + "; ".join(changes) + ".", resource_version=seen[name].resource_version))
+    for name in sorted(set(seen) - set(db), key=lambda n: (-_depth(n, parents), n)):
+        if name in deleted:
+            deletes.append(QueueSyncAction("delete", name, None, f"Queue {name} was deleted in the database: "
+                                           "deleting it from the cluster.",
+                                           resource_version=seen[name].resource_version))
+        else:
+            imports.append(QueueSyncAction("import", name, seen[name].spec,
+                                           f"Queue {name} exists only in the cluster: importing it into the database."))
+    return creates + updates + deletes + imports
+
+
+def apply_queue_sync(gateway: KubernetesGateway, actions: Iterable[QueueSyncAction]) -> list[str]:
+    """Write the ``create``/``update``/``delete`` steps to the cluster; returns their messages
+    (``import`` steps belong to the database side and are skipped here)."""
+    done = []
+    for action in actions:
+        if action.op in ("create", "update") and action.spec is not None:
+            gateway.upsert_queue(action.spec)
+        elif action.op == "delete":
+            gateway.delete_queue(action.name)
+        else:
+            continue
+        done.append(action.message)
+    return done
+
+
+# -- the gateway ----------------------------------------------------------------------------------
+
+
+def load_configuration(host: str | None = None) -> client.Configuration:
+    """Client configuration: an explicit host (tests), in-cluster (service account), or KUBECONFIG."""
+    from kubernetes import config as kube_config
+
+    configuration = client.Configuration()
+    if host:
+        configuration.host = host
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kube_config.load_incluster_config(client_configuration=configuration)
+    else:
+        kube_config.load_kube_config(client_configuration=configuration)
+    # The gateway retries with its own bounded backoff; urllib3's retries would multiply them.
+    configuration.retries = False
+    return configuration
+
+
+class KubernetesGateway:
+    """`ClusterGateway` on a Kubernetes API server (see the module docstring)."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        scheduler_name: str = "kai-scheduler",
+        request_timeout: float = 10.0,
+        max_attempts: int = 4,
+        backoff_base: float = 0.2,
+        backoff_max: float = 5.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.api_client = api_client
+        self.scheduler_name = scheduler_name
+        self.request_timeout = request_timeout
+        self.max_attempts = max(1, max_attempts)
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self._sleep = sleep
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.scheduling = client.SchedulingV1Api(api_client)
+        self.version = client.VersionApi(api_client)
+
+    @classmethod
+    def from_settings(cls) -> KubernetesGateway:
+        from django.conf import settings
+
+        configuration = load_configuration(getattr(settings, "KAI_KUBERNETES_HOST", None) or None)
+        return cls(client.ApiClient(configuration),
+                   scheduler_name=getattr(settings, "KAI_SCHEDULER_NAME", "kai-scheduler"),
+                   request_timeout=float(getattr(settings, "KAI_KUBERNETES_TIMEOUT", 10.0)))
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def _backoff(self, attempt: int, exc: ApiException | None) -> float:
+        delay = min(self.backoff_max, self.backoff_base * (2 ** (attempt - 1)))
+        retry_after = (exc.headers or {}).get("Retry-After") if exc is not None else None
+        if retry_after and str(retry_after).isdigit():
+            delay = min(self.backoff_max, max(delay, float(retry_after)))
+        return delay
+
+    def _call(self, operation: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` with the request timeout and bounded retries (module docstring)."""
+        kwargs.setdefault("_request_timeout", self.request_timeout)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return fn(*args, **kwargs)
+            except ApiException as exc:
+                status = int(exc.status or 0)
+                if (status in RETRYABLE_STATUSES or status == 0) and attempt < self.max_attempts:
+                    logger.info("%s: %s from the API server, retry %d", operation, status, attempt)
+                    self._sleep(self._backoff(attempt, exc))
+                    continue
+                raise self._error(operation, exc, attempt) from exc
+            except urllib3.exceptions.TimeoutError as exc:
+                if attempt < self.max_attempts:
+                    self._sleep(self._backoff(attempt, None))
+                    continue
+                raise ClusterTimeout(operation, f"no answer within {self.request_timeout:g}s after {attempt} "
+                                     "attempts") from exc
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                if attempt < self.max_attempts:
+                    self._sleep(self._backoff(attempt, None))
+                    continue
+                raise ClusterUnavailable(operation, f"cannot reach the API server after {attempt} attempts: "
+                                         f"{exc}") from exc
+
+    @staticmethod
+    def _error(operation: str, exc: ApiException, attempts: int) -> ClusterError:
+        status = int(exc.status or 0)
+        reason, message = exc.reason or "", ""
+        try:
+            body = json.loads(exc.body) if exc.body else {}
+            message = body.get("message", "") if isinstance(body, dict) else ""
+            reason = body.get("reason", reason) if isinstance(body, dict) else reason
+        except (ValueError, TypeError):
+            message = str(exc.body or "")[:300]
+        text = f"{status} {reason}: {message}".strip().rstrip(":")
+        if status in RETRYABLE_STATUSES or status == 0:
+            return ClusterUnavailable(operation, f"{text} (after {attempts} attempts)", status=status, reason=reason)
+        return ClusterRejected(operation, text, status=status, reason=reason)
+
+    def _json(self, operation: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call with ``_preload_content=False`` and decode the JSON body ourselves (no model objects)."""
+        resp = self._call(operation, fn, *args, _preload_content=False, **kwargs)
+        try:
+            data = resp.data
+        finally:
+            resp.release_conn()
+        return json.loads(data) if data else {}
+
+    def _list(self, operation: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[list[Any], str]:
+        """Every item of a (possibly paginated) list, and the list's resourceVersion."""
+        items: list[Any] = []
+        resource_version, token = "", None
+        while True:
+            page_args = dict(kwargs, limit=PAGE_SIZE)
+            if token:
+                page_args["_continue"] = token
+            try:
+                body = self._json(operation, fn, *args, **page_args)
+            except ClusterRejected as err:
+                if err.status == 404:
+                    raise ClusterRejected(operation, f"{err.detail} (is the resource's CRD installed?)",
+                                          status=404, reason=err.reason) from err
+                raise
+            items.extend(body.get("items") or [])
+            meta = body.get("metadata") or {}
+            resource_version = resource_version or str(meta.get("resourceVersion", ""))
+            token = meta.get("continue")
+            if not token:
+                return items, resource_version
+
+    @staticmethod
+    def _listing(raws: list[Any], rv: str, parse: Callable[[Any], Any]) -> Listing[Any]:
+        items, problems = [], []
+        for raw in raws:
+            parsed = parse(raw)
+            (problems if isinstance(parsed, Unreadable) else items).append(parsed)
+        for problem in problems:
+            logger.warning("%s", problem.message)
+        return Listing(tuple(items), tuple(problems), rv)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def ping(self) -> str:
+        info = self._json("ping", self.version.get_code)
+        return f"Kubernetes {info.get('gitVersion', '?')}"
+
+    def list_nodes(self) -> Listing[ObservedNode]:
+        return self._listing(*self._list("list nodes", self.core.list_node), parse_node)
+
+    def pod_field_selector(self) -> str:
+        return f"spec.schedulerName={self.scheduler_name}"
+
+    def list_pods(self) -> Listing[ObservedPod]:
+        raws, rv = self._list("list pods", self.core.list_pod_for_all_namespaces,
+                              field_selector=self.pod_field_selector())
+        # The field selector already filters; this guards against servers that ignore it.
+        raws = [r for r in raws if (r.get("spec") or {}).get("schedulerName") == self.scheduler_name]
+        return self._listing(raws, rv, parse_pod)
+
+    def list_pod_groups(self) -> Listing[ObservedPodGroup]:
+        return self._listing(*self._list("list PodGroups", self.custom.list_cluster_custom_object,
+                                         PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL), parse_pod_group)
+
+    def list_queues(self) -> Listing[ObservedQueue]:
+        return self._listing(*self._list("list Queues", self.custom.list_cluster_custom_object,
+                                         QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL), parse_queue)
+
+    def list_priority_classes(self) -> Listing[ObservedPriorityClass]:
+        return self._listing(*self._list("list PriorityClasses", self.scheduling.list_priority_class),
+                             parse_priority_class)
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._json(f"read pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace)
+        except ClusterRejected as err:
+            if err.status == 404:
+                return None
+            raise
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def bind(self, action: BindAction) -> ActionResult:
+        """Bind through the Binding subresource.
+
+        For a shared GPU the pod first gets the GPU group label (what KAI reads back for
+        existing groups) and annotation; the Binding carries the decision's idempotency key and
+        GPU portion as annotations, which the API server copies onto the pod. The server answers
+        a Binding with a ``Status`` the client cannot turn into a ``V1Binding`` (its ``target``
+        is required), so the raw response is used. A 409 is read back: already on this node is
+        success; elsewhere, or another incarnation of the pod, is refused.
+        """
+        operation = f"bind pod {action.namespace}/{action.name} to {action.node}"
+        if action.gpu_group:
+            patch = {"metadata": {"labels": {GPU_GROUP_LABEL: action.gpu_group},
+                                  "annotations": {GPU_GROUP_LABEL: action.gpu_group}}}
+            try:
+                self._json(operation, self.core.patch_namespaced_pod, action.name, action.namespace, patch,
+                           _content_type="application/strategic-merge-patch+json")
+            except ClusterRejected as err:
+                if err.status == 404:
+                    raise ClusterRejected(operation, "the pod no longer exists", status=404) from err
+                raise
+        annotations = {}
+        if action.idempotency_key:
+            annotations[BIND_KEY_ANNOTATION] = action.idempotency_key
+        if action.gpu_portion is not None:
+            annotations[GPU_PORTION_ANNOTATION] = f"{action.gpu_portion:g}"
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=action.name, namespace=action.namespace, uid=action.uid or None,
+                                         annotations=annotations or None),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=action.node),
+        )
+        try:
+            self._json(operation, self.core.create_namespaced_binding, action.namespace, body)
+        except ClusterRejected as err:
+            if err.status == 404:
+                raise ClusterRejected(operation, "the pod no longer exists", status=404) from err
+            if err.status != 409:
+                raise
+            pod = self.read_pod(action.namespace, action.name)
+            if pod is None:
+                raise ClusterRejected(operation, "the pod no longer exists", status=404) from err
+            uid = _meta(pod).get("uid", "")
+            if action.uid and uid != action.uid:
+                raise ClusterRejected(operation, f"the pod was replaced (uid {uid}, decided for {action.uid})",
+                                      status=409, reason="Conflict") from err
+            bound = (pod.get("spec") or {}).get("nodeName")
+            if bound == action.node:
+                return ActionResult(ActionOutcome.ALREADY_BOUND, f"pod {action.namespace}/{action.name} was "
+                                    f"already bound to {action.node}")
+            raise ClusterRejected(operation, f"the pod is already bound to {bound or 'nothing'}: {err.detail}",
+                                  status=409, reason="Conflict") from err
+        return ActionResult(ActionOutcome.BOUND, f"pod {action.namespace}/{action.name} bound to {action.node}")
+
+    def evict(self, action: EvictAction) -> ActionResult:
+        """Evict through the Eviction API with the grace period and the pod's UID as precondition
+        (so a same-named newer pod is never evicted by an old decision)."""
+        operation = f"evict pod {action.namespace}/{action.name}"
+        body = client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=action.name, namespace=action.namespace),
+            delete_options=client.V1DeleteOptions(
+                grace_period_seconds=action.grace_seconds,
+                preconditions=client.V1Preconditions(uid=action.uid) if action.uid else None,
+            ),
+        )
+        try:
+            self._json(operation, self.core.create_namespaced_pod_eviction, action.name, action.namespace, body)
+        except ClusterRejected as err:
+            if err.status == 404:
+                return ActionResult(ActionOutcome.ALREADY_GONE, f"pod {action.namespace}/{action.name} is gone")
+            if err.status == 409 and "precondition" in err.detail.lower():
+                return ActionResult(ActionOutcome.ALREADY_GONE,
+                                    f"pod {action.namespace}/{action.name} was replaced by a new pod; not evicted")
+            raise
+        except ClusterUnavailable as err:
+            if err.status == 429:
+                raise ClusterUnavailable(operation, f"{err.detail}; a PodDisruptionBudget may forbid this "
+                                         "eviction", status=429, reason=err.reason) from err
+            raise
+        if action.message:
+            self._event(PodRef(action.namespace, action.name, action.uid), "Normal", action.reason, action.message)
+        return ActionResult(ActionOutcome.EVICTED, f"pod {action.namespace}/{action.name} evicted")
+
+    def report_pending(self, pod: PodRef | ObservedPod, reason: str, message: str) -> None:
+        """Condition PodScheduled=False/Unschedulable with the message, and a Warning event."""
+        operation = f"report pending pod {pod.namespace}/{pod.name}"
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                     "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        try:
+            self._json(operation, self.core.patch_namespaced_pod_status, pod.name, pod.namespace,
+                       {"status": {"conditions": [condition]}},
+                       _content_type="application/strategic-merge-patch+json")
+        except ClusterRejected as err:
+            if err.status == 404:
+                return  # the pod is gone: nothing left to explain
+            raise
+        self._event(PodRef(pod.namespace, pod.name, pod.uid), "Warning", reason, message)
+
+    def _event(self, pod: PodRef, type_: str, reason: str, message: str) -> None:
+        """An event on the pod. Its name derives from what it says, so a repeated explanation
+        bumps ``count`` on one event (as the kubelet's aggregation does) instead of piling up."""
+        digest = hashlib.sha256(f"{pod.uid}|{type_}|{reason}|{message}".encode()).hexdigest()[:16]
+        name = f"{pod.name}.{digest}"
+        now = datetime.now(UTC)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=name, namespace=pod.namespace),
+            involved_object=client.V1ObjectReference(api_version="v1", kind="Pod", name=pod.name,
+                                                     namespace=pod.namespace, uid=pod.uid or None),
+            type=type_, reason=reason, message=message, count=1, first_timestamp=now, last_timestamp=now,
+            source=client.V1EventSource(component=self.scheduler_name),
+            reporting_component=self.scheduler_name,
+        )
+        operation = f"event on pod {pod.namespace}/{pod.name}"
+        try:
+            self._json(operation, self.core.create_namespaced_event, pod.namespace, event)
+        except ClusterRejected as err:
+            if err.status != 409:
+                raise
+            current = self._json(operation, self.core.read_namespaced_event, name, pod.namespace)
+            self._json(operation, self.core.patch_namespaced_event, name, pod.namespace,
+                       {"count": int(current.get("count") or 1) + 1,
+                        "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ")},
+                       _content_type="application/merge-patch+json")
+
+    # -- Queue CRDs -------------------------------------------------------------------------
+
+    def read_queue(self, name: str) -> ObservedQueue | Unreadable | None:
+        try:
+            raw = self._json(f"read Queue {name}", self.custom.get_cluster_custom_object,
+                             QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, name)
+        except ClusterRejected as err:
+            if err.status == 404:
+                return None
+            raise
+        return parse_queue(raw)
+
+    def upsert_queue(self, spec: QueueSpec) -> ObservedQueue:
+        """Create the Queue, or replace its spec (status untouched) at the version just read; a
+        concurrent change makes the replace conflict, and it is read and replaced once more."""
+        operation = f"write Queue {spec.name}"
+        for _ in range(3):
+            try:
+                raw = self._json(operation, self.custom.get_cluster_custom_object,
+                                 QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, spec.name)
+            except ClusterRejected as err:
+                if err.status != 404:
+                    raise
+                raw = None
+            body: dict[str, Any] = {"apiVersion": f"{QUEUE_GROUP}/{QUEUE_VERSION}", "kind": "Queue",
+                                    "metadata": {"name": spec.name}, "spec": queue_crd_spec(spec)}
+            try:
+                if raw is None:
+                    created = self._json(operation, self.custom.create_cluster_custom_object,
+                                         QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, body)
+                else:
+                    meta = _meta(raw)
+                    body["metadata"] = {"name": spec.name, "resourceVersion": meta.get("resourceVersion")}
+                    # Keep what others put on the object; the database only owns the spec.
+                    for key in ("labels", "annotations"):
+                        if meta.get(key):
+                            body["metadata"][key] = meta[key]
+                    created = self._json(operation, self.custom.replace_cluster_custom_object,
+                                         QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, spec.name, body)
+            except ClusterRejected as err:
+                if err.status == 409:
+                    continue  # created or changed meanwhile: read again
+                raise
+            parsed = parse_queue(created)
+            if isinstance(parsed, Unreadable):
+                raise ClusterRejected(operation, f"the server returned an unreadable Queue: {parsed.message}")
+            return parsed
+        raise ClusterRejected(operation, "the Queue kept changing during 3 attempts", status=409, reason="Conflict")
+
+    def delete_queue(self, name: str) -> bool:
+        try:
+            self._json(f"delete Queue {name}", self.custom.delete_cluster_custom_object,
+                       QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, name)
+        except ClusterRejected as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def write_queue_status(self, status: QueueStatusUpdate) -> None:
+        body = {"status": {
+            "allocated": _quantity_text(status.allocated),
+            "allocatedNonPreemptible": _quantity_text(status.allocated_non_preemptible),
+            "requested": _quantity_text(status.requested),
+            "childQueues": list(status.child_queues),
+        }}
+        self._json(f"write Queue {status.name} status", self.custom.patch_cluster_custom_object_status,
+                   QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, status.name, body)

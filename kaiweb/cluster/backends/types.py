@@ -1,0 +1,307 @@
+"""Neutral observed objects and actions shared by every cluster backend.
+
+These frozen dataclasses are what the scheduling cycle reads from, and hands to, a
+`ClusterGateway`. They carry no Kubernetes client types, so the simulated backend and the
+Kubernetes backend produce the same shapes.
+
+Units follow KAI (KAI-SEMANTICS §1.1): CPU in millicores, memory in bytes for pods and nodes,
+GPUs in devices (fractions allowed). Queue specs keep the CRD's units (CPU millicores, memory
+MB = 10^6 bytes, GPU devices), with -1 meaning unlimited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+# Kubernetes names KAI uses (DESIGN.md "Kubernetes conventions", KAI-SEMANTICS §1.5, §5).
+QUEUE_LABEL = "kai.scheduler/queue"
+SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
+POD_GROUP_ANNOTATION = "pod-group-name"
+GPU_FRACTION_ANNOTATION = "gpu-fraction"
+GPU_MEMORY_ANNOTATION = "gpu-memory"
+GPU_FRACTION_NUM_DEVICES_ANNOTATION = "gpu-fraction-num-devices"
+GPU_GROUP_LABEL = "runai-gpu-group"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+MIG_ENABLED_LABEL = "node-role.kubernetes.io/mig-enabled"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+# Written by kaiweb on bind: which decision bound the pod, and the GPU share it was given.
+BIND_KEY_ANNOTATION = "kaiweb.io/bind-key"
+GPU_PORTION_ANNOTATION = "kaiweb.io/gpu-portion"
+
+
+class PodState:
+    """Pod states as KAI's scheduler sees them (KAI-SEMANTICS §1.5, `getTaskStatus`)."""
+
+    PENDING = "pending"
+    GATED = "gated"
+    BOUND = "bound"  # Pending with a node name
+    RUNNING = "running"
+    RELEASING = "releasing"  # Running (or bound) with a deletion timestamp
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A cluster object the gateway could not read; it is reported, not raised, and skipped."""
+
+    kind: str  # "Pod", "Node", "PodGroup", "Queue", "PriorityClass"
+    namespace: str  # "" for cluster-scoped objects
+    name: str
+    uid: str
+    field: str  # e.g. "metadata.annotations[gpu-fraction]"
+    rule: str  # e.g. "must be a number in (0, 1]"
+    message: str  # one sentence naming the object, the field, the value and the rule
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True)
+class Listing(Generic[T]):
+    """The answer of every ``list_*`` call: the readable objects, the unreadable ones, and the
+    list's resourceVersion (where a watch can resume; "" for backends without one)."""
+
+    items: tuple[T, ...]
+    problems: tuple[Unreadable, ...] = ()
+    resource_version: str = ""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@dataclass(frozen=True)
+class ResourceAmounts:
+    """A request or capacity: CPU millicores, memory bytes, whole GPU devices, MIG slices by profile."""
+
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+    gpus: float = 0.0
+    pods: int = 0
+    mig: Mapping[str, int] = field(default_factory=dict)  # "mig-3g.40gb" → count
+    other: Mapping[str, int] = field(default_factory=dict)  # other extended resources (integral)
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class ObservedNode:
+    name: str
+    allocatable: ResourceAmounts
+    gpu_product: str | None  # label nvidia.com/gpu.product
+    gpu_memory_mib: int | None  # label nvidia.com/gpu.memory (bytes-looking values converted)
+    mig_enabled: bool
+    mig_strategy: str | None  # label nvidia.com/mig.strategy ("single" / "mixed")
+    labels: Mapping[str, str]
+    ready: bool
+    unschedulable: bool
+    taints: tuple[Taint, ...]
+    resource_version: str
+    uid: str = ""
+
+    @property
+    def cpu_millis(self) -> int:
+        return self.allocatable.cpu_millis
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.allocatable.memory_bytes
+
+    @property
+    def gpus(self) -> int:
+        return int(self.allocatable.gpus)
+
+    @property
+    def max_pods(self) -> int:
+        return self.allocatable.pods
+
+
+@dataclass(frozen=True)
+class ObservedPod:
+    namespace: str
+    name: str
+    uid: str
+    node: str | None
+    phase: str  # Kubernetes phase as written ("Pending", "Running", ...)
+    state: str  # a `PodState` value
+    queue: str | None  # label kai.scheduler/queue; None only when the pod group names the queue
+    pod_group: str | None  # annotation pod-group-name
+    sub_group: str | None  # label kai.scheduler/subgroup-name
+    priority_class: str | None
+    priority: int | None  # spec.priority, when admission resolved it
+    requests: ResourceAmounts
+    gpu_fraction: float | None  # annotation gpu-fraction, 0 < f <= 1
+    gpu_memory_mib: int | None  # annotation gpu-memory, > 0
+    gpu_fraction_num_devices: int  # annotation gpu-fraction-num-devices, default 1
+    gpu_group: str | None  # label runai-gpu-group (set on bind for shared GPUs)
+    labels: Mapping[str, str]
+    node_selector: Mapping[str, str]
+    created_at: datetime | None
+    deleted_at: datetime | None  # metadata.deletionTimestamp
+    resource_version: str
+
+    @property
+    def ref(self) -> PodRef:
+        return PodRef(self.namespace, self.name, self.uid)
+
+    @property
+    def is_fractional(self) -> bool:
+        return self.gpu_fraction is not None or self.gpu_memory_mib is not None
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str = ""
+
+
+@dataclass(frozen=True)
+class SubGroup:
+    name: str
+    min_member: int | None
+    parent: str | None
+    min_sub_group: int | None = None
+
+
+@dataclass(frozen=True)
+class TopologyConstraint:
+    topology: str
+    required_level: str | None
+    preferred_level: str | None
+
+
+@dataclass(frozen=True)
+class ObservedPodGroup:
+    namespace: str
+    name: str
+    uid: str
+    min_member: int  # nil → 1 (KAI-SEMANTICS §1.3); 0 = fully elastic
+    min_sub_group: int | None
+    queue: str
+    priority_class: str | None
+    preemptibility: str | None  # "preemptible" / "non-preemptible" / None (derived from priority)
+    sub_groups: tuple[SubGroup, ...]
+    topology_constraint: TopologyConstraint | None
+    mark_unschedulable: bool
+    created_at: datetime | None
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class QueueResource:
+    """One resource of a Queue spec, in CRD units; unset fields take KAI's meaning:
+    quota 0 (no guarantee), limit 0 (cap of zero), overQuotaWeight 0 (no surplus)."""
+
+    quota: float = 0.0
+    limit: float = 0.0
+    over_quota_weight: float = 0.0
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """A Queue as the database and the CRD describe it (``scheduling.run.ai/v2`` spec)."""
+
+    name: str
+    parent: str | None = None
+    priority: int = 100
+    display_name: str | None = None
+    cpu: QueueResource = QueueResource()
+    memory: QueueResource = QueueResource()
+    gpu: QueueResource = QueueResource()
+
+
+@dataclass(frozen=True)
+class ObservedQueue:
+    spec: QueueSpec
+    uid: str
+    resource_version: str
+    status: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class ObservedPriorityClass:
+    name: str
+    value: int
+    global_default: bool
+    preemption_policy: str | None
+    resource_version: str = ""
+
+
+@dataclass(frozen=True)
+class QueueStatusUpdate:
+    """What kaiweb writes to a Queue's status (KAI's fields, KAI-SEMANTICS §7.2)."""
+
+    name: str
+    allocated: ResourceAmounts = ResourceAmounts()
+    allocated_non_preemptible: ResourceAmounts = ResourceAmounts()
+    requested: ResourceAmounts = ResourceAmounts()
+    child_queues: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BindAction:
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    gpu_group: str | None = None  # for fractional GPUs: the shared device group
+    gpu_portion: float | None = None  # for fractional GPUs: the accepted share of one device
+    idempotency_key: str = ""
+
+
+@dataclass(frozen=True)
+class EvictAction:
+    namespace: str
+    name: str
+    uid: str
+    grace_seconds: int | None = None  # None = the pod's own terminationGracePeriodSeconds
+    reason: str = "Evicted"
+    message: str = ""
+    idempotency_key: str = ""
+
+
+class ActionOutcome:
+    BOUND = "bound"
+    ALREADY_BOUND = "already-bound"  # bound to that node before (a retried action)
+    EVICTED = "evicted"
+    ALREADY_GONE = "already-gone"  # the pod (or that incarnation of it) no longer exists
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    outcome: str  # an `ActionOutcome` value
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class QueueSyncAction:
+    """One step to make the cluster's Queue CRDs match the database (the database wins)."""
+
+    op: str  # "create" / "update" / "delete"
+    name: str
+    spec: QueueSpec | None  # the database's spec (None for delete)
+    message: str  # what changes, and for updates which cluster values the database overrides
+    resource_version: str = ""  # the observed CRD's version, for an optimistic replace

@@ -1,0 +1,312 @@
+"""List + watch of nodes, pods, PodGroups and Queues, keeping a mirror of the cluster current.
+
+One `ResourceWatch` per kind: it lists (remembering each object's resourceVersion and the list's
+resourceVersion), then watches from there with ``allow_watch_bookmarks``. BOOKMARK events only move
+the resourceVersion forward. A ``410 Gone`` (the server compacted the history we asked for)
+triggers a re-list that is *diffed* against what was already handed out, so the callback sees
+each change once: objects that appeared, changed or vanished while the watch was broken come
+as ADDED / MODIFIED / DELETED, unchanged ones are not repeated. Other failures (dropped streams,
+5xx, timeouts) reconnect from the last resourceVersion with bounded backoff.
+
+The callback receives `WatchEvent` objects and nothing here touches Django models, so the loop
+is tested against the fake API server alone; ``manage.py watch_cluster`` runs it in its own
+process (Celery never holds a watch open).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import urllib3
+from kubernetes import watch as kube_watch
+from kubernetes.client.rest import ApiException
+
+from kaiweb.cluster.backends.kubernetes import (
+    PODGROUP_GROUP,
+    PODGROUP_PLURAL,
+    PODGROUP_VERSION,
+    QUEUE_GROUP,
+    QUEUE_PLURAL,
+    QUEUE_VERSION,
+    KubernetesGateway,
+    parse_node,
+    parse_pod,
+    parse_pod_group,
+    parse_queue,
+)
+from kaiweb.cluster.backends.types import Unreadable
+from kaiweb.cluster.gateway import ClusterError
+
+logger = logging.getLogger(__name__)
+
+ADDED, MODIFIED, DELETED, SYNCED = "ADDED", "MODIFIED", "DELETED", "SYNCED"
+KINDS = ("Node", "Pod", "PodGroup", "Queue")
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change handed to the callback. ``obj`` is the parsed observed object (for DELETED, its
+    last state); ``problem`` is set instead when the object is unreadable. SYNCED marks the end
+    of a (re-)list: the mirror of that kind is complete as of ``resource_version``."""
+
+    kind: str
+    type: str
+    namespace: str
+    name: str
+    resource_version: str
+    obj: Any = None
+    problem: Unreadable | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+Callback = Callable[[WatchEvent], None]
+
+
+def log_event(event: WatchEvent) -> None:
+    """The default callback: one log line per change."""
+    where = f"{event.namespace}/{event.name}" if event.namespace else event.name
+    if event.problem is not None:
+        logger.warning("%s %s %s unreadable: %s", event.type, event.kind, where, event.problem.message)
+    else:
+        logger.info("%s %s %s rv=%s", event.type, event.kind, where or "*", event.resource_version)
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    """How to list/watch one kind with the official client and parse its objects."""
+
+    kind: str
+    list_fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    parse: Callable[[Mapping[str, Any]], Any]
+
+
+def resource_kinds(gateway: KubernetesGateway, kinds: Iterable[str] = KINDS) -> list[ResourceKind]:
+    table = {
+        "Node": ResourceKind("Node", gateway.core.list_node, (), {}, parse_node),
+        "Pod": ResourceKind("Pod", gateway.core.list_pod_for_all_namespaces, (),
+                            {"field_selector": gateway.pod_field_selector()}, parse_pod),
+        "PodGroup": ResourceKind("PodGroup", gateway.custom.list_cluster_custom_object,
+                                 (PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL), {}, parse_pod_group),
+        "Queue": ResourceKind("Queue", gateway.custom.list_cluster_custom_object,
+                              (QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL), {}, parse_queue),
+    }
+    unknown = set(kinds) - set(table)
+    if unknown:
+        raise ValueError(f"kinds: unknown kind(s) {sorted(unknown)}; choose from {list(KINDS)}")
+    return [table[k] for k in kinds]
+
+
+def _key(raw: Mapping[str, Any]) -> tuple[str, str]:
+    meta = raw.get("metadata") or {}
+    return (meta.get("namespace", "") or "", meta.get("name", "") or "")
+
+
+class ResourceWatch:
+    """List + watch of one kind; see the module docstring."""
+
+    def __init__(
+        self,
+        gateway: KubernetesGateway,
+        kind: ResourceKind,
+        callback: Callback = log_event,
+        *,
+        timeout_seconds: int = 300,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.gateway = gateway
+        self.kind = kind
+        self.callback = callback
+        self.timeout_seconds = timeout_seconds
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self._sleep = sleep
+        self.resource_version = ""  # "" → the next step lists
+        self.known: dict[tuple[str, str], str] = {}  # (namespace, name) → resourceVersion handed out
+        self._last: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self.relists = 0
+        self.errors = 0
+        self._watch: kube_watch.Watch | None = None
+
+    def _emit(self, type_: str, raw: Mapping[str, Any]) -> None:
+        parsed = self.kind.parse(raw)
+        ns, name = _key(raw)
+        problem = parsed if isinstance(parsed, Unreadable) else None
+        rv = str((raw.get("metadata") or {}).get("resourceVersion", ""))
+        self.callback(WatchEvent(self.kind.kind, type_, ns, name, rv, None if problem else parsed, problem, raw))
+
+    def relist(self) -> None:
+        """List, and hand out only the difference from what the callback has already seen."""
+        raws, rv = self.gateway._list(f"list {self.kind.kind}s", self.kind.list_fn, *self.kind.args,
+                                      **self.kind.kwargs)
+        current = {_key(r): r for r in raws}
+        for key in sorted(current):
+            raw = current[key]
+            version = str((raw.get("metadata") or {}).get("resourceVersion", ""))
+            if key not in self.known:
+                self._emit(ADDED, raw)
+            elif self.known[key] != version:
+                self._emit(MODIFIED, raw)
+            self.known[key], self._last[key] = version, raw
+        for key in sorted(set(self.known) - set(current)):
+            self._emit(DELETED, self._last.get(key) or {"metadata": {"namespace": key[0], "name": key[1]}})
+            del self.known[key]
+            self._last.pop(key, None)
+        self.resource_version = rv
+        self.relists += 1
+        self.callback(WatchEvent(self.kind.kind, SYNCED, "", "", rv))
+
+    def _handle(self, event: Mapping[str, Any]) -> None:
+        type_, raw = event.get("type"), event.get("raw_object") or event.get("object") or {}
+        rv = str((raw.get("metadata") or {}).get("resourceVersion", "")) if isinstance(raw, Mapping) else ""
+        if type_ == "BOOKMARK":
+            if rv:
+                self.resource_version = rv
+            return
+        if type_ not in (ADDED, MODIFIED, DELETED) or not isinstance(raw, Mapping):
+            return
+        key = _key(raw)
+        if type_ == DELETED:
+            if key in self.known:
+                self._emit(DELETED, raw)
+                del self.known[key]
+                self._last.pop(key, None)
+        elif self.known.get(key) != rv:
+            # After a reconnect the server may replay what was already handed out: skip those.
+            self._emit(ADDED if key not in self.known else MODIFIED, raw)
+            self.known[key], self._last[key] = rv, raw
+        # Advance only after the callback took the event: a failing callback replays it.
+        if rv:
+            self.resource_version = rv
+
+    def stream_once(self, timeout_seconds: int | None = None) -> None:
+        """One watch connection from `resource_version` until the server ends it.
+
+        Raises `ApiException` (410 included) and transport errors; `step` handles them."""
+        timeout = max(1, int(timeout_seconds or self.timeout_seconds))
+        self._watch = kube_watch.Watch()
+        try:
+            for event in self._watch.stream(
+                self.kind.list_fn, *self.kind.args, resource_version=self.resource_version,
+                allow_watch_bookmarks=True, timeout_seconds=timeout,
+                # A silent connection is noticed a little after the server should have closed it.
+                _request_timeout=(self.gateway.request_timeout, timeout + 15), **self.kind.kwargs,
+            ):
+                self._handle(event)
+        finally:
+            self._watch = None
+
+    def stop(self) -> None:
+        current = self._watch
+        if current is not None:
+            current.stop()
+
+    def step(self, timeout_seconds: int | None = None) -> bool:
+        """List if needed, else one watch connection. Returns False after a failure (the caller
+        backs off); a 410 Gone re-lists at once."""
+        try:
+            if not self.resource_version:
+                self.relist()
+            else:
+                self.stream_once(timeout_seconds)
+            return True
+        except ApiException as exc:
+            if exc.status == 410:
+                logger.info("%s watch from rv %s expired (410 Gone): re-listing", self.kind.kind,
+                            self.resource_version)
+                self.resource_version = ""
+                try:
+                    self.relist()
+                    return True
+                except ClusterError as err:
+                    logger.warning("%s re-list failed: %s", self.kind.kind, err)
+                    self.errors += 1
+                    return False
+            logger.warning("%s watch failed: %s %s", self.kind.kind, exc.status, exc.reason)
+        except (ClusterError, urllib3.exceptions.HTTPError, OSError) as exc:
+            logger.warning("%s watch interrupted: %s", self.kind.kind, exc)
+        self.errors += 1
+        return False
+
+    def run(self, stop: threading.Event, deadline: float | None = None) -> None:
+        """Steps until ``stop`` is set or the monotonic ``deadline`` passes, backing off after
+        consecutive failures (base × 2^n, capped)."""
+        failures = 0
+        while not stop.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            timeout = self.timeout_seconds if left is None else max(1, min(self.timeout_seconds, int(left)))
+            if self.step(timeout):
+                failures = 0
+                continue
+            failures += 1
+            delay = min(self.backoff_max, self.backoff_base * 2 ** (failures - 1))
+            if left is not None:
+                delay = min(delay, max(0.0, left))
+            if self._sleep is time.sleep:
+                stop.wait(delay)  # wakes at once when asked to stop
+            else:
+                self._sleep(delay)
+
+
+class ClusterWatcher:
+    """Watches several kinds, one thread each; the callback is called under one lock."""
+
+    def __init__(
+        self,
+        gateway: KubernetesGateway,
+        callback: Callback = log_event,
+        *,
+        kinds: Iterable[str] = KINDS,
+        timeout_seconds: int = 300,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._callback = callback
+
+        def locked(event: WatchEvent) -> None:
+            with self._lock:
+                self._callback(event)
+
+        self.watches = [ResourceWatch(gateway, k, locked, timeout_seconds=timeout_seconds,
+                                      backoff_base=backoff_base, backoff_max=backoff_max)
+                        for k in resource_kinds(gateway, kinds)]
+        self.stop_event = threading.Event()
+
+    def run_once(self, timeout_seconds: int = 1) -> None:
+        """List every kind, then one watch pass each (bounded by ``timeout_seconds``)."""
+        for w in self.watches:
+            w.step()
+        for w in self.watches:
+            w.step(timeout_seconds)
+
+    def run(self, max_seconds: float | None = None) -> None:
+        """Run until `stop()` (or a signal) or for ``max_seconds``."""
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        threads = [threading.Thread(target=w.run, args=(self.stop_event, deadline), name=f"watch-{w.kind.kind}",
+                                    daemon=True) for w in self.watches]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(timeout=0.5)
+        finally:
+            self.stop()
+            for t in threads:
+                t.join(timeout=5)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for w in self.watches:
+            w.stop()
