@@ -1,0 +1,154 @@
+"""A seeded workload mix for the simulated cluster: what a `make run` user sees arrive.
+
+The mix is built to show, within the first minute of a demo, the things a GPU scheduler is
+for: queues filling (department B floods the cluster with training gangs at once), reclaim
+(department A, under its share, starts submitting a few cycles later), preemption by
+priority (inference, non-preemptible and high priority, arrives in a queue that is already
+running its own low-priority batch work), fractional GPUs, and usage accumulating.
+
+Deterministic: the jobs of tick `t` depend only on (seed, t), so two runs of the demo with
+the same seed submit the same jobs, whatever happened in between.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+# Priority classes the mix uses (KAI's defaults: train is preemptible, inference is not).
+TRAIN = "train"
+BUILD = "build"
+INFERENCE = "inference"
+
+DEMO_PRIORITY_CLASSES: tuple[tuple[str, int, bool], ...] = (
+    (TRAIN, 50, True),
+    (BUILD, 100, False),
+    (INFERENCE, 125, False),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job to submit: a gang of identical pods on a leaf queue."""
+
+    name: str
+    queue: str
+    priority_class: str
+    pods: int
+    min_member: int
+    gpu_per_pod: float  # whole devices, or a fraction in (0, 1) for a shared GPU
+    cpu_millis_per_pod: int
+    memory_mb_per_pod: int
+    duration_seconds: int
+    kind: str  # "training" | "inference" | "batch"
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def gpus(self) -> float:
+        return self.gpu_per_pod * self.pods
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRole:
+    """How a leaf queue behaves in the mix: when it starts submitting and what."""
+
+    queue: str
+    start_tick: int
+    kinds: tuple[str, ...]
+    rate: float  # mean jobs per tick once started
+    flood_gpus: int = 0  # GPUs of training gangs submitted at tick 0
+
+
+# The demo tree (deploy/examples/queues.yaml) plus the best-effort queue seed_demo adds:
+# best-effort and department B flood at once, department A (under its share) comes later.
+DEMO_ROLES: tuple[QueueRole, ...] = (
+    QueueRole("best-effort", 0, ("training",), 0.5, flood_gpus=112),
+    QueueRole("team-training", 0, ("training",), 0.5, flood_gpus=24),
+    QueueRole("team-research-b", 0, ("training", "batch"), 0.4, flood_gpus=16),
+    QueueRole("team-inference", 2, ("batch", "batch", "inference"), 0.5),
+    QueueRole("team-research-a", 3, ("training", "batch"), 0.6),
+)
+
+
+class WorkloadGenerator:
+    """Jobs per tick for a set of leaf queues, from a seeded random mix.
+
+    Tick 0 is the initial flood (enough training gangs to fill a 16×8 GPU cluster); after that
+    each queue submits a Poisson-like number of jobs per tick from its start tick on.
+    """
+
+    def __init__(self, seed: int = 7, roles: tuple[QueueRole, ...] = DEMO_ROLES) -> None:
+        if not roles:
+            raise ValueError("roles: at least one leaf queue is needed to generate workloads")
+        self.seed = seed
+        self.roles = roles
+
+    def jobs_for_tick(self, tick: int) -> list[JobSpec]:
+        """The jobs submitted at `tick` (0-based); same (seed, tick), same jobs."""
+        if tick < 0:
+            raise ValueError(f"tick must be >= 0, got {tick}")
+        rng = random.Random(self.seed * 1_000_003 + tick)
+        jobs: list[JobSpec] = []
+        if tick == 0:
+            jobs.extend(self._flood(rng))
+        for role in self.roles:
+            if tick < role.start_tick:
+                continue
+            count = self._arrivals(rng, role.rate * (3 if tick == role.start_tick else 1))
+            for i in range(count):
+                kind = role.kinds[rng.randrange(len(role.kinds))]
+                jobs.append(self._job(rng, role.queue, kind, f"t{tick}-{i}"))
+        return jobs
+
+    def _flood(self, rng: random.Random) -> list[JobSpec]:
+        # Queues with a flood target fill the cluster at once with training gangs.
+        jobs: list[JobSpec] = []
+        for role in self.roles:
+            total, n = 0.0, 0
+            while total < role.flood_gpus:
+                job = self._job(rng, role.queue, "training", f"flood-{n}", min_gpus=4)
+                jobs.append(job)
+                total += job.gpus
+                n += 1
+        return jobs
+
+    @staticmethod
+    def _arrivals(rng: random.Random, mean: float) -> int:
+        # Knuth's Poisson sampler: small means, deterministic given the generator.
+        limit = pow(2.718281828459045, -mean)
+        k, p = 0, 1.0
+        while True:
+            p *= rng.random()
+            if p <= limit:
+                return k
+            k += 1
+
+    def _job(self, rng: random.Random, queue: str, kind: str, suffix: str, min_gpus: int = 0) -> JobSpec:
+        if kind == "inference":
+            # Serving: non-preemptible, small, often on a shared GPU, runs long.
+            fraction = rng.choice((0.25, 0.5, 1.0, 1.0, 2.0))
+            pods = rng.choice((1, 2))
+            return JobSpec(
+                name=f"{queue}-inf-{suffix}", queue=queue, priority_class=INFERENCE, pods=pods, min_member=1,
+                gpu_per_pod=fraction, cpu_millis_per_pod=4000, memory_mb_per_pod=16_000,
+                duration_seconds=rng.randrange(600, 1800, 60), kind="inference",
+            )
+        if kind == "batch":
+            # Short preemptible batch work: single pods, sometimes fractional.
+            fraction = rng.choice((0.5, 1.0, 1.0, 2.0))
+            return JobSpec(
+                name=f"{queue}-batch-{suffix}", queue=queue, priority_class=TRAIN, pods=1, min_member=1,
+                gpu_per_pod=fraction, cpu_millis_per_pod=8000, memory_mb_per_pod=32_000,
+                duration_seconds=rng.randrange(120, 600, 30), kind="batch",
+            )
+        # Training: a gang of whole-GPU workers, preemptible.
+        while True:
+            pods = rng.choice((1, 2, 2, 4))
+            per_pod = rng.choice((1, 2, 4, 8))
+            if pods * per_pod >= min_gpus and pods * per_pod <= 16:
+                break
+        return JobSpec(
+            name=f"{queue}-train-{suffix}", queue=queue, priority_class=TRAIN, pods=pods, min_member=pods,
+            gpu_per_pod=float(per_pod), cpu_millis_per_pod=8000 * per_pod, memory_mb_per_pod=64_000 * per_pod,
+            duration_seconds=rng.randrange(300, 1500, 60), kind="training",
+        )

@@ -1,0 +1,488 @@
+"""The adapter between the database and the engine: ORM rows → ClusterSnapshot, CycleResult → rows.
+
+Only this module (and the models' conversions) knows both worlds. `build_snapshot` reads queues,
+priority classes, nodes and active workloads of one shard in a fixed number of queries and
+returns the engine's immutable snapshot plus an index from engine names back to database ids;
+`persist_result` writes everything one cycle decided in one transaction with bulk operations,
+so the number of queries does not grow with the number of workloads.
+
+Units: the engine counts memory in bytes, queue figures (quota, status, usage) are in the Queue
+CRD's MB (10^6 bytes, as KAI's proportion plugin converts them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Prefetch
+
+from kaiweb.cluster.models import Node, SchedulingShard
+from kaiweb.queues.models import PriorityClass, Queue
+from kaiweb.scheduling.choices import DecisionKind, DecisionStatus, PreemptionAction
+from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
+from kaiweb.workloads.choices import PodState, WorkloadState
+from kaiweb.workloads.models import Pod, Workload
+from scheduler_core import model as m
+
+MB = 1_000_000
+RESOURCE_NAMES = ("cpu", "memory", "gpu")
+
+# Pod states as the engine names them.
+POD_STATE_TO_ENGINE = {
+    PodState.PENDING: m.PENDING,
+    PodState.GATED: m.GATED,
+    PodState.BINDING: m.BINDING,
+    PodState.BOUND: m.BOUND,
+    PodState.RUNNING: m.RUNNING,
+    PodState.RELEASING: m.RELEASING,
+    PodState.SUCCEEDED: m.SUCCEEDED,
+    PodState.FAILED: m.FAILED,
+}
+ACTIVE_WORKLOAD_STATES = (WorkloadState.PENDING, WorkloadState.RUNNING, WorkloadState.PARTIAL)
+
+# Engine action names → the PreemptionEvent action choices.
+EVICTION_ACTIONS = {
+    "reclaim": PreemptionAction.RECLAIM,
+    "preempt": PreemptionAction.PREEMPT,
+    "consolidation": PreemptionAction.CONSOLIDATE,
+    "consolidate": PreemptionAction.CONSOLIDATE,
+    "stalegangeviction": PreemptionAction.STALE_GANG,
+    "stale-gang": PreemptionAction.STALE_GANG,
+}
+
+
+@dataclasses.dataclass(slots=True)
+class SnapshotIndex:
+    """Engine names → database rows of one snapshot, so results can be written back by id."""
+
+    shard_id: int | None = None
+    workloads: dict[str, int] = dataclasses.field(default_factory=dict)  # job uid -> workload id
+    workload_queue: dict[str, int] = dataclasses.field(default_factory=dict)  # job uid -> queue id
+    pods: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (job uid, task) -> pod id
+    pod_uids: dict[int, str] = dataclasses.field(default_factory=dict)  # pod id -> pod uid (incarnation)
+    nodes: dict[str, int] = dataclasses.field(default_factory=dict)  # node name -> node id
+    queues: dict[str, int] = dataclasses.field(default_factory=dict)  # queue name -> queue id
+    queue_spec: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # quotas in queue units
+    pending_workloads: dict[str, int] = dataclasses.field(default_factory=dict)  # queue -> count
+    running_workloads: dict[str, int] = dataclasses.field(default_factory=dict)
+    parents: dict[str, str | None] = dataclasses.field(default_factory=dict)  # queue -> parent queue
+
+
+def to_epoch(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def from_epoch(value: float) -> datetime:
+    return datetime.fromtimestamp(value, tz=UTC)
+
+
+def _matches_partition(labels: dict[str, Any] | None, shard: SchedulingShard | None) -> bool:
+    """KAI's shard isolation: an object belongs to the shard whose partition value its label has."""
+    if shard is None:
+        return True
+    return str((labels or {}).get(shard.partition_label_key, "")) == shard.partition_label_value
+
+
+def queue_to_spec(queue: Queue, parent_name: str | None) -> m.QueueSpec:
+    """A Queue row as the engine's QueueSpec (memory MB → bytes; -1 kept as -1)."""
+
+    def res(r: str, scale: float = 1.0) -> m.QueueResource:
+        quota = getattr(queue, f"{r}_quota")
+        limit = getattr(queue, f"{r}_limit")
+        return m.QueueResource(
+            quota=quota if quota < 0 else quota * scale,
+            limit=limit if limit < 0 else limit * scale,
+            over_quota_weight=getattr(queue, f"{r}_over_quota_weight"),
+        )
+
+    def seconds(value: Any) -> float | None:
+        return None if value is None else value.total_seconds()
+
+    return m.QueueSpec(
+        name=queue.name,
+        parent=parent_name,
+        priority=queue.priority,
+        creation=to_epoch(queue.created) or 0.0,
+        gpu=res("gpu"),
+        cpu=res("cpu"),
+        memory=res("memory", MB),
+        reclaim_min_runtime_s=seconds(queue.reclaim_min_runtime),
+        preempt_min_runtime_s=seconds(queue.preempt_min_runtime),
+    )
+
+
+def node_to_spec(node: Node) -> m.NodeSpec:
+    return m.NodeSpec(
+        name=node.name,
+        cpu_millis=node.allocatable_cpu,
+        memory_bytes=float(node.allocatable_memory),
+        gpus=int(node.allocatable_gpu),
+        gpu_memory_mib=node.gpu_memory_mib or 100,
+        gpu_memory_synced=bool(node.gpu_memory_mib),
+        max_pods=node.allocatable_pods,
+        labels={str(k): str(v) for k, v in (node.labels or {}).items()},
+        ready=node.ready and not node.unschedulable,
+    )
+
+
+def pod_to_request(pod: Pod) -> m.TaskRequest:
+    """The engine's request of a pod; a fraction wins over GPU memory, as in KAI."""
+    if pod.gpu_fraction is not None:
+        return m.TaskRequest(
+            cpu_millis=pod.cpu, memory_bytes=float(pod.memory), gpu_kind=m.GPU_FRACTION,
+            gpu_fraction=pod.gpu_fraction, gpu_devices=pod.gpu_devices,
+        )
+    if pod.gpu_memory_mib:
+        return m.TaskRequest(
+            cpu_millis=pod.cpu, memory_bytes=float(pod.memory), gpu_kind=m.GPU_MEMORY,
+            gpu_memory_mib=pod.gpu_memory_mib, gpu_devices=pod.gpu_devices,
+        )
+    if pod.gpu > 0:
+        return m.TaskRequest(cpu_millis=pod.cpu, memory_bytes=float(pod.memory), gpu_kind=m.GPU_WHOLE, gpus=pod.gpu)
+    return m.TaskRequest(cpu_millis=pod.cpu, memory_bytes=float(pod.memory))
+
+
+def workload_uid(workload: Workload) -> str:
+    return f"{workload.namespace}/{workload.name}" if workload.namespace else workload.name
+
+
+def build_snapshot(
+    shard: SchedulingShard | None, now: float, usage: dict[str, tuple[float, float, float]] | None = None
+) -> tuple[m.ClusterSnapshot, SnapshotIndex]:
+    """Read one shard's queues, nodes and active workloads into an engine snapshot.
+
+    `now` is the cluster's clock (the simulated clock for the simulated backend) in epoch
+    seconds; `usage` is the normalised historical usage per queue (see usage.accounting).
+    Six queries whatever the size of the cluster.
+    """
+    index = SnapshotIndex(shard_id=shard.pk if shard else None)
+    classes = {
+        pc.name: m.PriorityClass(name=pc.name, value=pc.value, preemptible=pc.preemptible)
+        for pc in PriorityClass.objects.all()
+    }
+    default_class = next((pc.name for pc in PriorityClass.objects.filter(global_default=True)), None)
+
+    queue_rows = list(Queue.objects.select_related("parent").order_by("name"))
+    names = {q.pk: q.name for q in queue_rows}
+    queues: list[m.QueueSpec] = []
+    for q in queue_rows:
+        if not _matches_partition(q.labels, shard):
+            continue
+        queues.append(queue_to_spec(q, names.get(q.parent_id)))
+        index.queues[q.name] = q.pk
+        index.parents[q.name] = names.get(q.parent_id)
+        index.queue_spec[q.name] = {f"{r}_{f}": getattr(q, f"{r}_{f}") for r in RESOURCE_NAMES for f in ("quota", "limit")}
+
+    node_qs = Node.objects.order_by("name")
+    if shard is not None:
+        node_qs = node_qs.filter(cluster_id=shard.cluster_id)
+    nodes: list[m.NodeSpec] = []
+    for n in node_qs:
+        if _matches_partition(n.labels, shard):
+            nodes.append(node_to_spec(n))
+            index.nodes[n.name] = n.pk
+    node_names = {pk: name for name, pk in index.nodes.items()}
+
+    workload_qs = (
+        Workload.objects.filter(state__in=ACTIVE_WORKLOAD_STATES)
+        .select_related("queue", "priority_class")
+        .prefetch_related(Prefetch("pods", queryset=Pod.objects.order_by("name")))
+        .order_by("submitted_at", "namespace", "name")
+    )
+    if shard is not None:
+        workload_qs = workload_qs.filter(cluster_id=shard.cluster_id)
+    jobs: list[m.JobSpec] = []
+    for order, w in enumerate(workload_qs):
+        if not _matches_partition(w.labels, shard):
+            continue
+        uid = workload_uid(w)
+        class_name = w.priority_class.name if w.priority_class else default_class
+        try:
+            priority, preemptible = m.resolve_priority(class_name, classes, w.preemptibility or None)
+        except ValueError:
+            priority, preemptible = m.resolve_priority(class_name, classes)
+        tasks = []
+        running = False
+        for p in w.pods.all():
+            if p.state in (PodState.SUCCEEDED, PodState.FAILED):
+                continue
+            state = POD_STATE_TO_ENGINE.get(p.state, m.PENDING)
+            running = running or state in m.ACTIVE_ALLOCATED_STATES
+            tasks.append(m.TaskSpec(
+                name=p.name,
+                request=pod_to_request(p),
+                state=state,
+                node=node_names.get(p.node_id) if p.node_id else None,
+                gpu_groups=(p.gpu_group,) if p.gpu_group else (),
+                subgroup=p.subgroup or None,
+                task_order_priority=p.task_priority,
+            ))
+            index.pods[(uid, p.name)] = p.pk
+            index.pod_uids[p.pk] = p.uid
+        if not tasks:
+            continue
+        min_available = 1 if w.min_member is None else w.min_member
+        jobs.append(m.JobSpec(
+            name=w.name,
+            namespace=w.namespace,
+            queue=w.queue.name,
+            tasks=tuple(tasks),
+            priority=priority,
+            preemptible=preemptible,
+            creation=to_epoch(w.submitted_at) or 0.0,
+            build_order=order,
+            min_available=min(min_available, len(tasks)),
+            last_start=to_epoch(w.last_start_at),
+            last_eviction=to_epoch(w.last_eviction_at),
+            stale_since=to_epoch(w.stale_since),
+        ))
+        index.workloads[uid] = w.pk
+        index.workload_queue[uid] = w.queue_id
+        bucket = index.running_workloads if running else index.pending_workloads
+        bucket[w.queue.name] = bucket.get(w.queue.name, 0) + 1
+
+    snapshot = m.ClusterSnapshot(
+        nodes=tuple(nodes), queues=tuple(queues), jobs=tuple(jobs), now=now,
+        usage={q: tuple(v) for q, v in (usage or {}).items() if q in index.queues},  # type: ignore[misc]
+    )
+    return snapshot, index
+
+
+# ------------------------------------------------------------------------------------ idempotency
+
+
+def bind_key(pod_uid: str, node: str) -> str:
+    """A bind is identified by the pod incarnation and the node: binding it twice is one bind."""
+    return f"bind:{pod_uid}:{node}"[:128]
+
+
+def evict_key(pod_uid: str) -> str:
+    """An eviction is identified by the pod incarnation: a recreated pod has a new uid."""
+    return f"evict:{pod_uid}"[:128]
+
+
+def pipeline_key(cycle_id: int, pod_uid: str, node: str) -> str:
+    # Pipelining changes nothing in the cluster; one row per cycle that decided it.
+    return f"pipeline:{cycle_id}:{pod_uid}:{node}"[:128]
+
+
+# ------------------------------------------------------------------------------------ persist
+
+
+def _vector_to_queue_units(vec: Iterable[float]) -> dict[str, float]:
+    cpu, mem, gpu = vec
+    return {"cpu": round(cpu, 3), "memory": mem if mem < 0 else round(mem / MB, 3), "gpu": round(gpu, 4)}
+
+
+def queue_figures(result: m.CycleResult, queue: str | None, index: SnapshotIndex) -> dict[str, Any]:
+    """A queue's allocated, fair share, quota and limit in queue units (for preemption events)."""
+    if not queue or queue not in result.queues:
+        return {}
+    st = result.queues[queue]
+    return {
+        "queue": queue,
+        "allocated": _vector_to_queue_units(st.allocated),
+        "fair_share": _vector_to_queue_units(st.fair_share),
+        "quota": _vector_to_queue_units(st.deserved),
+        "limit": _vector_to_queue_units(st.limit),
+    }
+
+
+def _job_queue(snapshot: m.ClusterSnapshot) -> dict[str, str]:
+    return {j.uid: j.queue for j in snapshot.jobs}
+
+
+def persist_result(
+    cycle: SchedulingCycle,
+    result: m.CycleResult,
+    snapshot: m.ClusterSnapshot,
+    index: SnapshotIndex,
+    *,
+    dry_run: bool = False,
+    at: datetime | None = None,
+) -> list[Decision]:
+    """Record everything `result` decided, in one transaction, with a bounded number of queries.
+
+    Decisions are written as PLANNED (DRY_RUN for a dry run) with their idempotency keys before
+    anything is applied, so that a worker that dies while applying leaves an intent log the next
+    cycle reconciles. Returns the Decision rows to apply (binds and evictions, in engine order).
+    """
+    at = at or datetime.now(tz=UTC)
+    job_queue = _job_queue(snapshot)
+    status = DecisionStatus.DRY_RUN if dry_run else DecisionStatus.PLANNED
+    rows: list[Decision] = []
+
+    def pod_ref(job: str, task: str) -> tuple[int | None, str]:
+        pod_id = index.pods.get((job, task))
+        return pod_id, index.pod_uids.get(pod_id, "") if pod_id else ""
+
+    for b in result.binds:
+        pod_id, uid = pod_ref(b.job, b.task)
+        rows.append(Decision(
+            cycle=cycle, kind=DecisionKind.BIND, status=status, workload_id=index.workloads.get(b.job),
+            pod_id=pod_id, node_id=index.nodes.get(b.node), workload_ref=b.job, pod_name=b.task,
+            node_name=b.node, gpu_group=",".join(b.gpu_groups)[:64], reason="Allocated",
+            message=f"{b.task} bound to {b.node}",
+            numbers={"gpu_portion": b.gpu_portion} if b.gpu_portion else {},
+            idempotency_key=bind_key(uid or f"{cycle.pk}:{b.job}/{b.task}", b.node),
+        ))
+    for p in result.pipelined:
+        pod_id, uid = pod_ref(p.job, p.task)
+        rows.append(Decision(
+            cycle=cycle, kind=DecisionKind.PIPELINE, status=status, workload_id=index.workloads.get(p.job),
+            pod_id=pod_id, node_id=index.nodes.get(p.node), workload_ref=p.job, pod_name=p.task,
+            node_name=p.node, gpu_group=",".join(p.gpu_groups)[:64], reason=f"Pipelined:{p.action}"[:64],
+            message=f"{p.task} waits for resources being released on {p.node} ({p.action})",
+            numbers={"moved_from": p.moved_from} if p.moved_from else {},
+            idempotency_key=pipeline_key(cycle.pk, uid or f"{p.job}/{p.task}", p.node),
+        ))
+    evict_rows: list[tuple[Decision, m.EvictionDecision]] = []
+    for e in result.evictions:
+        pod_id, uid = pod_ref(e.job, e.task)
+        row = Decision(
+            cycle=cycle, kind=DecisionKind.EVICT, status=status, workload_id=index.workloads.get(e.job),
+            pod_id=pod_id, node_id=index.nodes.get(e.node), workload_ref=e.job, pod_name=e.task,
+            node_name=e.node, reason=e.reason.code[:64], message=e.reason.message,
+            numbers=dict(e.reason.details, action=e.action, preemptor=e.preemptor),
+            idempotency_key=evict_key(uid or f"{cycle.pk}:{e.job}/{e.task}"),
+        )
+        rows.append(row)
+        evict_rows.append((row, e))
+    if dry_run:
+        # A dry run must never collide with (or block) the keys of real decisions.
+        for row in rows:
+            row.idempotency_key = f"dry:{cycle.pk}:{row.idempotency_key}"[:128]
+
+    with transaction.atomic():
+        # A key already recorded means this exact action was decided before (a retried task or
+        # a decision the cluster has not reflected yet): never record or apply it twice.
+        keys = [r.idempotency_key for r in rows]
+        existing = set(Decision.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", flat=True))
+        seen: set[str] = set()
+        fresh: list[Decision] = []
+        for r in rows:
+            if r.idempotency_key in existing or r.idempotency_key in seen:
+                continue
+            seen.add(r.idempotency_key)
+            fresh.append(r)
+        created = Decision.objects.bulk_create(fresh)
+        if created and created[0].pk is None:  # backends without RETURNING: read the ids back
+            by_key = dict(Decision.objects.filter(cycle=cycle).values_list("idempotency_key", "pk"))
+            for r in created:
+                r.pk = by_key.get(r.idempotency_key)
+
+        events = []
+        for row, e in evict_rows:
+            if row.pk is None:
+                continue
+            victim_queue = job_queue.get(e.job)
+            preemptor_queue = job_queue.get(e.preemptor) if e.preemptor else None
+            events.append(PreemptionEvent(
+                cycle=cycle, decision_id=row.pk, at=at,
+                action=EVICTION_ACTIONS.get(e.action, PreemptionAction.PREEMPT),
+                preemptor_id=index.workloads.get(e.preemptor) if e.preemptor else None,
+                victim_id=index.workloads.get(e.job), preemptor_ref=e.preemptor or "", victim_ref=e.job,
+                preemptor_queue_id=index.queues.get(preemptor_queue) if preemptor_queue else None,
+                victim_queue_id=index.queues.get(victim_queue) if victim_queue else None,
+                reason=e.reason.code[:64], message=e.reason.message,
+                preemptor_queue_figures=queue_figures(result, preemptor_queue, index),
+                victim_queue_figures=queue_figures(result, victim_queue, index),
+            ))
+        PreemptionEvent.objects.bulk_create(events)
+
+        if not dry_run:
+            _record_queue_status(cycle, result, index, at)
+            _record_pending_reasons(cycle, result, index, at)
+
+        cycle.jobs_considered = len(snapshot.jobs)
+        cycle.binds = len(result.binds)
+        cycle.pipelined = len(result.pipelined)
+        cycle.evictions = len(result.evictions)
+        cycle.pending = len(result.pending)
+        problems = [f"{e.kind} {e.name}: {e.field}: {e.message}" for e in result.errors]
+        if problems:
+            cycle.error = "Skipped unreadable objects:\n" + "\n".join(problems)
+        cycle.save(update_fields=["jobs_considered", "binds", "pipelined", "evictions", "pending", "error"])
+    return [r for r in created if r.kind != DecisionKind.PIPELINE and r.pk is not None]
+
+
+def _record_queue_status(cycle: SchedulingCycle, result: m.CycleResult, index: SnapshotIndex, at: datetime) -> None:
+    rows = []
+    for name, st in sorted(result.queues.items()):
+        queue_id = index.queues.get(name)
+        if queue_id is None:
+            continue
+        allocated = _vector_to_queue_units(st.allocated)
+        requested = _vector_to_queue_units(st.request)
+        rows.append(QueueStatus(
+            queue_id=queue_id, cycle=cycle, recorded_at=at,
+            allocated=allocated,
+            allocated_non_preemptible=_vector_to_queue_units(st.allocated_non_preemptible),
+            requested=requested,
+            fair_share=_vector_to_queue_units(st.fair_share),
+            pending={r: round(max(0.0, requested[r] - allocated[r]), 4) for r in RESOURCE_NAMES},
+            pending_workloads=_subtree_count(name, index.pending_workloads, index),
+            running_workloads=_subtree_count(name, index.running_workloads, index),
+        ))
+    QueueStatus.objects.bulk_create(rows)
+
+
+def _subtree_count(queue: str, counts: dict[str, int], index: SnapshotIndex) -> int:
+    """Counts are per leaf; a parent shows the sum over its subtree (the queue tree is small)."""
+    total = 0
+    for leaf, count in counts.items():
+        cur: str | None = leaf
+        while cur is not None:
+            if cur == queue:
+                total += count
+                break
+            cur = index.parents.get(cur)
+    return total
+
+
+def _record_pending_reasons(cycle: SchedulingCycle, result: m.CycleResult, index: SnapshotIndex, at: datetime) -> None:
+    """The current why-pending per workload; a history row only when the reason changes."""
+    reasons: dict[int, m.Reason] = {}
+    for job, reason in result.pending.items():
+        wid = index.workloads.get(job)
+        if wid is not None:
+            reasons[wid] = reason
+    for err in result.errors:
+        # An object the engine could not read is marked on that object: its why-pending says so.
+        if err.kind == "job":
+            wid = index.workloads.get(err.name)
+            if wid is not None:
+                reasons[wid] = m.Reason(code="InvalidObject", message=f"{err.field}: {err.message}",
+                                        details={"field": err.field})
+    current = {pr.workload_id: pr for pr in PendingReason.objects.filter(
+        is_current=True, workload_id__in=list(index.workloads.values()))}
+    to_update: list[PendingReason] = []
+    to_retire: list[int] = []
+    to_create: list[PendingReason] = []
+    for wid, reason in reasons.items():
+        old = current.get(wid)
+        if old is not None and old.reason == reason.code[:64]:
+            old.message, old.details, old.cycle, old.recorded_at = reason.message, reason.details, cycle, at
+            to_update.append(old)
+            continue
+        if old is not None:
+            to_retire.append(old.pk)
+        to_create.append(PendingReason(workload_id=wid, cycle=cycle, recorded_at=at, reason=reason.code[:64],
+                                       message=reason.message, details=_jsonable(reason.details), is_current=True))
+    # Workloads of this snapshot that are no longer pending have no current reason any more.
+    to_retire.extend(pr.pk for wid, pr in current.items() if wid not in reasons)
+    if to_retire:
+        PendingReason.objects.filter(pk__in=to_retire).update(is_current=False)
+    if to_update:
+        for pr in to_update:
+            pr.details = _jsonable(pr.details)
+        PendingReason.objects.bulk_update(to_update, ["message", "details", "cycle", "recorded_at"])
+    PendingReason.objects.bulk_create(to_create)
+
+
+def _jsonable(value: Any) -> Any:
+    return m.to_dict(value)

@@ -1,0 +1,342 @@
+"""One scheduling cycle against a cluster (DESIGN.md "One scheduling cycle"): the service behind
+the `scheduling.run_cycle` task and the `run_cycle` command.
+
+    lock → reconcile → observe → snapshot → decide → record intent → apply → mark applied
+
+Crash safety: the decisions are recorded (PLANNED, each with its idempotency key) before
+anything is applied, and marked APPLIED afterwards. A worker that dies anywhere in between
+leaves either nothing (died before recording: nothing was applied either) or an intent log;
+the next cycle of the shard first reconciles that log against the cluster (an action that
+took effect is marked applied, one that did not is marked failed and decided afresh) and
+marks the abandoned cycle failed. The gateway's actions are idempotent, so a retried or
+duplicated task never binds or evicts twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from kaiweb.cluster.backends.types import BindAction, EvictAction
+from kaiweb.cluster.models import Cluster, SchedulingShard
+from kaiweb.core.locks import advisory_lock
+from kaiweb.scheduling import adapters
+from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
+from kaiweb.scheduling.models import Decision, SchedulingCycle
+from scheduler_core import model as m
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED = (
+    "interrupted: the worker running this cycle stopped (killed, or lost its database or broker) "
+    "before finishing; the next cycle reconciled its decisions with the cluster"
+)
+
+
+@dataclass(slots=True)
+class CycleOutcome:
+    """What one cycle did, for tasks, commands and benchmarks."""
+
+    cycle_id: int | None
+    status: str
+    binds: int = 0
+    evictions: int = 0
+    pipelined: int = 0
+    pending: int = 0
+    duration_ms: float = 0.0
+    phases_ms: dict[str, float] = field(default_factory=dict)
+    queries: int | None = None
+    result: m.CycleResult | None = None
+    snapshot: m.ClusterSnapshot | None = None
+    skipped: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "cycle": self.cycle_id, "status": self.status, "binds": self.binds, "evictions": self.evictions,
+            "pipelined": self.pipelined, "pending": self.pending, "duration_ms": round(self.duration_ms, 2),
+            "phases_ms": {k: round(v, 2) for k, v in self.phases_ms.items()},
+        }
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def engine_run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig) -> m.CycleResult:
+    """The engine's entry point (imported lazily: the engine is a separate package)."""
+    import scheduler_core
+
+    run = getattr(scheduler_core, "run_cycle", None)
+    if run is None:
+        from scheduler_core.cycle import run_cycle as run  # type: ignore[no-redef]
+    return run(snapshot, config)
+
+
+def resolve_shard(shard: SchedulingShard | int | str | None) -> SchedulingShard:
+    """A shard by instance, id, "cluster/shard" or shard name; default: the first enabled shard."""
+    if isinstance(shard, SchedulingShard):
+        return shard
+    qs = SchedulingShard.objects.select_related("cluster")
+    if shard is None:
+        found = qs.filter(enabled=True, cluster__enabled=True).order_by("cluster__name", "name").first()
+        if found is None:
+            raise LookupError("shard: no enabled scheduling shard exists (manage.py seed_demo creates one)")
+        return found
+    if isinstance(shard, int) or (isinstance(shard, str) and shard.isdigit()):
+        found = qs.filter(pk=int(shard)).first()
+    elif "/" in shard:
+        cluster_name, shard_name = shard.split("/", 1)
+        found = qs.filter(cluster__name=cluster_name, name=shard_name).first()
+    else:
+        found = qs.filter(name=shard).order_by("cluster__name").first()
+    if found is None:
+        raise LookupError(f"shard: {shard!r} does not exist")
+    return found
+
+
+def gateway_for(cluster: Cluster) -> Any:
+    """The gateway of a cluster's backend."""
+    if cluster.backend == "simulated":
+        from kaiweb.cluster.backends.simulated import SimulatedGateway
+
+        return SimulatedGateway(cluster)
+    from kaiweb.cluster.gateway import get_gateway
+
+    return get_gateway()
+
+
+def cycle_config(shard: SchedulingShard) -> m.CycleConfig:
+    def seconds(value: Any) -> float:
+        return value.total_seconds() if value is not None else 0.0
+
+    return m.CycleConfig(
+        gpu_placement=shard.gpu_placement, cpu_placement=shard.cpu_placement, k_value=shard.k_value,
+        default_preempt_min_runtime_s=seconds(shard.preempt_min_runtime),
+        default_reclaim_min_runtime_s=seconds(shard.reclaim_min_runtime),
+    )
+
+
+def test_pause(point: str) -> None:
+    """Fault-test hook: with KAI_TEST_PAUSE_AT=<point>, write KAI_TEST_PAUSE_FILE and wait.
+
+    Lets a test kill the worker (or take the database or broker away) at an exact point of the
+    cycle. The wait ends when the file is deleted or after KAI_TEST_PAUSE_SECONDS.
+    """
+    if os.environ.get("KAI_TEST_PAUSE_AT") != point:
+        return
+    marker = Path(os.environ.get("KAI_TEST_PAUSE_FILE", "kai-test-pause"))
+    marker.write_text(f"{os.getpid()} {point}\n")
+    deadline = time.monotonic() + float(os.environ.get("KAI_TEST_PAUSE_SECONDS", "30"))
+    while marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+# ----------------------------------------------------------------------------------- reconcile
+
+
+def reconcile(shard: SchedulingShard, gateway: Any) -> dict[str, int]:
+    """Settle what earlier cycles of this shard left unfinished (call while holding the lock).
+
+    PLANNED decisions: applied in the cluster → APPLIED, otherwise → FAILED (a later cycle decides
+    again from what the cluster really is). RUNNING cycles: no one else can be running this
+    shard's cycle while we hold its lock, so they were abandoned → FAILED with a clear error.
+    """
+    planned = list(
+        Decision.objects.filter(cycle__shard=shard, status=DecisionStatus.PLANNED)
+        .exclude(kind=DecisionKind.PIPELINE).select_related("workload")
+    )
+    applied, failed = [], []
+    now = timezone.now()
+    for d in planned:
+        namespace, _, _name = d.workload_ref.partition("/")
+        uid = _uid_from_key(d.idempotency_key)
+        if d.kind == DecisionKind.BIND:
+            done = _check(gateway, "is_bound", namespace, d.pod_name, uid, d.node_name)
+        else:
+            done = _check(gateway, "is_gone", namespace, d.pod_name, uid)
+        if done:
+            d.status, d.applied_at = DecisionStatus.APPLIED, now
+            d.message = f"{d.message} (confirmed by reconciliation)"
+            applied.append(d)
+        else:
+            d.status = DecisionStatus.FAILED
+            d.message = f"{d.message} (not applied: the cycle was interrupted; decided again later)"
+            failed.append(d)
+    with transaction.atomic():
+        Decision.objects.bulk_update(applied + failed, ["status", "applied_at", "message"])
+        Decision.objects.filter(cycle__shard=shard, status=DecisionStatus.PLANNED,
+                                kind=DecisionKind.PIPELINE).update(status=DecisionStatus.FAILED)
+        abandoned = SchedulingCycle.objects.filter(shard=shard, status=CycleStatus.RUNNING).update(
+            status=CycleStatus.FAILED, error=INTERRUPTED, finished_at=now)
+    return {"applied": len(applied), "failed": len(failed), "abandoned_cycles": abandoned}
+
+
+def _uid_from_key(key: str) -> str:
+    # bind:<uid>:<node> / evict:<uid>
+    parts = key.split(":")
+    return parts[1] if len(parts) > 1 and parts[0] in ("bind", "evict") else ""
+
+
+def _check(gateway: Any, method: str, *args: str) -> bool:
+    fn = getattr(gateway, method, None)
+    if fn is None:
+        # A backend that cannot tell: assume not applied; the engine decides again from the
+        # observed state, and the gateway's own idempotency absorbs a repeated action.
+        return False
+    return bool(fn(*args))
+
+
+# ----------------------------------------------------------------------------------- the cycle
+
+
+def run_and_record_cycle(
+    shard: SchedulingShard | int | str | None = None,
+    *,
+    trigger: str = "manual",
+    advance: bool = True,
+    lock: bool = True,
+) -> CycleOutcome:
+    """Run one full cycle of a shard; returns its outcome (`skipped` if another holds the lock)."""
+    shard = resolve_shard(shard)
+    if not lock:
+        return _run_locked(shard, trigger=trigger, advance=advance)
+    with advisory_lock("scheduling-cycle", str(shard.pk), wait=False) as got:
+        if not got:
+            log.info("cycle of shard %s skipped: another worker holds its lock", shard)
+            return CycleOutcome(cycle_id=None, status=CycleStatus.SKIPPED, skipped=True)
+        return _run_locked(shard, trigger=trigger, advance=advance)
+
+
+def _ms(start: float) -> float:
+    return (time.perf_counter() - start) * 1000.0
+
+
+def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> CycleOutcome:
+    t0 = time.perf_counter()
+    phases: dict[str, float] = {}
+    gateway = gateway_for(shard.cluster)
+    t = time.perf_counter()
+    reconcile(shard, gateway)
+    phases["reconcile"] = _ms(t)
+    cycle = SchedulingCycle.objects.create(shard=shard, trigger=trigger[:32], started_at=timezone.now(),
+                                           status=CycleStatus.RUNNING)
+    try:
+        t = time.perf_counter()
+        if advance and hasattr(gateway, "advance"):
+            gateway.advance()
+        phases["observe"] = _ms(t)
+
+        t = time.perf_counter()
+        from kaiweb.usage.accounting import usage_for_engine
+
+        now = gateway.now() if hasattr(gateway, "now") else time.time()
+        snapshot, index = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard))
+        phases["snapshot"] = _ms(t)
+
+        t = time.perf_counter()
+        result = engine_run_cycle(snapshot, cycle_config(shard))
+        phases["engine"] = _ms(t)
+        test_pause("after-decide")
+
+        t = time.perf_counter()
+        to_apply = adapters.persist_result(cycle, result, snapshot, index)
+        phases["record"] = _ms(t)
+        test_pause("after-record")
+
+        t = time.perf_counter()
+        apply_decisions(gateway, to_apply)
+        phases["apply"] = _ms(t)
+        test_pause("after-apply")
+
+        t = time.perf_counter()
+        mark_applied(to_apply)
+        phases["record"] += _ms(t)
+    except Exception as exc:
+        _fail(cycle, exc, phases, t0)
+        raise
+    duration = _ms(t0)
+    engine_phases = {f"engine.{k}": float(v) for k, v in (result.timings_ms or {}).items()}
+    cycle.phase_durations = {k: round(v / 1000.0, 6) for k, v in {**phases, **engine_phases}.items()}
+    cycle.duration_seconds = duration / 1000.0
+    cycle.finished_at = timezone.now()
+    cycle.status = CycleStatus.SUCCEEDED
+    cycle.save(update_fields=["phase_durations", "duration_seconds", "finished_at", "status"])
+    return CycleOutcome(
+        cycle_id=cycle.pk, status=cycle.status, binds=len(result.binds), evictions=len(result.evictions),
+        pipelined=len(result.pipelined), pending=len(result.pending), duration_ms=duration, phases_ms=phases,
+        result=result, snapshot=snapshot,
+    )
+
+
+def _fail(cycle: SchedulingCycle, exc: BaseException, phases: dict[str, float], t0: float) -> None:
+    """Record a failed cycle; if the database itself is gone, the next cycle will say so."""
+    log.exception("cycle %s failed", cycle.pk)
+    try:
+        SchedulingCycle.objects.filter(pk=cycle.pk).update(
+            status=CycleStatus.FAILED, error=f"{exc.__class__.__name__}: {exc}"[:4000],
+            finished_at=timezone.now(), duration_seconds=_ms(t0) / 1000.0,
+            phase_durations={k: round(v / 1000.0, 6) for k, v in phases.items()},
+        )
+    except Exception:  # noqa: BLE001 - the database may be what failed
+        log.exception("could not record the failure of cycle %s", cycle.pk)
+
+
+def apply_decisions(gateway: Any, decisions: list[Decision]) -> None:
+    """Carry out binds and evictions through the gateway, each with its idempotency key."""
+    binds, evicts = [], []
+    for d in decisions:
+        namespace, _, _name = d.workload_ref.partition("/")
+        uid = _uid_from_key(d.idempotency_key)
+        if d.kind == DecisionKind.BIND:
+            portion = d.numbers.get("gpu_portion") if d.numbers else None
+            binds.append(BindAction(namespace=namespace, name=d.pod_name, uid=uid, node=d.node_name,
+                                    gpu_group=d.gpu_group or None, gpu_portion=portion,
+                                    idempotency_key=d.idempotency_key))
+        elif d.kind == DecisionKind.EVICT:
+            evicts.append(EvictAction(namespace=namespace, name=d.pod_name, uid=uid, reason=d.reason,
+                                      message=d.message, idempotency_key=d.idempotency_key))
+    if hasattr(gateway, "apply"):
+        gateway.apply(binds=binds, evicts=evicts)
+        return
+    for ev in evicts:
+        gateway.evict(ev)
+    for b in binds:
+        gateway.bind(b)
+
+
+def mark_applied(decisions: list[Decision]) -> None:
+    ids = [d.pk for d in decisions if d.pk is not None]
+    if ids:
+        Decision.objects.filter(pk__in=ids, status=DecisionStatus.PLANNED).update(
+            status=DecisionStatus.APPLIED, applied_at=datetime.now(tz=UTC))
+
+
+# ----------------------------------------------------------------------------------- replay
+
+
+def dump_snapshot(shard: SchedulingShard | int | str | None = None) -> dict[str, Any]:
+    """The snapshot and config the shard's next cycle would decide on, as JSON-able data."""
+    shard = resolve_shard(shard)
+    gateway = gateway_for(shard.cluster)
+    from kaiweb.usage.accounting import usage_for_engine
+
+    now = gateway.now() if hasattr(gateway, "now") else time.time()
+    snapshot, _ = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard))
+    return {"kind": "kaiweb.snapshot/v1", "shard": f"{shard.cluster.name}/{shard.name}",
+            "snapshot": snapshot.to_dict(), "config": cycle_config(shard).to_dict()}
+
+
+def replay_snapshot(data: dict[str, Any]) -> tuple[m.ClusterSnapshot, m.CycleConfig, m.CycleResult]:
+    """Run the engine on a dumped snapshot (nothing is recorded or applied)."""
+    if not isinstance(data, dict) or "snapshot" not in data:
+        raise ValueError("snapshot file: expected an object with 'snapshot' (and 'config'), as dump_snapshot writes")
+    snapshot = m.ClusterSnapshot.from_dict(data["snapshot"])
+    config = m.CycleConfig.from_dict(data.get("config") or {})
+    return snapshot, config, engine_run_cycle(snapshot, config)

@@ -1,0 +1,258 @@
+"""Usage accounting: what each queue has allocated, integrated over time into usage buckets,
+and the historical-usage input of time-based fair share (KAI-SEMANTICS §3.8) computed from them.
+
+Accounting samples, once per raw bucket (a minute by default), the resources every queue holds
+(its running pods, summed up the tree) and stores `allocated × bucket width` as that bucket's
+value (queue units × seconds: GPU-seconds, millicore-seconds, MB-seconds). Writing a bucket is
+an upsert of a value, not an increment, so a retried or duplicated accounting task is harmless.
+
+Roll-up keeps history affordable: minute buckets older than the raw retention are summed into
+hour buckets, hours past their retention into days, and days past theirs are dropped.
+
+The engine's input is KAI's decayed sum `U[q][r] = Σ a·0.5^(age/h) / Σ C·0.5^(age/h)` over the
+shard's window, computed vectorised by `scheduler_core.usage`; `usage_explanation(queue)` keeps
+the intermediate numbers for the UI.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+from django.db import transaction
+from django.db.models import F, Sum
+from django.db.models.functions import Coalesce
+
+from kaiweb.cluster.models import Node, SchedulingShard
+from kaiweb.core.choices import RESOURCES
+from kaiweb.queues.models import Queue
+from kaiweb.usage.models import UsageBucket, UsageSettings
+from kaiweb.workloads.choices import ALLOCATED_POD_STATES
+from kaiweb.workloads.models import Pod
+
+MB = 1_000_000
+HOUR = 3600
+DAY = 86400
+
+
+def _floor(at: datetime, width: int) -> datetime:
+    epoch = int(at.timestamp())
+    return datetime.fromtimestamp(epoch - epoch % width, tz=UTC)
+
+
+def allocated_by_queue(cluster_id: int | None = None) -> dict[int, dict[str, float]]:
+    """What every queue holds now, in queue units, leaves summed into their ancestors (2 queries)."""
+    pods = Pod.objects.filter(state__in=ALLOCATED_POD_STATES)
+    if cluster_id is not None:
+        pods = pods.filter(workload__cluster_id=cluster_id)
+    rows = pods.values("workload__queue_id").annotate(
+        cpu=Coalesce(Sum("cpu"), 0.0),
+        memory=Coalesce(Sum("memory"), 0),
+        gpu=Coalesce(Sum("gpu"), 0.0),
+        fraction=Coalesce(Sum(F("gpu_fraction") * F("gpu_devices")), 0.0),
+    )
+    parents = dict(Queue.objects.values_list("pk", "parent_id"))
+    totals: dict[int, dict[str, float]] = {pk: dict.fromkeys(RESOURCES, 0.0) for pk in parents}
+    for row in rows:
+        amounts = {"cpu": float(row["cpu"]), "memory": float(row["memory"]) / MB,
+                   "gpu": float(row["gpu"]) + float(row["fraction"])}
+        cur: int | None = row["workload__queue_id"]
+        seen: set[int] = set()
+        while cur is not None and cur not in seen:  # the tree has no cycles, but never loop
+            seen.add(cur)
+            for r in RESOURCES:
+                totals.setdefault(cur, dict.fromkeys(RESOURCES, 0.0))[r] += amounts[r]
+            cur = parents.get(cur)
+    return totals
+
+
+def account_usage(at: datetime | None = None) -> int:
+    """Write the current raw bucket of every queue and resource; returns the buckets written."""
+    conf = UsageSettings.load()
+    width = conf.raw_width_seconds
+    start = _floor(at or datetime.now(tz=UTC), width)
+    totals = allocated_by_queue()
+    rows = [
+        UsageBucket(queue_id=q, resource=r, start=start, width_seconds=width, value=amounts[r] * width)
+        for q, amounts in sorted(totals.items()) for r in RESOURCES
+    ]
+    with transaction.atomic():
+        UsageBucket.objects.bulk_create(
+            rows, update_conflicts=True, update_fields=["value"],
+            unique_fields=["queue", "resource", "start", "width_seconds"],
+        )
+    return len(rows)
+
+
+def roll_up_and_expire(now: datetime | None = None) -> dict[str, int]:
+    """Sum raw buckets past retention into hours, hours into days; drop days past retention."""
+    conf = UsageSettings.load()
+    now = now or datetime.now(tz=UTC)
+    report = {}
+    with transaction.atomic():
+        report["hourly"] = _roll(conf.raw_width_seconds, HOUR, now - timedelta(days=conf.raw_retention_days))
+        report["daily"] = _roll(HOUR, DAY, now - timedelta(days=conf.hourly_retention_days))
+        report["expired"], _ = UsageBucket.objects.filter(
+            width_seconds=DAY, start__lt=now - timedelta(days=conf.daily_retention_days)).delete()
+    return report
+
+
+def _roll(from_width: int, to_width: int, before: datetime) -> int:
+    # Only whole target buckets are rolled, so a bucket is never summed twice.
+    cutoff = _floor(before, to_width)
+    old = UsageBucket.objects.filter(width_seconds=from_width, start__lt=cutoff)
+    sums: dict[tuple[int, str, datetime], float] = defaultdict(float)
+    for queue_id, resource, start, value in old.values_list("queue_id", "resource", "start", "value").iterator():
+        sums[(queue_id, resource, _floor(start, to_width))] += value
+    if not sums:
+        return 0
+    existing = {
+        (b.queue_id, b.resource, b.start): b
+        for b in UsageBucket.objects.filter(width_seconds=to_width, start__in={k[2] for k in sums})
+    }
+    new, updated = [], []
+    for (queue_id, resource, start), value in sums.items():
+        bucket = existing.get((queue_id, resource, start))
+        if bucket is None:
+            new.append(UsageBucket(queue_id=queue_id, resource=resource, start=start, width_seconds=to_width,
+                                   value=value))
+        else:
+            bucket.value += value
+            updated.append(bucket)
+    UsageBucket.objects.bulk_create(new, batch_size=1000)
+    UsageBucket.objects.bulk_update(updated, ["value"], batch_size=1000)
+    old.delete()
+    return len(sums)
+
+
+# ------------------------------------------------------------------------- time-based fair share
+
+
+def usage_params(shard: SchedulingShard) -> dict[str, Any]:
+    """The shard's usage window: size, half-life, type (sliding | tumbling) and tumbling start."""
+    extra = ((shard.cluster.settings or {}).get("usage") or {}) if shard.cluster_id else {}
+    window_type = extra.get("window_type", "sliding")
+    if window_type not in ("sliding", "tumbling"):
+        raise ValueError(f"usage.window_type: must be 'sliding' or 'tumbling', not {window_type!r}")
+    return {
+        "window_seconds": float(shard.usage_window_seconds),
+        "half_life_seconds": float(shard.usage_half_life_seconds) or None,
+        "window_type": window_type,
+        "tumbling_start": float(extra.get("tumbling_start", 0.0)),
+        "k": shard.k_value,
+    }
+
+
+def cluster_capacity(cluster_id: int) -> dict[str, float]:
+    """Allocatable capacity of the cluster's nodes, in queue units (MB for memory)."""
+    agg = Node.objects.filter(cluster_id=cluster_id, ready=True).aggregate(
+        cpu=Coalesce(Sum("allocatable_cpu"), 0.0), memory=Coalesce(Sum("allocatable_memory"), 0),
+        gpu=Coalesce(Sum("allocatable_gpu"), 0.0))
+    return {"cpu": float(agg["cpu"]), "memory": float(agg["memory"]) / MB, "gpu": float(agg["gpu"])}
+
+
+def _samples(shard: SchedulingShard, now: datetime, window: float, queue_ids: list[int] | None = None):
+    """Per-queue allocated samples (amount, not amount×seconds) on the union grid of bucket starts."""
+    since = now - timedelta(seconds=window)
+    qs = UsageBucket.objects.filter(start__gte=since, start__lte=now)
+    if queue_ids is not None:
+        qs = qs.filter(queue_id__in=queue_ids)
+    rows = list(qs.values_list("queue__name", "resource", "start", "width_seconds", "value"))
+    times = sorted({start.timestamp() for _, _, start, _, _ in rows})
+    col = {t: i for i, t in enumerate(times)}
+    names = sorted({name for name, *_ in rows})
+    row_of = {n: i for i, n in enumerate(names)}
+    allocated = np.zeros((len(names), len(RESOURCES), len(times)))
+    widths = np.zeros(len(times))
+    for name, resource, start, width, value in rows:
+        t = col[start.timestamp()]
+        allocated[row_of[name], RESOURCES.index(resource), t] = value / width
+        widths[t] = max(widths[t], width)
+    return names, np.asarray(times, dtype=float), widths, allocated
+
+
+def usage_for_engine(shard: SchedulingShard, now: datetime | None = None) -> dict[str, tuple[float, float, float]]:
+    """Normalised historical usage per queue ([cpu, memory, gpu] in 0..1) for the engine.
+
+    Empty (the feature is off, as in KAI without a usage database) when k is 0 or there is no
+    history yet.
+    """
+    if shard.k_value <= 0:
+        return {}
+    explanation = compute_usage(shard, now=now)
+    return {q: tuple(v) for q, v in explanation["usage"].items()}  # type: ignore[misc]
+
+
+def compute_usage(shard: SchedulingShard, now: datetime | None = None,
+                  queue_ids: list[int] | None = None) -> dict[str, Any]:
+    """KAI's decayed-sum usage from the buckets, with every intermediate number."""
+    now = now or datetime.now(tz=UTC)
+    params = usage_params(shard)
+    names, times, widths, allocated = _samples(shard, now, params["window_seconds"], queue_ids)
+    capacity = cluster_capacity(shard.cluster_id)
+    cap = np.array([capacity[r] for r in RESOURCES], dtype=float)
+    # Capacity is taken as the current allocatable at every sample time (the cluster's history of
+    # capacity is not recorded); KAI reads node capacity samples from Prometheus instead.
+    capacity_samples = np.repeat(cap[:, None], len(times), axis=1)
+    out = _decayed_usage(allocated, capacity_samples, times, now.timestamp(), params, names)
+    usage = {name: [float(x) for x in out["usage"][i]] for i, name in enumerate(names)}
+    return {
+        "params": params,
+        "now": now.isoformat(),
+        "capacity": capacity,
+        "sample_times": [datetime.fromtimestamp(t, tz=UTC).isoformat() for t in times],
+        "weights": [float(w) for w in out["weights"]],
+        "queue_decayed": {name: [float(x) for x in out["decayed"][i]] for i, name in enumerate(names)},
+        "capacity_decayed": [float(x) for x in out["capacity_decayed"]],
+        "usage": usage,
+    }
+
+
+def _decayed_usage(allocated: np.ndarray, capacity: np.ndarray, times: np.ndarray, now: float,
+                   params: dict[str, Any], names: list[str]) -> dict[str, np.ndarray]:
+    """KAI's decayed sum over the window, by the engine's vectorised `scheduler_core.usage`.
+
+    `allocated` is [queue, resource, time] and `capacity` [resource, time] here; the engine takes
+    [queue, time, resource] and [time, resource]."""
+    from scheduler_core.usage import compute_usage as core_compute_usage
+
+    result = core_compute_usage(
+        times, np.transpose(allocated, (0, 2, 1)) if allocated.size else np.zeros((0, len(times), len(RESOURCES))),
+        capacity.T, now=now, half_life=params["half_life_seconds"], window=params["window_seconds"],
+        window_type=params["window_type"],
+        tumbling_start=params["tumbling_start"] if params["window_type"] == "tumbling" else None,
+        queues=names,
+    )
+    return {"weights": result.weights, "decayed": result.decayed_allocated,
+            "capacity_decayed": result.decayed_capacity, "usage": result.usage}
+
+
+def usage_explanation(queue: Queue, shard: SchedulingShard | None = None, now: datetime | None = None) -> dict[str, Any]:
+    """The arithmetic behind a queue's historical usage, for the UI ("why is my fair share X").
+
+    Returns the window parameters, the sample times and their decay weights, the queue's decayed
+    allocation sum per resource, the cluster's decayed capacity sum, and the resulting usage
+    (their ratio), plus k and what it does to the queue's over-quota weight.
+    """
+    if shard is None:
+        shard = SchedulingShard.objects.select_related("cluster").filter(enabled=True).order_by("pk").first()
+    if shard is None:
+        raise LookupError("shard: no enabled scheduling shard to read usage settings from")
+    full = compute_usage(shard, now=now)
+    usage = full["usage"].get(queue.name, [0.0, 0.0, 0.0])
+    weights = {r: getattr(queue, f"{r}_over_quota_weight") for r in RESOURCES}
+    return {
+        "queue": queue.name,
+        "params": full["params"],
+        "sample_times": full["sample_times"],
+        "weights": full["weights"],
+        "queue_decayed": dict(zip(RESOURCES, full["queue_decayed"].get(queue.name, [0.0, 0.0, 0.0]))),
+        "capacity_decayed": dict(zip(RESOURCES, full["capacity_decayed"])),
+        "usage": dict(zip(RESOURCES, usage)),
+        "over_quota_weight": weights,
+        "k": full["params"]["k"],
+        "formula": "usage = Σ allocated·0.5^(age/half-life) / Σ capacity·0.5^(age/half-life); "
+                   "KAI adjusts the over-quota weight W to max(0, W + k·(W_norm − usage))",
+    }
