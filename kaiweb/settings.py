@@ -187,6 +187,15 @@ if KAI_CLUSTER_BACKEND not in {"simulated", "kubernetes"}:
 KAI_CYCLE_SECONDS = env.float("KAI_CYCLE_SECONDS", default=5.0)
 KAI_USAGE_SECONDS = env.float("KAI_USAGE_SECONDS", default=60.0)
 KAI_SCHEDULER_NAME = env.str("KAI_SCHEDULER_NAME", default="kai-scheduler")
+# Periodic work, seeded into django-celery-beat's tables (editable at runtime in the admin):
+# one cycle per enabled shard every KAI_CYCLE_SECONDS, usage accounting, daily roll-up.
+CELERY_BEAT_SCHEDULE = {
+    "scheduling-cycles": {"task": "scheduling.dispatch_cycles", "schedule": KAI_CYCLE_SECONDS,
+                          "options": {"expires": KAI_CYCLE_SECONDS * 2}},
+    "usage-accounting": {"task": "usage.account", "schedule": KAI_USAGE_SECONDS,
+                         "options": {"expires": KAI_USAGE_SECONDS * 2}},
+    "usage-retention": {"task": "usage.retention", "schedule": 24 * 3600.0},
+}
 
 # ---------------------------------------------------------------- logging
 LOGGING = {
