@@ -24,7 +24,7 @@ def quota_errors(resource: str, quota: float, limit: float, weight: float) -> di
         errors[f"{resource}_over_quota_weight"] = "is required"
     elif weight < 0:
         errors[f"{resource}_over_quota_weight"] = f"must not be negative (got {weight:g}); 0 means no share of the surplus"
-    if errors:
+    if f"{resource}_quota" in errors or f"{resource}_limit" in errors:
         return errors
     if limit != UNLIMITED:
         if quota == UNLIMITED:

@@ -1,0 +1,389 @@
+"""Queue CRD (`scheduling.run.ai/v2`) YAML import and export.
+
+Import is all-or-nothing: every document is checked (shape, field rules, parents, cycles across
+the file and the database) and every problem is listed with its document number and the CRD
+field it concerns; only a file without errors is applied, in one transaction, parents first.
+Queues already in the database are updated (like `kubectl apply`); queues not in the file are
+left alone. Unset fields follow KAI: quota 0, limit 0 (a cap of zero!), over-quota weight 0,
+priority 100 — with a warning for the surprising ones.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from kaiweb.audit.choices import AuditSource
+from kaiweb.core.choices import RESOURCES
+from kaiweb.core.services import error_dict
+from kaiweb.queues import services
+from kaiweb.queues.choices import DEFAULT_QUEUE_PRIORITY
+from kaiweb.queues.models import Queue
+from kaiweb.queues.services import find_cycle
+from kaiweb.queues.validators import quota_errors
+from kaiweb.workloads.choices import ACTIVE_WORKLOAD_STATES
+
+API_VERSION = "scheduling.run.ai/v2"
+KIND = "Queue"
+SPEC_KEYS = {"displayName", "parentQueue", "priority", "resources", "preemptMinRuntime", "reclaimMinRuntime"}
+RESOURCE_KEYS = {"quota", "limit", "overQuotaWeight"}
+# Where a model field lives in the CRD, for error messages.
+CRD_PATH = {
+    "name": "metadata.name",
+    "display_name": "spec.displayName",
+    "parent": "spec.parentQueue",
+    "priority": "spec.priority",
+    "preempt_min_runtime": "spec.preemptMinRuntime",
+    "reclaim_min_runtime": "spec.reclaimMinRuntime",
+    "labels": "metadata.labels",
+    **{f"{r}_quota": f"spec.resources.{r}.quota" for r in RESOURCES},
+    **{f"{r}_limit": f"spec.resources.{r}.limit" for r in RESOURCES},
+    **{f"{r}_over_quota_weight": f"spec.resources.{r}.overQuotaWeight" for r in RESOURCES},
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+@dataclass(frozen=True, slots=True)
+class ImportProblem:
+    """One error of an import: the document (1-based), the queue, the CRD field and the rule."""
+
+    document: int
+    name: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"document {self.document}" + (f" ({self.name})" if self.name else "")
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+
+class QueueImportError(Exception):
+    """The import was rejected; `problems` lists every error found. Nothing was changed."""
+
+    def __init__(self, problems: list[ImportProblem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+@dataclass(slots=True)
+class ImportResult:
+    """What an import did (or would do, for a dry run)."""
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+
+@dataclass(slots=True)
+class _Doc:
+    index: int
+    name: str
+    values: dict[str, Any]
+
+
+# ------------------------------------------------------------------------------------------ durations
+
+
+def parse_duration(text: Any) -> dt.timedelta:
+    """A Go duration string ("90s", "5m", "1h30m") as a timedelta; ValueError if unreadable."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return dt.timedelta(seconds=float(text))
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"must be a duration like '90s', '5m' or '1h30m', not {text!r}")
+    pos, seconds = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(text):
+        raise ValueError(f"must be a duration like '90s', '5m' or '1h30m', not {text!r}")
+    return dt.timedelta(seconds=seconds)
+
+
+def format_duration(value: dt.timedelta) -> str:
+    """A timedelta as a Go duration string ("1h30m", "90s" → "1m30s")."""
+    total = value.total_seconds()
+    hours, rest = divmod(int(total), 3600)
+    minutes, seconds = divmod(rest, 60)
+    frac = total - int(total)
+    out = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
+    if seconds or frac or not out:
+        out += f"{seconds + frac:g}s"
+    return out
+
+
+# ------------------------------------------------------------------------------------------ parsing
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _documents(text: str) -> list[Any]:
+    docs: list[Any] = []
+    for doc in yaml.safe_load_all(text):
+        if doc is None:
+            continue
+        if isinstance(doc, dict) and doc.get("kind") in {"List", "QueueList"} and isinstance(doc.get("items"), list):
+            docs.extend(doc["items"])  # `kubectl get queues -o yaml` output
+        else:
+            docs.append(doc)
+    return docs
+
+
+def _parse_document(index: int, doc: Any, problems: list[ImportProblem], warnings: list[str]) -> _Doc | None:
+    def problem(name: str, path: str, message: str) -> None:
+        problems.append(ImportProblem(index, name, path, message))
+
+    if not isinstance(doc, dict):
+        problem("", "", f"must be a mapping (a Queue object), not {type(doc).__name__}")
+        return None
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    name = metadata.get("name") if isinstance(metadata.get("name"), str) else ""
+    start = len(problems)
+    if doc.get("apiVersion") != API_VERSION:
+        problem(name, "apiVersion", f"must be {API_VERSION}, not {doc.get('apiVersion')!r}")
+    if doc.get("kind") != KIND:
+        problem(name, "kind", f"must be {KIND}, not {doc.get('kind')!r}")
+    if not name:
+        problem(name, "metadata.name", "is required")
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
+        problem(name, "spec", "is required and must be a mapping")
+        return None
+    for key in sorted(set(spec) - SPEC_KEYS):
+        problem(name, f"spec.{key}", f"is not a Queue field (known: {', '.join(sorted(SPEC_KEYS))})")
+    values: dict[str, Any] = {"name": name, "display_name": spec.get("displayName") or ""}
+    if not isinstance(values["display_name"], str):
+        problem(name, "spec.displayName", "must be a string")
+    labels = metadata.get("labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        problem(name, "metadata.labels", "must map label names to strings")
+    else:
+        values["labels"] = labels
+    parent = spec.get("parentQueue")
+    if parent not in (None, "") and not isinstance(parent, str):
+        problem(name, "spec.parentQueue", "must be a queue name")
+    values["parent"] = parent or None
+    priority = spec.get("priority", DEFAULT_QUEUE_PRIORITY)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        problem(name, "spec.priority", f"must be an integer, not {priority!r}")
+    values["priority"] = priority
+    for key, attr in (("preemptMinRuntime", "preempt_min_runtime"), ("reclaimMinRuntime", "reclaim_min_runtime")):
+        if spec.get(key) not in (None, ""):
+            try:
+                values[attr] = parse_duration(spec[key])
+            except ValueError as exc:
+                problem(name, f"spec.{key}", str(exc))
+        else:
+            values[attr] = None
+    resources = spec.get("resources")
+    if not isinstance(resources, dict):
+        # KAI's admission webhook rejects a Queue without spec.resources.
+        problem(name, "spec.resources", "is required (a mapping of cpu, memory and gpu)")
+        return None
+    for key in sorted(set(resources) - set(RESOURCES)):
+        problem(name, f"spec.resources.{key}", "is not a queue resource (cpu, memory, gpu)")
+    for r in RESOURCES:
+        entry = resources.get(r) or {}
+        if not isinstance(entry, dict):
+            problem(name, f"spec.resources.{r}", "must be a mapping of quota, limit, overQuotaWeight")
+            continue
+        for key in sorted(set(entry) - RESOURCE_KEYS):
+            problem(name, f"spec.resources.{r}.{key}", "is not a resource field (quota, limit, overQuotaWeight)")
+        for key, attr in (("quota", "quota"), ("limit", "limit"), ("overQuotaWeight", "over_quota_weight")):
+            raw = entry.get(key, 0)
+            number = _number(raw)
+            if number is None:
+                problem(name, f"spec.resources.{r}.{key}", f"must be a number, not {raw!r}")
+                number = 0.0
+            values[f"{r}_{attr}"] = number
+        if "limit" not in entry:
+            warnings.append(
+                f"{name}: spec.resources.{r}.limit is unset, which KAI reads as a cap of 0 "
+                f"(no {r} at all); set -1 for no cap"
+            )
+        for model_field, message in quota_errors(
+            r, values[f"{r}_quota"], values[f"{r}_limit"], values[f"{r}_over_quota_weight"]
+        ).items():
+            problem(name, CRD_PATH[model_field], message)
+    if len(problems) > start:
+        return None
+    try:  # the remaining field rules (name format, lengths) of the model
+        Queue(**{k: v for k, v in values.items() if k != "parent"}).full_clean(
+            exclude=["parent"], validate_unique=False, validate_constraints=False
+        )
+    except ValidationError as exc:
+        for key, messages in error_dict(exc).items():
+            for message in messages:
+                problem(name, CRD_PATH.get(key, key), message)
+        return None
+    return _Doc(index, name, values)
+
+
+def plan_import(text: str) -> tuple[list[_Doc], list[str]]:
+    """Parse and check a whole file; raise QueueImportError listing every problem."""
+    problems: list[ImportProblem] = []
+    warnings: list[str] = []
+    try:
+        raw_docs = _documents(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise QueueImportError([ImportProblem(0, "", "", f"is not valid YAML{where}: {getattr(exc, 'problem', exc)}")]) from exc
+    if not raw_docs:
+        raise QueueImportError([ImportProblem(0, "", "", "the file holds no Queue documents")])
+    docs = [d for i, raw in enumerate(raw_docs, 1) if (d := _parse_document(i, raw, problems, warnings))]
+    seen: dict[str, int] = {}
+    for doc in docs:
+        if doc.name in seen:
+            problems.append(
+                ImportProblem(doc.index, doc.name, "metadata.name", f"queue {doc.name} is also defined in document {seen[doc.name]}")
+            )
+        seen.setdefault(doc.name, doc.index)
+    by_name = {d.name: d for d in docs}
+    existing = {q.name: q for q in Queue.objects.select_related("parent")}
+    parents: dict[str, str | None] = {n: (q.parent.name if q.parent else None) for n, q in existing.items()}
+    parents.update({d.name: d.values["parent"] for d in docs})
+    for doc in docs:
+        parent = doc.values["parent"]
+        if parent is not None and parent not in by_name and parent not in existing:
+            problems.append(
+                ImportProblem(doc.index, doc.name, "spec.parentQueue", f"queue {parent!r} does not exist in the file or in kaiweb")
+            )
+    reported: set[str] = set()
+    for doc in docs:
+        loop = find_cycle(parents, doc.name)
+        if loop and doc.name not in reported:
+            reported.update(loop)
+            problems.append(
+                ImportProblem(doc.index, doc.name, "spec.parentQueue", f"makes a cycle in the tree: {' → '.join(loop)}")
+            )
+    new_parents = {d.values["parent"] for d in docs if d.values["parent"] in existing}
+    busy = dict(
+        Queue.objects.filter(name__in=new_parents, workloads__state__in=ACTIVE_WORKLOAD_STATES)
+        .values_list("name", "pk")
+    )
+    for doc in docs:
+        if doc.values["parent"] in busy:
+            problems.append(
+                ImportProblem(
+                    doc.index, doc.name, "spec.parentQueue",
+                    f"queue {doc.values['parent']} has active workloads; only leaf queues hold workloads, so it cannot get children",
+                )
+            )
+    if problems:
+        raise QueueImportError(sorted(problems, key=lambda p: (p.document, p.field)))
+    return _topological(docs, parents), warnings
+
+
+def _topological(docs: list[_Doc], parents: dict[str, str | None]) -> list[_Doc]:
+    """Documents ordered so that every parent comes before its children (then by document order)."""
+    def depth(name: str) -> int:
+        d, node = 0, parents.get(name)
+        while node is not None:
+            d, node = d + 1, parents.get(node)
+        return d
+
+    return sorted(docs, key=lambda d: (depth(d.name), d.index))
+
+
+def import_queues(
+    text: str, *, actor: Any = None, source: str = AuditSource.IMPORT, dry_run: bool = False
+) -> ImportResult:
+    """Apply a Queue CRD YAML file (one or many documents) all-or-nothing; see the module docstring."""
+    result = ImportResult(dry_run=dry_run)
+    with transaction.atomic():
+        ordered, warnings = plan_import(text)
+        result.warnings.extend(warnings)
+        for doc in ordered:
+            current = Queue.objects.filter(name=doc.name).first()
+            try:
+                if current is None:
+                    change = services.create_queue(doc.values, actor=actor, source=source)
+                    result.created.append(doc.name)
+                else:
+                    before = {k: getattr(current, k) for k in doc.values if k != "parent"}
+                    before_parent = current.parent.name if current.parent_id else None
+                    values = {k: v for k, v in doc.values.items() if k != "name"}
+                    change = services.update_queue(current, values, actor=actor, source=source)
+                    after = {k: getattr(change.obj, k) for k in doc.values if k != "parent"}
+                    changed = before != after or before_parent != doc.values["parent"]
+                    (result.updated if changed else result.unchanged).append(doc.name)
+            except ValidationError as exc:  # a rule the plan could not see; report it the same way
+                raise QueueImportError(
+                    [
+                        ImportProblem(doc.index, doc.name, CRD_PATH.get(k, k), m)
+                        for k, ms in error_dict(exc).items() for m in ms
+                    ]
+                ) from exc
+            result.warnings.extend(w for w in change.warnings if w not in result.warnings)
+        if dry_run:
+            transaction.set_rollback(True)
+    return result
+
+
+# ------------------------------------------------------------------------------------------ export
+
+
+def _plain(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
+def queue_to_crd(queue: Queue) -> dict[str, Any]:
+    """One queue as a Queue CRD object."""
+    metadata: dict[str, Any] = {"name": queue.name}
+    if queue.labels:
+        metadata["labels"] = dict(queue.labels)
+    spec: dict[str, Any] = {}
+    if queue.display_name:
+        spec["displayName"] = queue.display_name
+    if queue.parent_id:
+        spec["parentQueue"] = queue.parent.name
+    spec["priority"] = queue.priority
+    spec["resources"] = {
+        r: {
+            "quota": _plain(getattr(queue, f"{r}_quota")),
+            "limit": _plain(getattr(queue, f"{r}_limit")),
+            "overQuotaWeight": _plain(getattr(queue, f"{r}_over_quota_weight")),
+        }
+        for r in RESOURCES
+    }
+    if queue.preempt_min_runtime is not None:
+        spec["preemptMinRuntime"] = format_duration(queue.preempt_min_runtime)
+    if queue.reclaim_min_runtime is not None:
+        spec["reclaimMinRuntime"] = format_duration(queue.reclaim_min_runtime)
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
+
+
+def export_queues(queues: Iterable[Queue] | None = None) -> str:
+    """Queues as multi-document Queue CRD YAML, parents before children, by name within a level."""
+    items = list(queues if queues is not None else Queue.objects.select_related("parent"))
+    parents = {q.name: (q.parent.name if q.parent_id else None) for q in items}
+
+    def depth(name: str) -> int:
+        d, node = 0, parents.get(name)
+        while node is not None and d < len(parents):
+            d, node = d + 1, parents.get(node)
+        return d
+
+    items.sort(key=lambda q: (depth(q.name), q.name))
+    return yaml.safe_dump_all(
+        [queue_to_crd(q) for q in items], sort_keys=False, default_flow_style=None, explicit_start=False
+    )
