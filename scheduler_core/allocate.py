@@ -99,7 +99,9 @@ class Placer:
         self.s = s
         cfg = s.config
         self.predicates = cfg.predicates and cfg.has_plugin("predicates")
-        self.gpu_spread = cfg.gpu_placement == "spread" or (cfg.plugins is not None and "gpuspread" in cfg.plugins)
+        # node level: nodeplacement arguments; device level: gpuspread (or GPU spread placement)
+        self.node_gpu_spread = cfg.gpu_placement == "spread"
+        self.gpu_spread = self.node_gpu_spread or (cfg.plugins is not None and "gpuspread" in cfg.plugins)
         self.cpu_spread = cfg.cpu_placement == "spread"
         self.use_availability = cfg.has_plugin("nodeavailability")
         self.use_sharing_order = cfg.has_plugin("gpusharingorder") and not self.gpu_spread
@@ -169,7 +171,8 @@ class Placer:
             free_any = gmem - grp.mem_active
             if free_any + _EPS < mem:
                 continue
-            on_idle = gmem - grp.mem_active - grp.mem_releasing + _EPS >= mem
+            # a group waiting for releasing capacity (pipelined tasks) can only take pipelined tasks
+            on_idle = grp.n_pipelined == 0 and gmem - grp.mem_active - grp.mem_releasing + _EPS >= mem
             used = (grp.mem_active + grp.mem_releasing) / gmem
             score = (1.0 - used) if self.gpu_spread else used
             opts.append((score, g, on_idle))
@@ -200,7 +203,7 @@ class Placer:
                                  for i in cand])
                 cap = np.array([float(sum(s.nodes[i].spec.mig_instances.values())) for i in cand])
             has = cap > 0
-            spread = self.gpu_spread if gpu_task else self.cpu_spread
+            spread = self.node_gpu_spread if gpu_task else self.cpu_spread
             if spread:
                 total = cap.copy()
                 if gpu_task and r.gpu_kind != m.GPU_MIG:
@@ -374,28 +377,40 @@ def topology_subsets(s: Session, tasks: list[TaskState], tc: m.TopologyConstrain
         return worst
 
     deepest = pref_d if pref_d is not None else req_d
-    # domains per level, from deepest allowed level up to the required level (or the root)
-    top = req_d if req_d is not None else -1
-    subsets: list[tuple[int, float, tuple, list[int]]] = []
-    for d in range(deepest, top - 1, -1):
+    # the domain tree: each domain's children sorted by least free room first (ratio descending,
+    # then id); candidates at one level are listed in that tree order (pack top-most first)
+    by_depth: list[dict[tuple, list[int]]] = []
+    for d in range(len(levels)):
         doms: dict[tuple, list[int]] = {}
-        if d < 0:
-            doms[()] = inside
-        else:
-            for i in inside:
-                key = _domain_of(s.nodes[i].spec, levels, d)
-                doms.setdefault(key, []).append(i)  # type: ignore[arg-type]
+        for i in inside:
+            doms.setdefault(_domain_of(s.nodes[i].spec, levels, d), []).append(i)  # type: ignore[arg-type]
+        by_depth.append(doms)
+    ratios = {key: ratio(nodes) for doms in by_depth for key, nodes in doms.items()}
+    rank: dict[tuple, int] = {}
+    for doms in by_depth:
+        sibs: dict[tuple, list[tuple]] = {}
+        for key in doms:
+            sibs.setdefault(key[:-1], []).append(key)
+        for group in sibs.values():
+            group.sort(key=lambda k: (-ratios[k], k))
+            for r_, k in enumerate(group):
+                rank[k] = r_
+
+    def tree_pos(key: tuple) -> tuple:
+        return tuple(rank[key[: d + 1]] for d in range(len(key)))
+
+    top = req_d if req_d is not None else -1
+    subsets: list[tuple[int, tuple, list[int]]] = []
+    for d in range(deepest, top - 1, -1):
+        doms = by_depth[d] if d >= 0 else {(): inside}
         for key, nodes in doms.items():
-            rt = ratio(nodes)
+            rt = ratios.get(key, ratio(nodes)) if d >= 0 else ratio(nodes)
             if rt <= 1.0 + _EPS:
-                subsets.append((-d, -rt, key, nodes))
-    subsets.sort(key=lambda x: (x[0], x[1], x[2]))
+                subsets.append((-d, tree_pos(key), nodes))
+    subsets.sort(key=lambda x: (x[0], x[1]))
     extra = None
     if pref_d is not None:
-        doms2: dict[tuple, list[int]] = {}
-        for i in inside:
-            doms2.setdefault(_domain_of(s.nodes[i].spec, levels, pref_d), []).append(i)  # type: ignore[arg-type]
-        order = sorted(doms2.items(), key=lambda kv: (-ratio(kv[1]), kv[0]))
+        order = sorted(by_depth[pref_d].items(), key=lambda kv: tree_pos(kv[0]))
         extra_map: dict[int, float] = {}
         n = len(order)
         for k, (_, nodes) in enumerate(order):
@@ -410,7 +425,7 @@ def topology_subsets(s: Session, tasks: list[TaskState], tc: m.TopologyConstrain
             f"{len(tasks)} pods",
             {"topology": tc.topology, "level": lvl, "pods": len(tasks)},
         )
-    return [np.array(sorted(x[3]), dtype=int) for x in subsets], extra, None
+    return [np.array(sorted(x[2]), dtype=int) for x in subsets], extra, None
 
 
 def _job_topology(job: JobState) -> m.TopologyConstraint | None:

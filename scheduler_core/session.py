@@ -363,6 +363,7 @@ class Session:
                 name=name, parent=q.parent, priority=q.priority, creation=q.creation,
                 deserved=vec("quota"), limit=vec("limit"), weight=weight,
                 usage=[float(x) for x in self.snapshot.usage.get(name, (0.0, 0.0, 0.0))],
+                preempt_min_runtime=q.preempt_min_runtime_s, reclaim_min_runtime=q.reclaim_min_runtime_s,
             )
         for q in self.queues.values():
             if q.parent is not None:
