@@ -176,8 +176,11 @@ class Placer:
             used = (grp.mem_active + grp.mem_releasing) / gmem
             score = (1.0 - used) if self.gpu_spread else used
             opts.append((score, g, on_idle))
-        idle_whole = int(math.floor(s.idle[i, GPU] + _EPS))
-        rel_whole = int(math.floor(s.idle[i, GPU] + s.rel[i, GPU] + _EPS)) - max(idle_whole, 0)
+        # whole devices free on idle + releasing; the idle ones first (releasing may be negative
+        # when pipelined tasks already wait for it)
+        total_whole = max(0, int(math.floor(s.idle[i, GPU] + s.rel[i, GPU] + _EPS)))
+        idle_whole = min(max(0, int(math.floor(s.idle[i, GPU] + _EPS))), total_whole)
+        rel_whole = total_whole - idle_whole
         whole_score = 1.0 if self.gpu_spread else 0.0
         for _ in range(max(idle_whole, 0)):
             opts.append((whole_score, None, True))

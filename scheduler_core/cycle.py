@@ -59,8 +59,9 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
     for t in s.tasks:
         status = _OUT_STATUS.get(t.status, t.status)
         node = names[t.node] if t.node is not None else None
-        if t.status == m.PENDING and node is None and t.spec.node is not None and not t.was_cleared:
-            node = t.spec.node  # KAI keeps a pending task's node unless an attempt was rolled back
+        if node is None and t.spec.node is not None and not t.was_cleared and t.status == t.orig_status:
+            # KAI keeps an untouched task's node (pending ones until an attempt is rolled back)
+            node = t.spec.node
         outcomes.append(m.TaskOutcome(t.job.uid, t.name, status, node, tuple(t.groups)))
         if t.status == m.ALLOCATED:
             binds.append(m.BindDecision(t.job.uid, t.name, node or "", tuple(t.groups),

@@ -238,10 +238,8 @@ def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks
         if j is None:
             break
         sub = stmt.checkpoint()
-        if allocate_job(s, placer, stmt, j, pipeline_only=True, simulation=True, record=False):
-            if tasks_to_allocate(j, simulation=True):
-                order.push(j)
-        else:
+        # each job gets one attempt (its next batch), as in KAI's scenario simulation
+        if not allocate_job(s, placer, stmt, j, pipeline_only=True, simulation=True, record=False):
             stmt.rollback(sub)
     placed = job.gang_satisfied() and job.active_allocated() > before and not any(
         t.status == m.ALLOCATED for t in job.tasks if t.orig_status == m.PENDING)
