@@ -244,7 +244,9 @@ class FakeKubeApiServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-kube-apiserver", daemon=True)
+        # A short poll interval makes stop() quick (shutdown waits for the next poll).
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},
+                                        name="fake-kube-apiserver", daemon=True)
         self._thread.start()
         return self
 
@@ -691,6 +693,7 @@ class FakeKubeApiServer:
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeKubeApiServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out separately: no 40 ms delayed-ACK stalls
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
         pass  # quiet: pytest shows what matters

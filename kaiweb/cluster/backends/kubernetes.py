@@ -612,6 +612,13 @@ class KubernetesGateway:
                     self._sleep(self._backoff(attempt, exc))
                     continue
                 raise self._error(operation, exc, attempt) from exc
+            except urllib3.exceptions.NewConnectionError as exc:
+                # Checked before timeouts: urllib3 derives "connection refused" from ConnectTimeoutError.
+                if attempt < self.max_attempts:
+                    self._sleep(self._backoff(attempt, None))
+                    continue
+                raise ClusterUnavailable(operation, f"cannot reach the API server after {attempt} attempts: "
+                                         f"{exc}") from exc
             except urllib3.exceptions.TimeoutError as exc:
                 if attempt < self.max_attempts:
                     self._sleep(self._backoff(attempt, None))
