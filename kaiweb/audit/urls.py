@@ -1,6 +1,12 @@
-"""HTML routes of the audit app."""
+"""HTML routes of the audit app (mounted at /audit/)."""
 
-from django.urls import path  # noqa: F401
+from __future__ import annotations
+
+from django.urls import path
+
+from kaiweb.audit import views
 
 app_name = "audit"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.audit_list, name="list"),
+]

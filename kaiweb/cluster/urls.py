@@ -1,6 +1,12 @@
-"""HTML routes of the cluster app."""
+"""HTML routes of the cluster app (mounted at /nodes/)."""
 
-from django.urls import path  # noqa: F401
+from __future__ import annotations
+
+from django.urls import path
+
+from kaiweb.cluster import views
 
 app_name = "cluster"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.node_map, name="nodes"),
+]

@@ -1,6 +1,12 @@
-"""HTML routes of the dashboard app."""
+"""HTML routes of the dashboard app: the overview at /."""
 
-from django.urls import path  # noqa: F401
+from __future__ import annotations
+
+from django.urls import path
+
+from kaiweb.dashboard import views
 
 app_name = "dashboard"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.overview, name="overview"),
+]

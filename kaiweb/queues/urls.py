@@ -1,6 +1,16 @@
-"""HTML routes of the queues app."""
+"""HTML routes of the queues app (mounted at /queues/)."""
 
-from django.urls import path  # noqa: F401
+from __future__ import annotations
+
+from django.urls import path
+
+from kaiweb.queues import views
 
 app_name = "queues"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.tree, name="tree"),
+    path("id/<int:pk>/", views.by_id, name="by_id"),
+    path("<str:name>/", views.detail, name="detail"),
+    path("<str:name>/edit/", views.edit, name="edit"),
+    path("<str:name>/edit/preview/", views.preview, name="preview"),
+]

@@ -1,6 +1,13 @@
-"""HTML routes of the usage app."""
+"""HTML routes of the usage app (mounted at /usage/)."""
 
-from django.urls import path  # noqa: F401
+from __future__ import annotations
+
+from django.urls import path
+
+from kaiweb.usage import views
 
 app_name = "usage"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.usage_report, name="report"),
+    path("export.csv", views.usage_csv, name="csv"),
+]

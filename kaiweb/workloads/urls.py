@@ -1,6 +1,13 @@
-"""HTML routes of the workloads app."""
+"""HTML routes of the workloads app (mounted at /workloads/)."""
 
-from django.urls import path  # noqa: F401
+from __future__ import annotations
+
+from django.urls import path
+
+from kaiweb.workloads import views
 
 app_name = "workloads"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.workload_list, name="list"),
+    path("<int:pk>/", views.workload_detail, name="detail"),
+]

@@ -1,0 +1,29 @@
+"""The audit log page: who changed what, when, before and after."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+
+from kaiweb.audit.models import AuditEntry
+from kaiweb.dashboard.pages import active_filters, filter_queryset, paginate, render_page
+
+
+def _filterset_class() -> Any:
+    from kaiweb.audit.filtersets import AuditEntryFilterSet
+
+    return AuditEntryFilterSet
+
+
+def audit_list(request: HttpRequest) -> HttpResponse:
+    filterset, qs = filter_queryset(request, _filterset_class(), AuditEntry.objects.select_related("actor").order_by("-at", "-id"))
+    page = paginate(request, qs)
+    context = {
+        "filterset": filterset,
+        "filtered": active_filters(filterset),
+        "page_obj": page,
+        "entries": [(e, e.changes()) for e in page.object_list],
+        "any": AuditEntry.objects.exists(),
+    }
+    return render_page(request, "audit/list.html", context)

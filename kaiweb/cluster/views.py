@@ -1,0 +1,130 @@
+"""The nodes page: a GPU map (node × device, coloured by the queue using it, fractions as partial cells)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+
+from kaiweb.cluster.models import GpuDevice, Node, SchedulingShard
+from kaiweb.dashboard.charts import queue_colour
+from kaiweb.dashboard.pages import PER_PAGE_CHOICES, filter_queryset, paginate, render_page
+from kaiweb.workloads.choices import ALLOCATED_POD_STATES
+
+NODES_PER_PAGE = 100
+
+
+def _filterset_class() -> Any:
+    from kaiweb.cluster.filtersets import NodeFilterSet
+
+    return NodeFilterSet
+
+
+def _label_filter(qs: Any, text: str) -> tuple[Any, str | None]:
+    """`key=value[,key=value]` on node labels (a JSON key lookup: works on SQLite and Postgres)."""
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        if "=" not in part:
+            return qs.none(), f"label: write key=value (got {part!r})"
+        key, value = (x.strip() for x in part.split("=", 1))
+        if not key:
+            return qs.none(), "label: the key before '=' is empty"
+        qs = qs.filter(**{f"labels__{key}": value})
+    return qs, None
+
+
+def node_map(request: HttpRequest) -> HttpResponse:
+    """Nodes filtered by the API's NodeFilterSet, plus shard and label filters of this page."""
+    shards = list(SchedulingShard.objects.select_related("cluster").order_by("cluster__name", "name"))
+    filterset, qs = filter_queryset(request, _filterset_class(), Node.objects.select_related("cluster").order_by("name"))
+    errors: list[str] = []
+    shard_id = request.GET.get("shard", "")
+    shard = next((s for s in shards if str(s.pk) == shard_id), None)
+    if shard_id and shard is None:
+        errors.append(f"shard: no shard with id {shard_id!r}")
+        qs = qs.none()
+    elif shard is not None:
+        qs = qs.filter(cluster_id=shard.cluster_id)
+        if shard.partition_label_value:
+            qs = qs.filter(**{f"labels__{shard.partition_label_key}": shard.partition_label_value})
+        else:
+            # The default shard sees the nodes without the partition label.
+            qs = qs.exclude(labels__has_key=shard.partition_label_key)
+    label = request.GET.get("label", "").strip()
+    if label:
+        qs, err = _label_filter(qs, label)
+        if err:
+            errors.append(err)
+    page = paginate(request, qs, default=NODES_PER_PAGE)
+    nodes = list(page.object_list)
+    rows, legend = build_map(nodes)
+    context = {
+        "filterset": filterset,
+        "shards": shards,
+        "shard_id": shard_id,
+        "label": label,
+        "errors": errors,
+        "page_obj": page,
+        "per_page_choices": PER_PAGE_CHOICES,
+        "rows": rows,
+        "legend": legend,
+        "node_total": Node.objects.count(),
+    }
+    return render_page(request, "cluster/nodes.html", context, partial="cluster/partials/gpu_map.html")
+
+
+def build_map(nodes: list[Node]) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """Per node, each device as a list of (queue, fraction, colour) parts; two queries for the page.
+
+    Which device a pod holds is not recorded for whole GPUs, so whole-GPU pods fill devices in pod
+    order, and each shared-GPU group (fractional pods) takes one device after them: the counts
+    and the queues are exact, the device index is illustrative.
+    """
+    from kaiweb.workloads.models import Pod
+
+    ids = [n.pk for n in nodes]
+    devices: dict[int, list[GpuDevice]] = {}
+    for d in GpuDevice.objects.filter(node_id__in=ids).order_by("node_id", "index"):
+        devices.setdefault(d.node_id, []).append(d)
+    pods: dict[int, list[Any]] = {}
+    for p in (Pod.objects.filter(node_id__in=ids, state__in=ALLOCATED_POD_STATES)
+              .values("node_id", "gpu", "gpu_fraction", "gpu_devices", "gpu_group", "workload__queue__name",
+                      "workload__namespace", "workload__name").order_by("node_id", "id")):
+        pods.setdefault(p["node_id"], []).append(p)
+    queues_seen: set[str] = set()
+    rows = []
+    for n in nodes:
+        devs = devices.get(n.pk, [])
+        count = max(len(devs), int(n.allocatable_gpu))
+        cells: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+        slot = 0
+        groups: dict[str, int] = {}
+        used = 0.0
+        for p in pods.get(n.pk, []):
+            q = p["workload__queue__name"]
+            who = f"{p['workload__namespace']}/{p['workload__name']}"
+            if p["gpu_fraction"]:
+                key = p["gpu_group"] or f"anon-{len(groups)}"
+                if key not in groups:
+                    groups[key] = slot
+                    slot += 1
+                idx = groups[key]
+                parts = [(idx + i, p["gpu_fraction"]) for i in range(max(1, p["gpu_devices"] or 1))]
+            else:
+                whole = int(round(p["gpu"] or 0))
+                parts = [(slot + i, 1.0) for i in range(whole)]
+                slot += whole
+            for idx, frac in parts:
+                if 0 <= idx < count:
+                    cells[idx].append({"queue": q, "fraction": frac, "pct": f"{min(1.0, frac) * 100:.0f}",
+                                       "colour": queue_colour(q), "who": who})
+                    used += frac
+                    queues_seen.add(q)
+        dev_rows = []
+        for i in range(count):
+            d = devs[i] if i < len(devs) else None
+            title = ", ".join(f"{c['who']} ({c['queue']}, {c['fraction']:g})" for c in cells[i]) or "free"
+            dev_rows.append({"index": i, "device": d, "parts": cells[i], "healthy": d.healthy if d else True,
+                             "mig": bool(d and d.mig_profile), "title": f"gpu{i}: {title}"})
+        rows.append({"node": n, "devices": dev_rows, "used": used, "count": count})
+    legend = [(q, queue_colour(q)) for q in sorted(queues_seen)]
+    return rows, legend

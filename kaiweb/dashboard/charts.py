@@ -1,0 +1,195 @@
+"""Plotly figures built on the server; `static/js/charts.js` only draws them.
+
+Every builder returns a plain dict (plotly's JSON, parsed) ready for `json_script`, or an empty
+figure (`{"data": []}`) when there is nothing to draw, which charts.js shows as an empty state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import plotly.graph_objects as go
+
+# One palette for queues everywhere (tree, GPU map, stacked charts): a queue keeps its colour.
+PALETTE = [
+    "#4f8cff", "#37b37e", "#f2a93b", "#a66de0", "#e0576b", "#2bb5c8", "#8fb339", "#d9822b",
+    "#6c7ae0", "#c45ab3", "#3f9e8f", "#b5893c", "#5d9cec", "#e07b91", "#7f8c8d", "#98c13d",
+]
+ACCENT, GOOD, BAD, MUTED = "#2f6fde", "#1f8a5b", "#c23b32", "#8a94a6"
+
+
+def queue_colour(name: str, order: Sequence[str] | None = None) -> str:
+    """A stable colour per queue: by position in `order` when given, else by a hash of the name."""
+    if order is not None and name in order:
+        return PALETTE[list(order).index(name) % len(PALETTE)]
+    h = 0
+    for ch in name:
+        h = (h * 31 + ord(ch)) & 0xFFFFFFFF
+    return PALETTE[h % len(PALETTE)]
+
+
+def _layout(**extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "margin": {"l": 48, "r": 12, "t": 8, "b": 36},
+        "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 11, "color": "#1b2231"},
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)",
+        "legend": {"orientation": "h", "y": -0.18, "x": 0, "font": {"size": 11}},
+        "xaxis": {"gridcolor": "#eef0f4", "linecolor": "#dfe3ea", "zeroline": False},
+        "yaxis": {"gridcolor": "#eef0f4", "linecolor": "#dfe3ea", "zeroline": False, "rangemode": "tozero"},
+        "hovermode": "x unified",
+        "template": "none",
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return base
+
+
+def to_dict(fig: go.Figure) -> dict[str, Any]:
+    return json.loads(fig.to_json())
+
+
+EMPTY: dict[str, Any] = {"data": [], "layout": {}}
+
+
+def allocation_over_time(gpu: list[tuple[datetime, float]], cpu_cores: list[tuple[datetime, float]],
+                         gpu_total: float, cpu_total_cores: float) -> dict[str, Any]:
+    """Cluster GPU and CPU in use over time, as a share of today's capacity (two lines, %)."""
+    if not gpu and not cpu_cores:
+        return EMPTY
+    fig = go.Figure()
+    if gpu:
+        fig.add_trace(go.Scatter(
+            x=[t for t, _ in gpu], y=[100 * v / gpu_total if gpu_total else 0 for _, v in gpu],
+            customdata=[round(v, 2) for _, v in gpu], name="GPU", mode="lines", line={"color": ACCENT, "width": 2},
+            hovertemplate="%{y:.1f}% (%{customdata} GPUs)<extra>GPU</extra>", fill="tozeroy",
+            fillcolor="rgba(47,111,222,.08)",
+        ))
+    if cpu_cores:
+        fig.add_trace(go.Scatter(
+            x=[t for t, _ in cpu_cores], y=[100 * v / cpu_total_cores if cpu_total_cores else 0 for _, v in cpu_cores],
+            customdata=[round(v, 1) for _, v in cpu_cores], name="CPU", mode="lines",
+            line={"color": GOOD, "width": 1.5, "dash": "dot"},
+            hovertemplate="%{y:.1f}% (%{customdata} cores)<extra>CPU</extra>",
+        ))
+    fig.update_layout(**_layout(yaxis={"title": {"text": "% of capacity"}, "range": [0, 105], "ticksuffix": "%"}))
+    return to_dict(fig)
+
+
+def pending_by_queue(rows: list[tuple[str, int]]) -> dict[str, Any]:
+    """Horizontal bars: pending workloads per leaf queue (largest on top)."""
+    rows = [r for r in rows if r[1] > 0]
+    if not rows:
+        return EMPTY
+    rows.sort(key=lambda r: (r[1], r[0]))
+    fig = go.Figure(go.Bar(
+        x=[n for _, n in rows], y=[q for q, _ in rows], orientation="h",
+        marker={"color": [queue_colour(q) for q, _ in rows]},
+        hovertemplate="%{y}: %{x} pending<extra></extra>",
+    ))
+    fig.update_layout(**_layout(margin={"l": 120, "r": 12, "t": 4, "b": 28}, hovermode="closest",
+                                yaxis={"automargin": True, "rangemode": "normal"}, xaxis={"title": {"text": "workloads"}}))
+    return to_dict(fig)
+
+
+def queue_share_history(history: list[Any], resource: str, scale: float = 1.0, unit: str = "GPU") -> dict[str, Any]:
+    """One queue: allocated vs fair share (and requested) per recorded cycle."""
+    if not history:
+        return EMPTY
+    xs = [h.recorded_at for h in history]
+
+    def series(attr: str) -> list[float | None]:
+        out = []
+        for h in history:
+            v = (getattr(h, attr) or {}).get(resource)
+            out.append(None if v is None else round(float(v) / scale, 3))
+        return out
+
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=xs, y=series("requested"), name="requested", mode="lines",
+                             line={"color": MUTED, "width": 1, "dash": "dot"}))
+    fig.add_trace(go.Scatter(x=xs, y=series("fair_share"), name="fair share", mode="lines",
+                             line={"color": "#1b2231", "width": 2, "shape": "hv"}))
+    fig.add_trace(go.Scatter(x=xs, y=series("allocated"), name="allocated", mode="lines", fill="tozeroy",
+                             line={"color": ACCENT, "width": 2, "shape": "hv"}, fillcolor="rgba(47,111,222,.12)"))
+    fig.update_layout(**_layout(yaxis={"title": {"text": unit}}))
+    return to_dict(fig)
+
+
+def preemption_timeline(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Evictions over time, one marker row per action (reclaim, preempt, consolidate, stale gang)."""
+    if not events:
+        return EMPTY
+    colours = {"reclaim": "#d9822b", "preempt": BAD, "consolidate": ACCENT, "stale-gang": MUTED}
+    fig = go.Figure()
+    for action in ("reclaim", "preempt", "consolidate", "stale-gang"):
+        evs = [e for e in events if e["action"] == action]
+        if not evs:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[e["at"] for e in evs], y=[action] * len(evs), mode="markers", name=action,
+            marker={"color": colours[action], "size": 9, "symbol": "line-ns-open", "line": {"width": 2}},
+            text=[f"{e['victim']} ← {e['preemptor'] or '—'}" for e in evs],
+            hovertemplate="%{x|%H:%M:%S} %{text}<extra>" + action + "</extra>",
+        ))
+    fig.update_layout(**_layout(margin={"l": 90, "r": 12, "t": 4, "b": 28}, hovermode="closest", showlegend=False,
+                                yaxis={"rangemode": "normal", "automargin": True}))
+    return to_dict(fig)
+
+
+def cycle_phases(cycles: list[Any], phases: Sequence[str]) -> dict[str, Any]:
+    """Stacked bars: each cycle's duration split by phase (ms), oldest left."""
+    if not cycles:
+        return EMPTY
+    fig = go.Figure()
+    xs = [c.started_at for c in cycles]
+    for i, phase in enumerate(phases):
+        ys = [round(float((c.phase_durations or {}).get(phase) or 0) * 1000, 2) for c in cycles]
+        if not any(ys):
+            continue
+        fig.add_trace(go.Bar(x=xs, y=ys, name=phase, marker={"color": PALETTE[i % len(PALETTE)]},
+                             hovertemplate="%{y:.1f} ms<extra>" + phase + "</extra>"))
+    fig.update_layout(**_layout(barmode="stack", bargap=0.15, yaxis={"title": {"text": "ms"}}))
+    return to_dict(fig)
+
+
+def cycle_decisions(cycles: list[Any]) -> dict[str, Any]:
+    """Binds, evictions, pipelined and pending per cycle."""
+    if not cycles:
+        return EMPTY
+    xs = [c.started_at for c in cycles]
+    fig = go.Figure()
+    for attr, colour, kind in (("binds", GOOD, "bar"), ("evictions", BAD, "bar"), ("pipelined", ACCENT, "bar"),
+                               ("pending", MUTED, "line")):
+        ys = [getattr(c, attr) for c in cycles]
+        if kind == "bar":
+            fig.add_trace(go.Bar(x=xs, y=ys, name=attr, marker={"color": colour}))
+        else:
+            fig.add_trace(go.Scatter(x=xs, y=ys, name=attr, mode="lines", line={"color": colour, "dash": "dot"}))
+    fig.update_layout(**_layout(barmode="group", bargap=0.2, yaxis={"title": {"text": "count"}}))
+    return to_dict(fig)
+
+
+def usage_stacked(series: dict[str, list[tuple[datetime, float]]], unit: str) -> dict[str, Any]:
+    """Stacked areas: resource-hours per bucket for each queue (or department)."""
+    if not any(series.values()):
+        return EMPTY
+    fig = go.Figure()
+    order = sorted(series)
+    for name in order:
+        pts = series[name]
+        if not pts:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[t for t, _ in pts], y=[round(v, 3) for _, v in pts], name=name, mode="lines", stackgroup="one",
+            line={"width": 0.5, "color": queue_colour(name)},
+            hovertemplate="%{y:.2f} " + unit + "<extra>" + name + "</extra>",
+        ))
+    fig.update_layout(**_layout(yaxis={"title": {"text": unit}}))
+    return to_dict(fig)

@@ -1,0 +1,213 @@
+"""Read helpers for the pages (UI-only): the queue tree with current figures, cluster totals, series.
+
+Each helper runs a fixed number of queries whatever the number of queues, nodes or workloads,
+which is what keeps every page inside its query budget (tests/kaiweb/*/test_views*.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, F, Q, Sum
+from django.utils import timezone
+
+from kaiweb.core.choices import RESOURCES
+
+MB = 1_000_000
+
+
+@dataclass
+class QueueRow:
+    """One queue of the tree, with its place in it and its latest recorded figures."""
+
+    queue: Any
+    depth: int
+    path: str  # "/department-a/team-x/": a prefix test finds every descendant
+    children: int
+    status: Any | None
+    pending_workloads: int = 0
+    running_workloads: int = 0
+    editable: bool = False
+    parent_name: str = ""
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.children == 0
+
+    @property
+    def over_fair_share(self) -> list[str]:
+        """The resources in which the queue holds more than its fair share."""
+        return [r for r, f in self.resources.items()
+                if f["fair"] is not None and f["allocated"] is not None and f["allocated"] > f["fair"] + 1e-6]
+
+
+def latest_statuses(queue_ids: list[int] | None = None) -> dict[int, Any]:
+    """The most recent QueueStatus of each queue (the control plane's selector; two queries)."""
+    from kaiweb.queues.selectors import latest_statuses as select_latest
+
+    return select_latest(queue_ids)
+
+
+def live_workload_counts() -> dict[int, dict[str, int]]:
+    """Pending and running workloads per (leaf) queue, counted from the workloads themselves."""
+    from kaiweb.workloads.models import Workload
+
+    out: dict[int, dict[str, int]] = {}
+    rows = (Workload.objects.filter(state__in=("pending", "running", "partial"))
+            .values("queue_id", "state").annotate(n=Count("id")))
+    for row in rows:
+        slot = out.setdefault(row["queue_id"], {"pending": 0, "running": 0})
+        slot["pending" if row["state"] == "pending" else "running"] += row["n"]
+    return out
+
+
+def queue_tree(user: Any = None) -> list[QueueRow]:
+    """Every queue in depth-first order (siblings by name) with figures; four queries in all."""
+    from kaiweb.dashboard.access import editable_queue_ids
+    from kaiweb.queues.models import Queue
+
+    queues = list(Queue.objects.order_by("name"))
+    statuses = latest_statuses()
+    counts = live_workload_counts()
+    editable = editable_queue_ids(user) if user is not None else frozenset()
+    kids: dict[int | None, list[Any]] = {}
+    by_id = {q.pk: q for q in queues}
+    for q in queues:
+        parent = q.parent_id if q.parent_id in by_id else None
+        kids.setdefault(parent, []).append(q)
+
+    rows: list[QueueRow] = []
+
+    def walk(q: Any, depth: int, prefix: str, seen: set[int]) -> tuple[int, int]:
+        if q.pk in seen:  # a cycle cannot be saved, but never loop on bad data
+            return 0, 0
+        seen.add(q.pk)
+        path = f"{prefix}{q.name}/"
+        row = QueueRow(queue=q, depth=depth, path=path, children=len(kids.get(q.pk, [])),
+                       status=statuses.get(q.pk),
+                       editable=editable is None or q.pk in (editable or ()),
+                       parent_name=by_id[q.parent_id].name if q.parent_id in by_id else "")
+        row.resources = queue_resources(q, row.status)
+        rows.append(row)
+        own = counts.get(q.pk, {"pending": 0, "running": 0})
+        pending, running = own["pending"], own["running"]
+        for child in kids.get(q.pk, []):
+            p, r = walk(child, depth + 1, path, seen)
+            pending, running = pending + p, running + r
+        row.pending_workloads, row.running_workloads = pending, running
+        return pending, running
+
+    seen: set[int] = set()
+    for top in kids.get(None, []):
+        walk(top, 0, "/", seen)
+    return rows
+
+
+def queue_resources(queue: Any, status: Any | None) -> dict[str, dict[str, Any]]:
+    """Per resource: quota, limit, weight from the queue; allocated, fair share, requested from its status."""
+    out = {}
+    for r in RESOURCES:
+        fig = {
+            "quota": getattr(queue, f"{r}_quota"),
+            "limit": getattr(queue, f"{r}_limit"),
+            "weight": getattr(queue, f"{r}_over_quota_weight"),
+            "allocated": None, "fair": None, "requested": None, "pending": None,
+        }
+        if status is not None:
+            fig["allocated"] = (status.allocated or {}).get(r)
+            fig["fair"] = (status.fair_share or {}).get(r)
+            fig["requested"] = (status.requested or {}).get(r)
+            fig["pending"] = (status.pending or {}).get(r)
+        out[r] = fig
+    return out
+
+
+@dataclass
+class ClusterTotals:
+    nodes: int
+    ready_nodes: int
+    gpu_total: float
+    cpu_total: float  # millicores
+    memory_total: float  # bytes
+    gpu_allocated: float
+    cpu_allocated: float
+    memory_allocated: float
+
+    @property
+    def gpu_pct(self) -> float:
+        return 100.0 * self.gpu_allocated / self.gpu_total if self.gpu_total else 0.0
+
+    @property
+    def cpu_pct(self) -> float:
+        return 100.0 * self.cpu_allocated / self.cpu_total if self.cpu_total else 0.0
+
+
+def cluster_totals() -> ClusterTotals:
+    """Capacity of ready, schedulable nodes and what pods hold now; two aggregate queries."""
+    from kaiweb.cluster.models import Node
+    from kaiweb.workloads.choices import ALLOCATED_POD_STATES
+    from kaiweb.workloads.models import Pod
+
+    cap = Node.objects.aggregate(
+        node_count=Count("id"), ready_count=Count("id", filter=Q(ready=True)),
+        gpu=Sum("allocatable_gpu", filter=Q(ready=True)), cpu=Sum("allocatable_cpu", filter=Q(ready=True)),
+        memory=Sum("allocatable_memory", filter=Q(ready=True)),
+    )
+    used = Pod.objects.filter(state__in=ALLOCATED_POD_STATES).aggregate(
+        gpu=Sum("gpu"), frac=Sum(F("gpu_fraction") * F("gpu_devices")), cpu=Sum("cpu"), memory=Sum("memory"),
+    )
+    return ClusterTotals(
+        nodes=cap["node_count"] or 0, ready_nodes=cap["ready_count"] or 0, gpu_total=float(cap["gpu"] or 0),
+        cpu_total=float(cap["cpu"] or 0), memory_total=float(cap["memory"] or 0),
+        gpu_allocated=float(used["gpu"] or 0) + float(used["frac"] or 0),
+        cpu_allocated=float(used["cpu"] or 0), memory_allocated=float(used["memory"] or 0),
+    )
+
+
+def leaf_queue_ids() -> list[int]:
+    from kaiweb.queues.models import Queue
+
+    return list(Queue.objects.filter(children__isnull=True).values_list("pk", flat=True))
+
+
+def usage_series(resource: str, since: datetime, until: datetime | None = None,
+                 queue_ids: list[int] | None = None) -> list[tuple[datetime, float]]:
+    """Average amount in use per usage bucket (value / width), summed over the given queues.
+
+    With no queue ids, the leaf queues are summed (parents would count their children twice).
+    One query, aggregated by the database.
+    """
+    from kaiweb.usage.models import UsageBucket
+
+    ids = queue_ids if queue_ids is not None else leaf_queue_ids()
+    qs = UsageBucket.objects.filter(resource=resource, start__gte=since, queue_id__in=ids)
+    if until is not None:
+        qs = qs.filter(start__lt=until)
+    rows = qs.values("start", "width_seconds").annotate(total=Sum("value")).order_by("start")
+    return [(row["start"], row["total"] / row["width_seconds"]) for row in rows]
+
+
+def usage_by_queue(resource: str, since: datetime, until: datetime) -> dict[int, float]:
+    """Resource-hours per queue over [since, until) (GPU-hours for "gpu"); one query."""
+    from kaiweb.usage.models import UsageBucket
+
+    rows = (UsageBucket.objects.filter(resource=resource, start__gte=since, start__lt=until)
+            .values("queue_id").annotate(total=Sum("value")))
+    return {row["queue_id"]: row["total"] / 3600.0 for row in rows}
+
+
+def status_history(queue: Any, limit: int = 720) -> list[Any]:
+    """The queue's most recent recorded figures (oldest first), bounded so a busy day stays cheap."""
+    from kaiweb.scheduling.models import QueueStatus
+
+    rows = list(QueueStatus.objects.filter(queue=queue).order_by("-recorded_at", "-id")
+                .only("recorded_at", "allocated", "fair_share", "requested")[:limit])
+    rows.reverse()
+    return rows
+
+
+def since_hours(hours: float) -> datetime:
+    return timezone.now() - timedelta(hours=hours)

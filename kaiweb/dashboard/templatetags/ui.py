@@ -1,0 +1,109 @@
+"""Template helpers shared by every page: resource formatting, badges, allocation meters, roles."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django import template
+from django.utils.html import format_html
+
+from kaiweb.dashboard import access
+from kaiweb.dashboard.formatting import fmt_amount, fmt_duration, fmt_gpu_hours
+
+register = template.Library()
+
+
+@register.simple_tag
+def role_label(user: Any) -> str:
+    """The signed-in user's role in words (platform admin, queue admin, viewer)."""
+    return access.role_of(user).label
+
+
+@register.filter
+def amount(value: Any, resource: str = "gpu") -> str:
+    """A queue figure in its resource's display unit; -1 is "unlimited"."""
+    return fmt_amount(value, resource)
+
+
+@register.filter
+def duration(seconds: Any) -> str:
+    return fmt_duration(seconds)
+
+
+@register.filter
+def gpu_hours(value: Any) -> str:
+    return fmt_gpu_hours(value)
+
+
+@register.filter
+def get(mapping: Any, key: Any) -> Any:
+    """`mapping|get:key` for dicts whose keys are not valid template identifiers."""
+    if mapping is None:
+        return None
+    try:
+        return mapping.get(key)
+    except AttributeError:
+        return None
+
+
+@register.filter
+def ms(seconds: Any) -> str:
+    """Seconds as milliseconds, for cycle phase timings."""
+    if seconds in (None, ""):
+        return "–"
+    return f"{float(seconds) * 1000:,.1f} ms"
+
+
+@register.simple_tag
+def badge(value: Any, colours: dict[Any, str] | None = None, label: Any = None) -> str:
+    """A coloured pill; the colour comes from the app's `*_BADGE` map (STYLE §6)."""
+    colour = (colours or {}).get(value, "gray")
+    return format_html('<span class="badge {}">{}</span>', colour, label if label is not None else value)
+
+
+def _finite(v: Any) -> float | None:
+    if v is None or v == "":
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if f < 0 or math.isinf(f) else f
+
+
+@register.inclusion_tag("includes/meter.html")
+def meter(allocated: Any, quota: Any = None, fair: Any = None, limit: Any = None, resource: str = "gpu",
+          scale: Any = None, label: bool = True) -> dict[str, Any]:
+    """An allocation bar: allocated fill, quota hatch, fair-share tick and limit tick on one scale.
+
+    The scale is the largest finite figure (or `scale` when given, e.g. the cluster's total), so
+    bars of sibling queues are comparable when the caller passes the same scale.
+    """
+    alloc_v = _finite(allocated) or 0.0
+    quota_v, fair_v, limit_v = _finite(quota), _finite(fair), _finite(limit)
+    top = _finite(scale) or max([v for v in (alloc_v, quota_v, fair_v, limit_v) if v is not None] or [0.0])
+
+    def pct(v: float | None) -> str | None:
+        if v is None or top <= 0:
+            return None
+        return f"{min(100.0, v / top * 100):.2f}"
+
+    state = ""
+    if fair_v is not None and alloc_v > fair_v + 1e-9:
+        state = "over"
+    if limit_v is not None and limit_v > 0 and alloc_v >= limit_v - 1e-9:
+        state = "full"
+    return {
+        "alloc_pct": pct(alloc_v) or "0",
+        "quota_pct": pct(quota_v) if quota_v else None,
+        "fair_pct": pct(fair_v),
+        "limit_pct": pct(limit_v) if limit_v is not None else None,
+        "state": state,
+        "label": label,
+        "allocated": allocated,
+        "fair": fair,
+        "quota": quota,
+        "limit": limit,
+        "resource": resource,
+    }

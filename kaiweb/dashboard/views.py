@@ -1,0 +1,51 @@
+"""The overview page: cluster allocation now and over the last day, pending by queue, cycles, preemptions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+
+from kaiweb.dashboard import charts, queries
+from kaiweb.dashboard.pages import render_page
+from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADGE
+
+
+def overview(request: HttpRequest) -> HttpResponse:
+    """Everything a platform team checks first; the panels refresh themselves while visible."""
+    from kaiweb.scheduling.models import PreemptionEvent, SchedulingCycle
+    from kaiweb.workloads.models import Workload
+
+    now = timezone.now()
+    day_ago = now - timedelta(hours=24)
+    totals = queries.cluster_totals()
+    tree = queries.queue_tree(request.user)
+    leaves = [row for row in tree if row.is_leaf]
+    cycles = list(SchedulingCycle.objects.select_related("shard").order_by("-started_at", "-id")[:10])
+    preemptions = list(PreemptionEvent.objects.select_related("preemptor_queue", "victim_queue")
+                       .order_by("-at", "-id")[:8])
+    preemptions_24h = PreemptionEvent.objects.filter(at__gte=day_ago).count()
+    pending_total = sum(row.pending_workloads for row in tree if row.depth == 0)
+    running_total = sum(row.running_workloads for row in tree if row.depth == 0)
+    gpu_series = queries.usage_series("gpu", day_ago)
+    cpu_series = [(t, v / 1000.0) for t, v in queries.usage_series("cpu", day_ago)]
+    context = {
+        "totals": totals,
+        "tree": tree,
+        "top_level": [row for row in tree if row.depth == 0],
+        "cycles": cycles,
+        "last_cycle": cycles[0] if cycles else None,
+        "preemptions": preemptions,
+        "preemptions_24h": preemptions_24h,
+        "pending_total": pending_total,
+        "running_total": running_total,
+        "has_workloads": Workload.objects.exists(),
+        "allocation_chart": charts.allocation_over_time(gpu_series, cpu_series, totals.gpu_total,
+                                                        totals.cpu_total / 1000.0),
+        "pending_chart": charts.pending_by_queue([(row.queue.name, row.pending_workloads) for row in leaves]),
+        "cycle_badge": CYCLE_STATUS_BADGE,
+        "action_badge": PREEMPTION_ACTION_BADGE,
+        "now": now,
+    }
+    return render_page(request, "dashboard/overview.html", context, partial="dashboard/partials/overview_panels.html")

@@ -1,0 +1,150 @@
+"""Scheduling history pages: preemptions (timeline, table, CSV) and cycles (phases, decisions)."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from typing import Any
+
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+
+from kaiweb.dashboard import charts
+from kaiweb.dashboard.pages import active_filters, configure_table, filter_queryset, paginate, render_page
+from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADGE
+from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
+from kaiweb.scheduling.tables import CycleTable, PreemptionTable
+
+TIMELINE_MAX = 1000
+CHART_CYCLES = 200
+PHASES = ("snapshot", "allocate", "consolidate", "reclaim", "preempt", "stale-gang", "apply", "record")
+
+
+def _preemption_filterset() -> Any:
+    from kaiweb.scheduling.filtersets import PreemptionEventFilterSet
+
+    return PreemptionEventFilterSet
+
+
+def _cycle_filterset() -> Any:
+    from kaiweb.scheduling.filtersets import SchedulingCycleFilterSet
+
+    return SchedulingCycleFilterSet
+
+
+def preemption_queryset() -> Any:
+    return PreemptionEvent.objects.select_related("victim_queue", "preemptor_queue")
+
+
+def preemption_list(request: HttpRequest) -> HttpResponse:
+    """Evictions as a timeline and a table, filtered through the API's FilterSet."""
+    filterset, qs = filter_queryset(request, _preemption_filterset(), preemption_queryset())
+    table = PreemptionTable(qs)
+    timeline = list(qs.order_by("-at", "-id").values("at", "action", "victim_ref", "preemptor_ref")[:TIMELINE_MAX])
+    counts = {row["action"]: row["n"] for row in qs.order_by().values("action").annotate(n=Count("id"))}
+    context = {
+        "filterset": filterset,
+        "filtered": active_filters(filterset),
+        "timeline_chart": charts.preemption_timeline(
+            [{"at": e["at"], "action": e["action"], "victim": e["victim_ref"], "preemptor": e["preemptor_ref"]}
+             for e in timeline]),
+        "timeline_capped": len(timeline) == TIMELINE_MAX,
+        "counts": counts,
+        "any": PreemptionEvent.objects.exists(),
+        "action_badge": PREEMPTION_ACTION_BADGE,
+        **configure_table(request, table),
+    }
+    return render_page(request, "scheduling/preemptions.html", context, partial="scheduling/partials/preemption_panel.html")
+
+
+class _Echo:
+    """A file-like object whose write returns the line, for streaming csv.writer output."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+CSV_COLUMNS = ("at", "action", "reason", "victim", "victim_queue", "preemptor", "preemptor_queue", "cycle", "message")
+
+
+def preemption_csv(request: HttpRequest) -> HttpResponse:
+    """The filtered preemption log as CSV, streamed (the same filters as the page and the API)."""
+    filterset, qs = filter_queryset(request, _preemption_filterset(), preemption_queryset())
+    if not filterset.is_valid():
+        return HttpResponse("; ".join(f"{k}: {' '.join(v)}" for k, v in filterset.errors.items()),
+                            status=400, content_type="text/plain")
+    writer = csv.writer(_Echo())
+
+    def rows() -> Iterator[str]:
+        yield writer.writerow(CSV_COLUMNS)
+        for e in qs.order_by("-at", "-id").iterator(chunk_size=2000):
+            yield writer.writerow([
+                e.at.isoformat(), e.action, e.reason, e.victim_ref, e.victim_queue.name if e.victim_queue else "",
+                e.preemptor_ref, e.preemptor_queue.name if e.preemptor_queue else "", e.cycle_id, e.message,
+            ])
+
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="preemptions-{stamp}.csv"'
+    return response
+
+
+def preemption_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    event = get_object_or_404(PreemptionEvent.objects.select_related("victim_queue", "preemptor_queue", "cycle",
+                                                                     "victim", "preemptor"), pk=pk)
+    sides = []
+    for label, queue, figures in (("Victim", event.victim_queue, event.victim_queue_figures),
+                                  ("Preemptor", event.preemptor_queue, event.preemptor_queue_figures)):
+        kinds = [k for k in ("allocated", "fair_share", "quota", "limit") if isinstance((figures or {}).get(k), dict)]
+        resources = sorted({r for k in kinds for r in figures[k]}, key=lambda r: ("gpu", "cpu", "memory").index(r)
+                           if r in ("gpu", "cpu", "memory") else 9)
+        sides.append({"label": label, "queue": queue, "kinds": kinds,
+                      "rows": [(r, [figures[k].get(r) for k in kinds]) for r in resources]})
+    return render_page(request, "scheduling/preemption_detail.html",
+                       {"event": event, "sides": sides, "action_badge": PREEMPTION_ACTION_BADGE})
+
+
+def cycle_list(request: HttpRequest) -> HttpResponse:
+    """Duration by phase and decisions per cycle over time, and the cycles table."""
+    filterset, qs = filter_queryset(request, _cycle_filterset(), SchedulingCycle.objects.select_related("shard"))
+    recent = list(qs.order_by("-started_at", "-id")[:CHART_CYCLES])
+    recent.reverse()
+    phases = [p for p in PHASES if any((c.phase_durations or {}).get(p) for c in recent)]
+    extra = sorted({k for c in recent for k in (c.phase_durations or {}) if k not in PHASES})
+    table = CycleTable(qs)
+    context = {
+        "filterset": filterset,
+        "filtered": active_filters(filterset),
+        "phase_chart": charts.cycle_phases(recent, [*phases, *extra]),
+        "decision_chart": charts.cycle_decisions(recent),
+        "chart_count": len(recent),
+        "any": SchedulingCycle.objects.exists(),
+        **configure_table(request, table),
+    }
+    return render_page(request, "scheduling/cycles.html", context, partial="scheduling/partials/cycle_panel.html")
+
+
+def cycle_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    cycle = get_object_or_404(SchedulingCycle.objects.select_related("shard"), pk=pk)
+    decisions = Decision.objects.filter(cycle=cycle).order_by("id")
+    kind = request.GET.get("kind", "")
+    if kind in ("bind", "pipeline", "evict"):
+        decisions = decisions.filter(kind=kind)
+    page = paginate(request, decisions, default=50)
+    phases = sorted((cycle.phase_durations or {}).items(), key=lambda kv: PHASES.index(kv[0]) if kv[0] in PHASES else 99)
+    total = sum(float(v or 0) for _, v in phases) or 0.0
+    context = {
+        "cycle": cycle,
+        "phases": [{"name": k, "seconds": v, "pct": (100.0 * float(v or 0) / total) if total else 0} for k, v in phases],
+        "page_obj": page,
+        "kind": kind,
+        "kind_counts": dict(Decision.objects.filter(cycle=cycle).values_list("kind").annotate(n=Count("id"))),
+        "preemptions": list(PreemptionEvent.objects.filter(cycle=cycle).select_related("victim_queue", "preemptor_queue")[:100]),
+        "pending_count": PendingReason.objects.filter(cycle=cycle).count(),
+        "queue_count": QueueStatus.objects.filter(cycle=cycle).count(),
+        "status_badge": CYCLE_STATUS_BADGE,
+        "action_badge": PREEMPTION_ACTION_BADGE,
+    }
+    return render_page(request, "scheduling/cycle_detail.html", context)

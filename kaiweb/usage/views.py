@@ -1,0 +1,129 @@
+"""The usage report: resource-hours per queue or department over a window, stacked chart, CSV export."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Sum
+from django.db.models.functions import TruncDay, TruncHour
+from django.http import HttpRequest, HttpResponse
+
+from kaiweb.dashboard import charts
+from kaiweb.dashboard.pages import render_page
+from kaiweb.queues.models import Queue
+from kaiweb.usage.forms import UsageReportForm
+from kaiweb.usage.models import UsageBucket
+
+# Stored values are queue units × seconds; the report speaks in hours of the display unit.
+DIVISOR = {"gpu": 3600.0, "cpu": 3600.0 * 1000, "memory": 3600.0 * 1000}
+UNIT = {"gpu": "GPU-hours", "cpu": "core-hours", "memory": "GB-hours"}
+
+
+def _tree() -> tuple[dict[int, Queue], dict[int, list[int]]]:
+    queues = {q.pk: q for q in Queue.objects.only("id", "name", "parent_id")}
+    kids: dict[int, list[int]] = defaultdict(list)
+    for q in queues.values():
+        if q.parent_id:
+            kids[q.parent_id].append(q.pk)
+    return queues, kids
+
+
+def _top(queues: dict[int, Queue], pk: int) -> Queue:
+    cur, seen = queues[pk], set()
+    while cur.parent_id and cur.parent_id in queues and cur.pk not in seen:
+        seen.add(cur.pk)
+        cur = queues[cur.parent_id]
+    return cur
+
+
+def compute_report(data: dict[str, Any]) -> dict[str, Any]:
+    """Leaf queues' buckets in the window, bucketed by hour (or day for long windows), grouped.
+
+    Leaves only: accounting also writes parents' buckets (their subtree's sum), which would
+    count everything twice. Two queries.
+    """
+    since: datetime = data["since"]
+    until: datetime = data["until"]
+    resource, group = data["resource"], data["group"]
+    queues, kids = _tree()
+    leaves = [pk for pk in queues if not kids.get(pk)]
+    if data.get("queue") is not None:
+        stack, keep = [data["queue"].pk], set()
+        while stack:
+            pk = stack.pop()
+            keep.add(pk)
+            stack.extend(kids.get(pk, []))
+        leaves = [pk for pk in leaves if pk in keep]
+    daily = until - since > timedelta(days=4)
+    trunc = TruncDay("start") if daily else TruncHour("start")
+    rows = (UsageBucket.objects.filter(resource=resource, start__gte=since, start__lt=until, queue_id__in=leaves)
+            .annotate(slot=trunc).values("queue_id", "slot").annotate(total=Sum("value")).order_by("slot"))
+    divisor = DIVISOR[resource]
+    series: dict[str, dict[datetime, float]] = defaultdict(lambda: defaultdict(float))
+    totals: dict[str, float] = defaultdict(float)
+    departments: dict[str, str] = {}
+    for row in rows:
+        q = queues[row["queue_id"]]
+        dept = _top(queues, q.pk)
+        name = dept.name if group == "department" else q.name
+        departments[q.name] = dept.name
+        amount = row["total"] / divisor
+        series[name][row["slot"]] += amount
+        totals[name] += amount
+    hours = max((until - since).total_seconds() / 3600.0, 1e-9)
+    grand = sum(totals.values())
+    table = [{"name": n, "department": departments.get(n, n) if group == "queue" else n, "hours": v,
+              "colour": charts.queue_colour(n),
+              "share": (100.0 * v / grand) if grand else 0.0, "average": v / hours}
+             for n, v in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return {
+        "series": {n: sorted(pts.items()) for n, pts in series.items()},
+        "table": table,
+        "grand": grand,
+        "step": "day" if daily else "hour",
+        "unit": UNIT[resource],
+        "hours": hours,
+    }
+
+
+def usage_report(request: HttpRequest) -> HttpResponse:
+    form = UsageReportForm(request.GET or None, initial={"window": "7d", "resource": "gpu", "group": "queue"})
+    data = None
+    if not request.GET:
+        form = UsageReportForm({"window": "7d", "resource": "gpu", "group": "queue"})
+    if form.is_valid():
+        data = form.cleaned_data
+    report = compute_report(data) if data else None
+    chart = charts.usage_stacked(report["series"], report["unit"] + " per " + report["step"]) if report else charts.EMPTY
+    context = {
+        "form": form,
+        "report": report,
+        "chart": chart,
+        "params": data,
+        "any_usage": UsageBucket.objects.exists(),
+    }
+    return render_page(request, "usage/report.html", context)
+
+
+def usage_csv(request: HttpRequest) -> HttpResponse:
+    """The report's rows as CSV: one line per group and time slot, then a total per group."""
+    form = UsageReportForm(request.GET or {"window": "7d", "resource": "gpu", "group": "queue"})
+    if not form.is_valid():
+        errors = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+        return HttpResponse(errors, status=400, content_type="text/plain")
+    data = form.cleaned_data
+    report = compute_report(data)
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = (
+        f'attachment; filename="usage-{data["resource"]}-{data["since"]:%Y%m%d}-{data["until"]:%Y%m%d}.csv"')
+    writer = csv.writer(response)
+    writer.writerow([data["group"], "slot_start", report["step"], report["unit"].replace("-", "_")])
+    for name in sorted(report["series"]):
+        for slot, value in report["series"][name]:
+            writer.writerow([name, slot.isoformat(), report["step"], f"{value:.4f}"])
+    for row in report["table"]:
+        writer.writerow([row["name"], "total", "window", f"{row['hours']:.4f}"])
+    return response

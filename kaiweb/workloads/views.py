@@ -1,0 +1,152 @@
+"""Workload pages: the filterable list and one workload with its pods, placement, why-pending and history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, F, FloatField, Prefetch, Q, Sum, Value
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+
+from kaiweb.dashboard.pages import active_filters, configure_table, filter_queryset, render_page
+from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE
+from kaiweb.workloads.choices import ALLOCATED_POD_STATES, WORKLOAD_STATE_BADGE
+from kaiweb.workloads.models import Workload
+from kaiweb.workloads.tables import WorkloadTable
+
+
+def _filterset_class() -> Any:
+    from kaiweb.workloads.filtersets import WorkloadFilterSet
+
+    return WorkloadFilterSet
+
+
+def workload_queryset() -> Any:
+    """Workloads with what the list shows, in a fixed number of queries for any page size."""
+    from kaiweb.scheduling.models import PendingReason
+
+    return (
+        Workload.objects.select_related("queue", "priority_class")
+        .annotate(
+            pod_count=Count("pods", distinct=True),
+            gpu_total=Coalesce(Sum("pods__gpu"), Value(0.0), output_field=FloatField())
+            + Coalesce(Sum(F("pods__gpu_fraction") * F("pods__gpu_devices")), Value(0.0), output_field=FloatField()),
+        )
+        .prefetch_related(Prefetch("pending_reasons", queryset=PendingReason.objects.filter(is_current=True),
+                                   to_attr="current_reasons"))
+    )
+
+
+def workload_list(request: HttpRequest) -> HttpResponse:
+    """All workloads, filtered through the API's WorkloadFilterSet, sortable and paginated."""
+    filterset, qs = filter_queryset(request, _filterset_class(), workload_queryset())
+    table = WorkloadTable(qs)
+    counts = {row["state"]: row["n"] for row in Workload.objects.values("state").annotate(n=Count("id"))}
+    context = {
+        "filterset": filterset,
+        "filtered": active_filters(filterset),
+        "counts": counts,
+        "total": sum(counts.values()),
+        **configure_table(request, table),
+    }
+    return render_page(request, "workloads/list.html", context, partial="workloads/partials/list_panel.html")
+
+
+def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One workload: pods and where they run, why it is pending (in words, with the numbers), history."""
+    from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent
+
+    workload = get_object_or_404(Workload.objects.select_related("queue", "priority_class", "cluster"), pk=pk)
+    pods = list(workload.pods.select_related("node").order_by("name"))
+    reasons = list(PendingReason.objects.filter(workload=workload).select_related("cycle")
+                   .order_by("-recorded_at", "-id")[:50])
+    current = next((r for r in reasons if r.is_current), None)
+    decisions = list(Decision.objects.filter(workload=workload).select_related("cycle").order_by("-cycle__started_at", "-id")[:50])
+    preemptions = list(
+        PreemptionEvent.objects.filter(Q(victim=workload) | Q(preemptor=workload))
+        .select_related("victim_queue", "preemptor_queue").order_by("-at", "-id")[:50]
+    )
+    placement: dict[str, dict[str, Any]] = {}
+    for p in pods:
+        if p.node_id and p.state in ALLOCATED_POD_STATES:
+            slot = placement.setdefault(p.node.name, {"node": p.node, "pods": 0, "gpus": 0.0})
+            slot["pods"] += 1
+            slot["gpus"] += p.gpu_request
+    history = _history(workload, reasons, decisions, preemptions)
+    context = {
+        "workload": workload,
+        "pods": pods,
+        "current_reason": current if workload.state in ("pending", "partial") else None,
+        "stale_reason": current if workload.state not in ("pending", "partial") else None,
+        "explanation": explain(current, workload) if current else None,
+        "placement": sorted(placement.values(), key=lambda s: s["node"].name),
+        "history": history,
+        "gpu_total": sum(p.gpu_request for p in pods),
+        "cpu_total": sum(p.cpu for p in pods),
+        "memory_total": sum(p.memory for p in pods),
+        "state_badge": WORKLOAD_STATE_BADGE,
+        "action_badge": PREEMPTION_ACTION_BADGE,
+    }
+    return render_page(request, "workloads/detail.html", context)
+
+
+def _history(workload: Workload, reasons: list[Any], decisions: list[Any], preemptions: list[Any]) -> list[dict[str, Any]]:
+    """Submission, starts, evictions, why-pending changes and decisions as one timeline, newest first."""
+    events: list[dict[str, Any]] = [{"at": workload.submitted_at, "colour": "blue", "what": "Submitted",
+                                     "text": f"to queue {workload.queue.name}"}]
+    if workload.last_start_at:
+        events.append({"at": workload.last_start_at, "colour": "green", "what": "Started", "text": "last start"})
+    if workload.finished_at:
+        events.append({"at": workload.finished_at, "colour": "", "what": "Finished",
+                       "text": workload.get_state_display()})
+    for r in reasons:
+        events.append({"at": r.recorded_at, "colour": "orange", "what": f"Pending: {r.reason}", "text": r.message,
+                       "cycle": r.cycle_id})
+    for d in decisions:
+        events.append({"at": d.applied_at or d.cycle.started_at, "colour": "red" if d.kind == "evict" else "green",
+                       "what": f"{d.get_kind_display()} {d.pod_name}".strip(),
+                       "text": (f"on {d.node_name}. " if d.node_name else "") + (d.message or d.reason),
+                       "cycle": d.cycle_id})
+    for e in preemptions:
+        if e.victim_id == workload.pk:
+            text = f"evicted ({e.get_action_display()}) for {e.preemptor_ref or 'no preemptor'}: {e.message or e.reason}"
+        else:
+            text = f"evicted {e.victim_ref} ({e.get_action_display()}): {e.message or e.reason}"
+        events.append({"at": e.at, "colour": "red", "what": "Preempted" if e.victim_id == workload.pk else "Preemptor",
+                       "text": text, "preemption": e.pk})
+    events.sort(key=lambda e: e["at"], reverse=True)
+    return events
+
+
+# Plain-words headlines for the engine's reason codes; the engine's own message carries the numbers.
+REASON_HEADLINES = {
+    "OverLimit": "Its queue is at its limit",
+    "NonPreemptibleOverQuota": "A non-preemptible workload may only use its queue's quota",
+    "NotEnoughResources": "No set of nodes has room for the whole gang",
+    "OverFairShare": "Its queue is above its fair share, so it cannot take resources from others",
+    "NotReady": "The workload is not ready: not all of its pods exist yet",
+    "QueueDoesNotExist": "Its queue does not exist",
+    "InvalidObject": "The scheduler could not read this workload",
+    "PreemptionDelayNotElapsed": "It was evicted recently and waits for its preemption delay",
+    "PodSchedulingErrors": "Some pods cannot be placed",
+}
+
+
+def explain(reason: Any, workload: Workload) -> dict[str, Any]:
+    """The current why-pending as a headline, the engine's sentence and the numbers behind it."""
+    details = reason.details if isinstance(reason.details, dict) else {}
+    numbers = []
+    for key, value in sorted(details.items()):
+        if isinstance(value, (dict, list)):
+            continue
+        numbers.append((key.replace("_", " "), value))
+    nested = {k: v for k, v in details.items() if isinstance(v, dict)}
+    return {
+        "headline": REASON_HEADLINES.get(reason.reason, reason.reason.replace("_", " ")),
+        "code": reason.reason,
+        "message": reason.message,
+        "numbers": numbers,
+        "nested": nested,
+        "since": reason.recorded_at,
+    }
