@@ -1,7 +1,9 @@
 """`make run`: migrate, seed the demo, print a login, then run web + worker + beat until Ctrl-C.
 
 Everything runs on embedded defaults (SQLite, the filesystem Celery broker, the simulated
-cluster) unless DATABASE_URL / REDIS_URL / KAI_CLUSTER_BACKEND say otherwise.
+cluster) unless DATABASE_URL / REDIS_URL / KAI_CLUSTER_BACKEND say otherwise. While it runs, a
+line per new scheduling cycle shows what the scheduler does. Ctrl-C (or SIGTERM) stops the web
+server, the worker and beat, and waits until none of their processes is left.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ HOST = os.environ.get("KAI_HOST", "127.0.0.1")
 PORT = os.environ.get("KAI_PORT", "8000")
 
 
-def manage(*args: str) -> None:
-    subprocess.run([PY, "manage.py", *args], cwd=ROOT, check=True)
+def manage(*args: str, capture: bool = False) -> str:
+    out = subprocess.run([PY, "manage.py", *args], cwd=ROOT, check=True, text=True,
+                         capture_output=capture)
+    return out.stdout if capture else ""
 
 
 def has_command(name: str) -> bool:
@@ -28,23 +32,72 @@ def has_command(name: str) -> bool:
     return name in out.stdout.split()
 
 
+def start(args: list[str]) -> subprocess.Popen[bytes]:
+    # Own session: the terminal's Ctrl-C reaches only this launcher, which then stops each
+    # service in order (a second SIGINT would make Celery abandon its task mid-cycle).
+    return subprocess.Popen(args, cwd=ROOT, start_new_session=True)
+
+
+def cycle_lines(last_id: int) -> tuple[int, list[str]]:
+    """One line per cycle recorded since `last_id` (read from the database)."""
+    from kaiweb.scheduling.models import SchedulingCycle
+
+    lines = []
+    for c in SchedulingCycle.objects.filter(pk__gt=last_id).exclude(status="running").order_by("pk")[:20]:
+        last_id = c.pk
+        took = f"{(c.duration_seconds or 0) * 1000:.0f} ms"
+        lines.append(f"[cycle {c.pk}] {c.status}: {c.binds} bind(s), {c.evictions} eviction(s), "
+                     f"{c.pipelined} pipelined, {c.pending} pending, {took}"
+                     + (f" — {c.error.splitlines()[0]}" if c.error else ""))
+    return last_id, lines
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.time() + 15
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            pass
+    # Whatever is left (e.g. a pool child of the worker) goes with its process group.
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kaiweb.settings")
+    sys.path.insert(0, str(ROOT))
     manage("migrate", "--noinput", "-v", "0")
     if has_command("seed_demo"):
         manage("seed_demo")
-    manage("ensure_admin")
+    login = manage("ensure_admin", capture=True).strip()
     if has_command("run_cycle"):
         manage("run_cycle", "--cycles", "1")
+
+    import django
+
+    django.setup()
+    from kaiweb.scheduling.models import SchedulingCycle
+
+    last_id = SchedulingCycle.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
     procs = [
-        subprocess.Popen([PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"], cwd=ROOT),
-        subprocess.Popen([PY, "-m", "celery", "-A", "kaiweb", "worker", "-l", "warning", "--concurrency", "1",
-                          "-Q", "celery", "--without-gossip", "--without-mingle"], cwd=ROOT),
-        subprocess.Popen([PY, "-m", "celery", "-A", "kaiweb", "beat", "-l", "warning",
-                          "--schedule", str(ROOT / "var" / "celerybeat-schedule")], cwd=ROOT),
+        start([PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"]),
+        start([PY, "-m", "celery", "-A", "kaiweb", "worker", "-l", "warning", "--concurrency", "1",
+               "-Q", "celery", "--without-gossip", "--without-mingle", "--without-heartbeat"]),
+        start([PY, "-m", "celery", "-A", "kaiweb", "beat", "-l", "warning"]),
     ]
-    print(f"\nkaiweb is up: http://{HOST}:{PORT}/  (API docs: http://{HOST}:{PORT}/api/v1/docs/)")
-    print("Ctrl-C stops web, worker and beat.\n", flush=True)
+    print(f"\nkaiweb is up: http://{HOST}:{PORT}/  (API: http://{HOST}:{PORT}/api/v1/, "
+          f"docs: http://{HOST}:{PORT}/api/v1/docs/, metrics: http://{HOST}:{PORT}/metrics)")
+    print(login)
+    print("Web, worker and beat are running; a line per scheduling cycle follows. Ctrl-C stops all of it.\n",
+          flush=True)
     stopping = False
 
     def stop(*_: object) -> None:
@@ -54,18 +107,21 @@ def main() -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     try:
+        next_poll = 0.0
         while not stopping and all(p.poll() is None for p in procs):
-            time.sleep(0.5)
+            if time.time() >= next_poll:
+                try:
+                    last_id, lines = cycle_lines(last_id)
+                    for line in lines:
+                        print(line, flush=True)
+                except Exception as exc:  # noqa: BLE001 - the monitor must never stop the services
+                    print(f"(cycle monitor: {exc.__class__.__name__}: {exc})", flush=True)
+                next_poll = time.time() + 2
+            time.sleep(0.2)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.time() + 10
-        for p in procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                p.kill()
+        print("\nstopping web, worker and beat …", flush=True)
+        stop_all(procs)
+        print("stopped.", flush=True)
     return 0
 
 

@@ -1,17 +1,131 @@
-"""/metrics: the scheduler's figures in Prometheus text format, read from the database."""
+"""/metrics: the scheduler's figures in Prometheus text format, read from the database.
+
+Every scrape reads the latest recorded state (a handful of queries, independent of the number of
+workloads), so any web process can serve it and the numbers survive restarts. Names follow KAI's
+metrics (`kai_queue_fair_share_gpu`, `kai_queue_allocated_gpus`, …; KAI-SEMANTICS §7) with the
+`kai_` namespace KAI adds by default.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+# Queue figures per resource: (metric suffix, unit conversion from queue units, help).
+QUEUE_RESOURCES = {
+    "gpu": ("gpus", 1.0, "GPU devices"),
+    "cpu": ("cpu_cores", 0.001, "CPU cores"),
+    "memory": ("memory_bytes", 1_000_000.0, "memory bytes"),
+}
 
 
-def collectors() -> list:
-    """Collectors registered by the apps (each returns prometheus_client metric families)."""
-    return []
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+class SchedulerCollector(Collector):
+    """Cycles, decisions and preemptions recorded by the scheduling cycle."""
+
+    def collect(self) -> Iterator[Metric]:
+        from django.db.models import Count
+
+        from kaiweb.scheduling.choices import CycleStatus
+        from kaiweb.scheduling.models import Decision, PreemptionEvent, SchedulingCycle
+
+        cycles = CounterMetricFamily("kai_scheduling_cycles", "Scheduling cycles recorded, by shard and outcome.",
+                                     labels=["shard", "status"])
+        for row in SchedulingCycle.objects.values("shard__name", "status").annotate(n=Count("id")).order_by():
+            cycles.add_metric([row["shard__name"] or "", row["status"]], row["n"])
+        yield cycles
+
+        phase = GaugeMetricFamily("kai_cycle_phase_duration_seconds",
+                                  "Duration of each phase of the latest successful cycle, per shard.",
+                                  labels=["shard", "phase"])
+        total = GaugeMetricFamily("kai_cycle_duration_seconds", "Duration of the latest successful cycle, per shard.",
+                                  labels=["shard"])
+        last = GaugeMetricFamily("kai_cycle_last_success_timestamp_seconds",
+                                 "When the latest successful cycle of the shard finished (Unix time).", labels=["shard"])
+        seen: set[Any] = set()
+        latest = (SchedulingCycle.objects.filter(status=CycleStatus.SUCCEEDED)
+                  .select_related("shard").order_by("-started_at", "-id")[:50])
+        for c in latest:
+            if c.shard_id in seen:
+                continue
+            seen.add(c.shard_id)
+            shard = c.shard.name if c.shard else ""
+            for name, seconds in sorted((c.phase_durations or {}).items()):
+                phase.add_metric([shard, name], _num(seconds))
+            total.add_metric([shard], _num(c.duration_seconds))
+            if c.finished_at:
+                last.add_metric([shard], c.finished_at.timestamp())
+        yield phase
+        yield total
+        yield last
+
+        decisions = CounterMetricFamily("kai_scheduling_decisions", "Decisions recorded, by kind and status.",
+                                        labels=["kind", "status"])
+        for row in Decision.objects.values("kind", "status").annotate(n=Count("id")).order_by():
+            decisions.add_metric([row["kind"], row["status"]], row["n"])
+        yield decisions
+
+        preemptions = CounterMetricFamily("kai_preemptions", "Evictions of a victim for a preemptor, by action.",
+                                          labels=["action"])
+        for row in PreemptionEvent.objects.values("action").annotate(n=Count("id")).order_by():
+            preemptions.add_metric([row["action"]], row["n"])
+        yield preemptions
+
+
+class QueueCollector(Collector):
+    """Per-queue allocation, fair share, quota and pending work from the latest recorded status."""
+
+    def collect(self) -> Iterator[Metric]:
+        from kaiweb.queues.models import Queue
+        from kaiweb.scheduling.models import QueueStatus
+
+        families: dict[str, GaugeMetricFamily] = {}
+
+        def gauge(name: str, doc: str) -> GaugeMetricFamily:
+            if name not in families:
+                families[name] = GaugeMetricFamily(name, doc, labels=["queue_name"])
+            return families[name]
+
+        latest = QueueStatus.objects.order_by("-recorded_at", "-id").values_list("cycle_id", flat=True).first()
+        statuses = QueueStatus.objects.filter(cycle_id=latest).select_related("queue") if latest else []
+        for st in statuses:
+            q = st.queue.name
+            for r, (suffix, scale, what) in QUEUE_RESOURCES.items():
+                gauge(f"kai_queue_allocated_{suffix}", f"Allocated {what} of the queue (subtree).").add_metric(
+                    [q], _num(st.allocated.get(r)) * scale)
+                gauge(f"kai_queue_fair_share_{r}", f"Fair share of the queue in {what}.").add_metric(
+                    [q], _num(st.fair_share.get(r)) * scale)
+                gauge(f"kai_queue_requested_{suffix}", f"Requested {what} of the queue (subtree).").add_metric(
+                    [q], _num(st.requested.get(r)) * scale)
+            gauge("kai_queue_pending_workloads", "Workloads of the queue (subtree) still pending.").add_metric(
+                [q], st.pending_workloads)
+            gauge("kai_queue_running_workloads", "Workloads of the queue (subtree) running.").add_metric(
+                [q], st.running_workloads)
+        for queue in Queue.objects.only("name", "gpu_quota", "gpu_limit", "cpu_quota", "memory_quota"):
+            gauge("kai_queue_deserved_gpus", "GPU quota (deserved) of the queue; -1 = unlimited.").add_metric(
+                [queue.name], queue.gpu_quota)
+            gauge("kai_queue_limit_gpus", "GPU limit of the queue; -1 = unlimited.").add_metric(
+                [queue.name], queue.gpu_limit)
+        yield from families.values()
+
+
+def collectors() -> list[Collector]:
+    """Collectors registered for /metrics (each reads the database when scraped)."""
+    return [SchedulerCollector(), QueueCollector()]
 
 
 def render() -> tuple[bytes, str]:
-    registry = CollectorRegistry()
+    registry = CollectorRegistry(auto_describe=False)
     for collector in collectors():
         registry.register(collector)
     return generate_latest(registry), CONTENT_TYPE_LATEST

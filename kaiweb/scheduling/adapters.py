@@ -341,7 +341,12 @@ def persist_result(
             idempotency_key=pipeline_key(cycle.pk, uid or f"{p.job}/{p.task}", p.node),
         ))
     evict_rows: list[tuple[Decision, m.EvictionDecision]] = []
+    running = {(j.uid, t.name) for j in snapshot.jobs for t in j.tasks if t.state in m.ACTIVE_USED_STATES}
     for e in result.evictions:
+        if (e.job, e.task) not in running:
+            # Only a pod that holds resources in the cluster can be evicted; an eviction of a
+            # task placed earlier in this same cycle changes nothing there and is not recorded.
+            continue
         pod_id, uid = pod_ref(e.job, e.task)
         row = Decision(
             cycle=cycle, kind=DecisionKind.EVICT, status=status, workload_id=index.workloads.get(e.job),
@@ -401,7 +406,7 @@ def persist_result(
         cycle.jobs_considered = len(snapshot.jobs)
         cycle.binds = len(result.binds)
         cycle.pipelined = len(result.pipelined)
-        cycle.evictions = len(result.evictions)
+        cycle.evictions = sum(1 for _, e in evict_rows)
         cycle.pending = len(result.pending)
         problems = [f"{e.kind} {e.name}: {e.field}: {e.message}" for e in result.errors]
         if problems:

@@ -25,7 +25,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from kaiweb.cluster.backends.types import BindAction, EvictAction
+from kaiweb.cluster.backends.types import ActionOutcome, ActionResult, BindAction, EvictAction
 from kaiweb.cluster.models import Cluster, SchedulingShard
 from kaiweb.core.locks import advisory_lock
 from kaiweb.scheduling import adapters
@@ -251,12 +251,12 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         test_pause("after-record")
 
         t = time.perf_counter()
-        apply_decisions(gateway, to_apply)
+        outcomes = apply_decisions(gateway, to_apply)
         phases["apply"] = _ms(t)
         test_pause("after-apply")
 
         t = time.perf_counter()
-        mark_applied(to_apply)
+        mark_applied(cycle, to_apply, outcomes)
         phases["record"] += _ms(t)
     except Exception as exc:
         _fail(cycle, exc, phases, t0)
@@ -269,7 +269,7 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
     cycle.status = CycleStatus.SUCCEEDED
     cycle.save(update_fields=["phase_durations", "duration_seconds", "finished_at", "status"])
     return CycleOutcome(
-        cycle_id=cycle.pk, status=cycle.status, binds=len(result.binds), evictions=len(result.evictions),
+        cycle_id=cycle.pk, status=cycle.status, binds=len(result.binds), evictions=cycle.evictions,
         pipelined=len(result.pipelined), pending=len(result.pending), duration_ms=duration, phases_ms=phases,
         result=result, snapshot=snapshot,
     )
@@ -288,34 +288,65 @@ def _fail(cycle: SchedulingCycle, exc: BaseException, phases: dict[str, float], 
         log.exception("could not record the failure of cycle %s", cycle.pk)
 
 
-def apply_decisions(gateway: Any, decisions: list[Decision]) -> None:
-    """Carry out binds and evictions through the gateway, each with its idempotency key."""
-    binds, evicts = [], []
+def apply_decisions(gateway: Any, decisions: list[Decision]) -> dict[int, ActionResult | Exception]:
+    """Carry out binds and evictions through the gateway, each with its idempotency key.
+
+    Returns the outcome per decision id: the gateway's result, or the error that action raised
+    (one failed action does not stop the others)."""
+    binds: list[tuple[Decision, BindAction]] = []
+    evicts: list[tuple[Decision, EvictAction]] = []
     for d in decisions:
         namespace, _, _name = d.workload_ref.partition("/")
         uid = _uid_from_key(d.idempotency_key)
         if d.kind == DecisionKind.BIND:
             portion = d.numbers.get("gpu_portion") if d.numbers else None
-            binds.append(BindAction(namespace=namespace, name=d.pod_name, uid=uid, node=d.node_name,
-                                    gpu_group=d.gpu_group or None, gpu_portion=portion,
-                                    idempotency_key=d.idempotency_key))
+            binds.append((d, BindAction(namespace=namespace, name=d.pod_name, uid=uid, node=d.node_name,
+                                        gpu_group=d.gpu_group or None, gpu_portion=portion,
+                                        idempotency_key=d.idempotency_key)))
         elif d.kind == DecisionKind.EVICT:
-            evicts.append(EvictAction(namespace=namespace, name=d.pod_name, uid=uid, reason=d.reason,
-                                      message=d.message, idempotency_key=d.idempotency_key))
+            evicts.append((d, EvictAction(namespace=namespace, name=d.pod_name, uid=uid, reason=d.reason,
+                                          message=d.message, idempotency_key=d.idempotency_key)))
+    outcomes: dict[int, ActionResult | Exception] = {}
     if hasattr(gateway, "apply"):
-        gateway.apply(binds=binds, evicts=evicts)
-        return
-    for ev in evicts:
-        gateway.evict(ev)
-    for b in binds:
-        gateway.bind(b)
+        results = gateway.apply(binds=[a for _, a in binds], evicts=[a for _, a in evicts])
+        for (d, _), res in zip([*evicts, *binds], results):
+            outcomes[d.pk] = res
+        return outcomes
+    # Evictions first, so that binds onto the resources they free find them free.
+    for d, action in [*evicts, *binds]:
+        try:
+            outcomes[d.pk] = gateway.evict(action) if isinstance(action, EvictAction) else gateway.bind(action)
+        except Exception as exc:  # noqa: BLE001 - recorded on the decision; the cycle goes on
+            log.warning("decision %s (%s) failed: %s", d.pk, d.idempotency_key, exc)
+            outcomes[d.pk] = exc
+    return outcomes
 
 
-def mark_applied(decisions: list[Decision]) -> None:
-    ids = [d.pk for d in decisions if d.pk is not None]
-    if ids:
-        Decision.objects.filter(pk__in=ids, status=DecisionStatus.PLANNED).update(
-            status=DecisionStatus.APPLIED, applied_at=datetime.now(tz=UTC))
+def mark_applied(cycle: SchedulingCycle, decisions: list[Decision],
+                 outcomes: dict[int, ActionResult | Exception]) -> None:
+    """Mark each decision by what the cluster did: applied, or failed with the reason."""
+    now = datetime.now(tz=UTC)
+    failed: list[Decision] = []
+    ok_ids: list[int] = []
+    for d in decisions:
+        out = outcomes.get(d.pk)
+        if isinstance(out, Exception):
+            d.status, d.message = DecisionStatus.FAILED, f"{d.message} (failed: {out})"[:4000]
+            failed.append(d)
+        elif out is not None and out.outcome == ActionOutcome.ALREADY_GONE and d.kind == DecisionKind.BIND:
+            d.status, d.message = DecisionStatus.FAILED, f"{d.message} (not bound: {out.message})"[:4000]
+            failed.append(d)
+        else:
+            ok_ids.append(d.pk)
+    with transaction.atomic():
+        if ok_ids:
+            Decision.objects.filter(pk__in=ok_ids, status=DecisionStatus.PLANNED).update(
+                status=DecisionStatus.APPLIED, applied_at=now)
+        if failed:
+            Decision.objects.bulk_update(failed, ["status", "message"])
+        # Pipelining needs nothing from the cluster: it is done once recorded.
+        Decision.objects.filter(cycle=cycle, kind=DecisionKind.PIPELINE, status=DecisionStatus.PLANNED).update(
+            status=DecisionStatus.APPLIED, applied_at=now)
 
 
 # ----------------------------------------------------------------------------------- replay

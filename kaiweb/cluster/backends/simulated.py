@@ -266,8 +266,9 @@ class SimulatedGateway:
 
     # ------------------------------------------------------------------ the gateway protocol
 
-    def ping(self) -> None:
-        Cluster.objects.filter(pk=self.cluster.pk).exists()
+    def ping(self) -> str:
+        nodes = Node.objects.filter(cluster_id=self.cluster.pk, ready=True).count()
+        return f"simulated cluster {self.cluster.name}: {nodes} ready node(s)"
 
     def list_nodes(self) -> Listing[ObservedNode]:
         items = []
