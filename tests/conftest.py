@@ -20,6 +20,12 @@ from kaiweb.accounts.roles import PLATFORM_ADMINS_GROUP
 from tests.factories import QueueFactory, QueueMembershipFactory, UserFactory
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """Tests create many users; the production hasher is slow on purpose."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def platform_admin(db):
     """A platform admin (member of platform-admins, not a superuser)."""

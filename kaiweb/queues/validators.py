@@ -45,6 +45,9 @@ def validate_queue_fields(queue: Queue) -> None:
                 r, getattr(queue, f"{r}_quota"), getattr(queue, f"{r}_limit"), getattr(queue, f"{r}_over_quota_weight")
             )
         )
+    labels = queue.labels
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        errors["labels"] = "must be an object mapping label names to string values"
     if queue.pk is not None and queue.parent_id == queue.pk:
         errors["parent"] = "a queue cannot be its own parent"
     if errors:

@@ -140,7 +140,7 @@ def _documents(text: str) -> list[Any]:
     for doc in yaml.safe_load_all(text):
         if doc is None:
             continue
-        if isinstance(doc, dict) and doc.get("kind") in {"List", "QueueList"} and isinstance(doc.get("items"), list):
+        if isinstance(doc, dict) and doc.get("kind") in ("List", "QueueList") and isinstance(doc.get("items"), list):
             docs.extend(doc["items"])  # `kubectl get queues -o yaml` output
         else:
             docs.append(doc)

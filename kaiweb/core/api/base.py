@@ -1,0 +1,91 @@
+"""Base viewset of the API: writes go through the app's services; rule errors become 400s.
+
+A service raises Django's ValidationError keyed by field name; the API answers 400 with the
+same keys, so `{"gpu_limit": ["limit 2 is below the quota 4; …"]}` reads the same in the API,
+the admin and the forms. Write responses carry the service's `warnings`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import ProtectedError
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers, status, viewsets
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+from kaiweb.audit.choices import AuditSource
+from kaiweb.core.services import Change, error_dict
+
+
+class WarningsField(serializers.SerializerMethodField):
+    """The warnings a write produced (empty on reads)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", "Allowed but suspicious consequences of this change (writes only).")
+        super().__init__(method_name="_get_warnings", **kwargs)
+
+
+class WarningsMixin(serializers.Serializer):
+    """Adds the `warnings` output field."""
+
+    warnings = extend_schema_field(serializers.ListField(child=serializers.CharField()))(WarningsField())
+
+    def _get_warnings(self, obj: Any) -> list[str]:
+        return list(getattr(obj, "_change_warnings", []))
+
+
+def as_api_error(exc: DjangoValidationError) -> ValidationError:
+    """A service's ValidationError as the API's 400."""
+    return ValidationError(error_dict(exc))
+
+
+class ServiceErrorsMixin:
+    """Turns rule errors raised by services (and protected deletes) into 400 answers."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, DjangoValidationError):
+            exc = as_api_error(exc)
+        elif isinstance(exc, ProtectedError):
+            names = sorted({str(o) for o in exc.protected_objects})[:10]
+            exc = ValidationError({"non_field_errors": [f"still used by {', '.join(names)}"]})
+        return super().handle_exception(exc)  # type: ignore[misc]
+
+
+class ServiceModelViewSet(ServiceErrorsMixin, viewsets.ModelViewSet):
+    """CRUD whose writes call `service_create` / `service_update` / `service_delete`."""
+
+    audit_source = AuditSource.API
+
+    def service_create(self, data: dict[str, Any]) -> Change[Any]:
+        raise NotImplementedError
+
+    def service_update(self, instance: Any, data: dict[str, Any]) -> Change[Any]:
+        raise NotImplementedError
+
+    def service_delete(self, instance: Any) -> None:
+        raise NotImplementedError
+
+    def _respond(self, change: Change[Any], code: int) -> Response:
+        change.obj._change_warnings = change.warnings
+        obj = self.get_queryset().filter(pk=change.obj.pk).first() or change.obj
+        obj._change_warnings = change.warnings
+        return Response(self.get_serializer(obj).data, status=code)
+
+    def create(self, request: Any, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return self._respond(self.service_create(dict(serializer.validated_data)), status.HTTP_201_CREATED)
+
+    def update(self, request: Any, *args: Any, **kwargs: Any) -> Response:
+        partial = kwargs.pop("partial", False)
+        instance = self.get_object()
+        serializer = self.get_serializer(instance, data=request.data, partial=partial)
+        serializer.is_valid(raise_exception=True)
+        return self._respond(self.service_update(instance, dict(serializer.validated_data)), status.HTTP_200_OK)
+
+    def destroy(self, request: Any, *args: Any, **kwargs: Any) -> Response:
+        self.service_delete(self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
