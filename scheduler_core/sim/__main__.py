@@ -1,0 +1,9 @@
+"""``python -m scheduler_core.sim``: the simulator's command line (see ``cli.py``)."""
+
+from __future__ import annotations
+
+import sys
+
+from scheduler_core.sim.cli import main
+
+sys.exit(main())
