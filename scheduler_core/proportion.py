@@ -241,8 +241,9 @@ class _Division:
 
     def __init__(
         self, siblings: list[QueueAttrs], r: int, amount: float, k: float, parent: str | None,
-        steps: list[DivisionStep],
+        steps: list[DivisionStep], remainder_per_priority: bool = False,
     ) -> None:
+        self.remainder_per_priority = remainder_per_priority
         self.siblings = siblings
         self.r = r
         self.res = RESOURCES[r]
@@ -293,24 +294,32 @@ class _Division:
             remainders[p] = {}
             if left > 0:
                 left = self._water_fill(left, bucket, p, remainders[p])
+            if self.remainder_per_priority and left > 0:
+                # Newer KAI releases settle a bucket's fractions before the next bucket sees anything.
+                left = self._hand_out_remainders(left, p, remainders[p])
         # Phase 3 — at most one unit per queue by largest remainder, bucket by bucket (quirk Q2:
         # no request/limit re-check).
-        by_name = {q.name: q for q in self.siblings}
         for p in priorities:
             if left <= _EPS:
                 break
-            ranked = sorted(remainders[p].items(),
-                            key=lambda kv: (-kv[1], by_name[kv[0]].creation, kv[0]))
-            for name, rem in ranked:
-                if left <= _EPS:
-                    break
-                g = min(1.0, left)
-                q = by_name[name]
-                q.fair[r] += g
-                left -= g
-                self._step(q, "remainder", g,
-                           f"leftover {_num(g)} given by largest remaining fraction ({rem:.2f}) in priority {p}",
-                           priority=p)
+            left = self._hand_out_remainders(left, p, remainders[p])
+
+    def _hand_out_remainders(self, left: float, p: int, rem: dict[str, float]) -> float:
+        by_name = {q.name: q for q in self.siblings}
+        ranked = sorted(rem.items(), key=lambda kv: (-kv[1], by_name[kv[0]].creation, kv[0]))
+        for name, frac in ranked:
+            if left <= _EPS:
+                break
+            g = min(1.0, left)
+            q = by_name[name]
+            q.fair[self.r] += g
+            left -= g
+            self._step(q, "remainder", g,
+                       f"leftover {_num(g)} given by largest remaining fraction ({frac:.2f}) in priority {p}",
+                       priority=p)
+        # A bucket's fractions are handed out once: clear them so phase 3 does not repeat them.
+        rem.clear()
+        return left
 
     def _water_fill(self, left: float, bucket: list[QueueAttrs], p: int, rem: dict[str, float]) -> float:
         r = self.r
@@ -366,13 +375,16 @@ class _Division:
 
 
 def compute_fair_shares(
-    queues: dict[str, QueueAttrs], total: list[float], k: float = 1.0
+    queues: dict[str, QueueAttrs], total: list[float], k: float = 1.0, remainder_per_priority: bool = False,
 ) -> list[DivisionStep]:
     """Set `fair` on every queue: KAI's division (§3.3) per resource, top level first, then each
     queue's fair share divided among its children (§3.4). Returns the steps taken.
 
     `total` is the capacity to divide (§3.1); `k` scales the time-based penalty of §3.8 (values ≤ 0
-    turn it off). Each queue's `usage` must already be normalised to the whole cluster. Raises
+    turn it off). Each queue's `usage` must already be normalised to the whole cluster.
+    `remainder_per_priority=True` follows newer KAI releases, which hand out a priority bucket's
+    rounding fractions inside that bucket before lower priorities get anything (no quirk Q1); the
+    default reproduces the reference release (KAI-SEMANTICS §3.3, §9 Q1). Raises
     `FairShareInputError` (before changing anything) when `validate_queues` finds problems.
     Deterministic: siblings are visited in (creation, name) order and no result depends on it.
     """
@@ -397,7 +409,7 @@ def compute_fair_shares(
             siblings = [queues[n] for n in names]
             for r in range(3):
                 amount = total[r] if parent is None else queues[parent].fair[r]
-                _Division(siblings, r, amount, k, parent, steps).run()
+                _Division(siblings, r, amount, k, parent, steps, remainder_per_priority).run()
             nxt.extend(names)
         level = nxt
     return steps
