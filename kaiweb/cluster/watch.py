@@ -145,7 +145,7 @@ class ResourceWatch:
 
     def relist(self) -> None:
         """List, and hand out only the difference from what the callback has already seen."""
-        raws, rv = self.gateway._list(f"list {self.kind.kind}s", self.kind.list_fn, *self.kind.args,
+        raws, rv = self.gateway.list_raw(f"list {self.kind.kind}s", self.kind.list_fn, *self.kind.args,
                                       **self.kind.kwargs)
         current = {_key(r): r for r in raws}
         for key in sorted(current):
@@ -193,15 +193,17 @@ class ResourceWatch:
         Raises `ApiException` (410 included) and transport errors; `step` handles them."""
         timeout = max(1, int(timeout_seconds or self.timeout_seconds))
         self._watch = kube_watch.Watch()
+        events = self._watch.stream(
+            self.kind.list_fn, *self.kind.args, resource_version=self.resource_version,
+            allow_watch_bookmarks=True, timeout_seconds=timeout,
+            # A silent connection is noticed a little after the server should have closed it.
+            _request_timeout=(self.gateway.request_timeout, timeout + 15), **self.kind.kwargs,
+        )
         try:
-            for event in self._watch.stream(
-                self.kind.list_fn, *self.kind.args, resource_version=self.resource_version,
-                allow_watch_bookmarks=True, timeout_seconds=timeout,
-                # A silent connection is noticed a little after the server should have closed it.
-                _request_timeout=(self.gateway.request_timeout, timeout + 15), **self.kind.kwargs,
-            ):
+            for event in events:
                 self._handle(event)
         finally:
+            events.close()  # releases the connection even when the callback raised
             self._watch = None
 
     def stop(self) -> None:
@@ -245,7 +247,14 @@ class ResourceWatch:
             if left is not None and left <= 0:
                 return
             timeout = self.timeout_seconds if left is None else max(1, min(self.timeout_seconds, int(left)))
-            if self.step(timeout):
+            try:
+                ok = self.step(timeout)
+            except Exception:  # the callback failed: back off, then the event comes again
+                logger.exception("%s watch callback failed; retrying from rv %s", self.kind.kind,
+                                 self.resource_version)
+                self.errors += 1
+                ok = False
+            if ok:
                 failures = 0
                 continue
             failures += 1

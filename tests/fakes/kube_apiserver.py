@@ -219,7 +219,7 @@ class FakeState:
 class FakeKubeApiServer:
     """The fake server. Start with ``start()`` (or as a context manager); stop with ``stop()``."""
 
-    def __init__(self, *, watch_timeout_cap: float = 0.5) -> None:
+    def __init__(self, *, watch_timeout_cap: float = 0.2) -> None:
         # A watch ends after min(timeoutSeconds, cap) seconds; the small cap keeps tests fast.
         self.watch_timeout_cap = watch_timeout_cap
         self.state = FakeState()

@@ -656,7 +656,7 @@ class KubernetesGateway:
             resp.release_conn()
         return json.loads(data) if data else {}
 
-    def _list(self, operation: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[list[Any], str]:
+    def list_raw(self, operation: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[list[Any], str]:
         """Every item of a (possibly paginated) list, and the list's resourceVersion."""
         items: list[Any] = []
         resource_version, token = "", None
@@ -695,28 +695,28 @@ class KubernetesGateway:
         return f"Kubernetes {info.get('gitVersion', '?')}"
 
     def list_nodes(self) -> Listing[ObservedNode]:
-        return self._listing(*self._list("list nodes", self.core.list_node), parse_node)
+        return self._listing(*self.list_raw("list nodes", self.core.list_node), parse_node)
 
     def pod_field_selector(self) -> str:
         return f"spec.schedulerName={self.scheduler_name}"
 
     def list_pods(self) -> Listing[ObservedPod]:
-        raws, rv = self._list("list pods", self.core.list_pod_for_all_namespaces,
+        raws, rv = self.list_raw("list pods", self.core.list_pod_for_all_namespaces,
                               field_selector=self.pod_field_selector())
         # The field selector already filters; this guards against servers that ignore it.
         raws = [r for r in raws if (r.get("spec") or {}).get("schedulerName") == self.scheduler_name]
         return self._listing(raws, rv, parse_pod)
 
     def list_pod_groups(self) -> Listing[ObservedPodGroup]:
-        return self._listing(*self._list("list PodGroups", self.custom.list_cluster_custom_object,
+        return self._listing(*self.list_raw("list PodGroups", self.custom.list_cluster_custom_object,
                                          PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL), parse_pod_group)
 
     def list_queues(self) -> Listing[ObservedQueue]:
-        return self._listing(*self._list("list Queues", self.custom.list_cluster_custom_object,
+        return self._listing(*self.list_raw("list Queues", self.custom.list_cluster_custom_object,
                                          QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL), parse_queue)
 
     def list_priority_classes(self) -> Listing[ObservedPriorityClass]:
-        return self._listing(*self._list("list PriorityClasses", self.scheduling.list_priority_class),
+        return self._listing(*self.list_raw("list PriorityClasses", self.scheduling.list_priority_class),
                              parse_priority_class)
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
