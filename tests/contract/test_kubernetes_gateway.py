@@ -776,3 +776,23 @@ def test_get_gateway_builds_the_kubernetes_backend_from_settings(
     assert isinstance(gateway, KubernetesGateway)
     assert [p.name for p in gateway.list_pods()] == ["mine"]
     gateway.api_client.close()  # type: ignore[attr-defined]
+
+
+# -- the fake itself answers like a server ------------------------------------------------------
+
+
+def test_the_fake_serves_namespaced_lists_with_label_and_field_selectors(
+    kube_apiserver: FakeKubeApiServer,  # noqa: F811
+) -> None:
+    kube_apiserver.add_pod("a", namespace="ml", labels={"app": "train"}, node="n1")
+    kube_apiserver.add_pod("b", namespace="ml", labels={"app": "serve"})
+    kube_apiserver.add_pod("c", namespace="other", labels={"app": "train"})
+    api = client.CoreV1Api(kube_apiserver.api_client)
+
+    assert [p.metadata.name for p in api.list_namespaced_pod("ml").items] == ["a", "b"]
+    assert [p.metadata.name for p in api.list_pod_for_all_namespaces(label_selector="app=train").items] == ["a", "c"]
+    assert [p.metadata.name for p in api.list_namespaced_pod("ml", label_selector="app!=train").items] == ["b"]
+    assert [p.metadata.name for p in api.list_namespaced_pod("ml", field_selector="spec.nodeName=").items] == ["b"]
+    with pytest.raises(client.ApiException) as err:
+        api.read_namespaced_pod("missing", "ml")
+    assert err.value.status == 404

@@ -282,3 +282,19 @@ def test_watch_cluster_command_refuses_bad_options(kube_apiserver: FakeKubeApiSe
         call_command("watch_cluster", "--once", "--host", kube_apiserver.url, "--kinds", "Pods")
     with pytest.raises(CommandError, match="--max-seconds must be greater than 0"):
         call_command("watch_cluster", "--host", kube_apiserver.url, "--max-seconds", "0")
+
+
+def test_a_410_answer_to_the_watch_request_itself_also_relists(
+    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+) -> None:
+    kube_apiserver.add_pod("a")
+    recorder = Recorder()
+    watch = _pod_watch(gateway, recorder)
+    watch.step()
+    kube_apiserver.add_pod("b")
+    kube_apiserver.fail_next(1, status=410, path_contains="/pods")
+
+    assert watch.step() is True
+
+    assert recorder.changes() == [("ADDED", "a"), ("ADDED", "b")]
+    assert watch.relists == 2
