@@ -28,6 +28,8 @@ UNLIMITED = -1.0
 # Fractions closer than this to a whole unit are treated as that unit when flooring, so that float
 # artefacts (2.9999999999999996 GPUs) do not cost a queue a whole device.
 _EPS = 1e-9
+# Quantities closer than this compare as equal (KAI's LessOrEqualWithTolerance).
+_QTY_TOLERANCE = 1e-9
 # Rule 5 of the queue order: a resource the queue may not hold at all weighs this much per unit.
 _ZERO_SHARE_PENALTY = 1000.0
 
@@ -98,8 +100,13 @@ def is_unlimited(value: float) -> bool:
 
 
 def le_cap(value: float, cap: float) -> bool:
-    """`value ≤ cap` where a cap of -1 means +∞."""
-    return is_unlimited(cap) or value <= cap
+    """`value ≤ cap` as KAI compares quotas: -1 is +∞ on either side, and differences up to 1e-9 are
+    float noise (0.1 + 0.2 GPUs fits a quota of 0.3)."""
+    if is_unlimited(cap):
+        return True
+    if is_unlimited(value):
+        return False
+    return value <= cap or abs(value - cap) <= _QTY_TOLERANCE
 
 
 def requestable(q: QueueAttrs, r: int) -> float:
@@ -443,15 +450,12 @@ def has_zero_share_violation(q: QueueAttrs, req: list[float]) -> bool:
 
 
 def _vec_le(a: list[float], b: list[float]) -> bool:
-    return all(_inf(x) <= _inf(y) for x, y in zip(a, b))
+    return all(le_cap(x, y) for x, y in zip(a, b))
 
 
 def _vec_lt_any(a: list[float], b: list[float]) -> bool:
-    return any(_inf(x) < _inf(y) for x, y in zip(a, b))
-
-
-def _inf(x: float) -> float:
-    return math.inf if is_unlimited(x) else x
+    """Some resource of `a` is below `b` (KAI's LessInAtLeastOneResource: not `b ≤ a` everywhere)."""
+    return not _vec_le(b, a)
 
 
 def _cmp(a: float, b: float) -> int:

@@ -138,7 +138,7 @@ def can_reclaim(
     req = _vec(req)
     for r in range(3):
         after = q.allocated[r] + req[r]
-        if after > q.fair[r]:
+        if not le_cap(after, q.fair[r]):
             return Verdict(False, "reclaimer-over-fair-share",
                            f"queue {q.name} would hold {_n(after)} {RESOURCES[r]} (allocated {_n(q.allocated[r])}"
                            f" + job {_n(req[r])}) > its fair share {_n(q.fair[r])}",

@@ -179,3 +179,26 @@ def test_victim_order_newer_queue_first_on_full_tie():
     old = q("old", fair=4, allocated=2, creation=1)
     new = q("new", fair=4, allocated=2, creation=2)
     assert compare_victim_queues(old, new, job(0), job(0), TOTAL) > 0
+
+
+# ---- KAI's own queue-order cases (CPU and memory all zero: deserved, fair, limit, allocated) ------
+
+
+def kai_queue(name: str, priority: int, fair: float, allocated: float) -> QueueAttrs:
+    return QueueAttrs(name=name, parent=None, priority=priority, creation=0, deserved=[0, 0, 2], limit=[0, 0, U],
+                      weight=[0, 0, 1], allocated=[0, 0, allocated], fair=[0, 0, fair])
+
+
+@pytest.mark.parametrize(
+    ("case", "left", "right", "expected"),
+    [
+        ("starved queue first", (100, 99, 20), (100, 2, 0), 1),
+        ("starved queue first even with a lower priority", (1, 99, 20), (0, 2, 0), 1),
+        ("priority when neither is starved", (1, 99, 20), (0, 2, 3), -1),
+        ("priority when neither is starved, right between quota and fair share", (1, 99, 20), (0, 80, 3), -1),
+    ],
+)
+def test_kai_queue_order_cases(case, left, right, expected):
+    lq = kai_queue("lQueue", *left)
+    rq = kai_queue("rQueue", *right)
+    assert compare_queues(lq, rq, None, None, [0, 0, 100]) == expected
