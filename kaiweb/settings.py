@@ -158,6 +158,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    # One schema name per choice set, so clients get stable enum types.
+    "ENUM_NAME_OVERRIDES": {
+        "PlacementStrategyEnum": "kaiweb.cluster.choices.PlacementStrategy",
+        "WorkloadStateEnum": "kaiweb.workloads.choices.WorkloadState",
+        "PodStateEnum": "kaiweb.workloads.choices.PodState",
+    },
 }
 
 # ---------------------------------------------------------------- Celery

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from rest_framework.routers import DefaultRouter
 
+from kaiweb.audit.api import views
+
 
 def register(router: DefaultRouter) -> None:
     """Add this app's viewsets to the v1 router."""
+    router.register("audit", views.AuditEntryViewSet, basename="audit")

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from rest_framework.routers import DefaultRouter
 
+from kaiweb.cluster.api import views
+
 
 def register(router: DefaultRouter) -> None:
     """Add this app's viewsets to the v1 router."""
+    router.register("clusters", views.ClusterViewSet, basename="cluster")
+    router.register("shards", views.SchedulingShardViewSet, basename="shard")
+    router.register("nodes", views.NodeViewSet, basename="node")

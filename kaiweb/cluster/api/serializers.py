@@ -1,0 +1,57 @@
+"""Serializers of the cluster API."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from kaiweb.cluster.models import Cluster, GpuDevice, Node, SchedulingShard
+from kaiweb.core.api.base import WarningsMixin
+
+
+class ClusterSerializer(WarningsMixin, serializers.ModelSerializer):
+    """A cluster and how kaiweb reaches it (settings never hold secrets)."""
+
+    node_count = serializers.IntegerField(read_only=True, default=0)
+
+    class Meta:
+        model = Cluster
+        fields = ("id", "name", "backend", "settings", "enabled", "description", "node_count", "created", "updated", "warnings")
+        read_only_fields = ("created", "updated")
+        extra_kwargs = {"name": {"validators": []}}
+
+
+class SchedulingShardSerializer(WarningsMixin, serializers.ModelSerializer):
+    """A node-label partition scheduled on its own."""
+
+    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+
+    class Meta:
+        model = SchedulingShard
+        fields = (
+            "id", "cluster", "name", "partition_label_key", "partition_label_value", "gpu_placement", "cpu_placement",
+            "k_value", "usage_window_seconds", "usage_half_life_seconds", "preempt_min_runtime", "reclaim_min_runtime",
+            "enabled", "created", "updated", "warnings",
+        )
+        read_only_fields = ("created", "updated")
+        validators: list = []  # overlaps are checked by the service, with a message naming the other shard
+
+
+class GpuDeviceSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuDevice
+        fields = ("index", "uuid", "product", "memory_mib", "mig_profile", "healthy", "used_fraction")
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    """A node as last observed."""
+
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpus = GpuDeviceSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Node
+        fields = (
+            "id", "cluster", "name", "labels", "allocatable_cpu", "allocatable_memory", "allocatable_gpu",
+            "allocatable_pods", "gpu_product", "gpu_memory_mib", "mig_enabled", "topology", "ready", "unschedulable",
+            "observed_at", "gpus",
+        )

@@ -1,0 +1,64 @@
+"""Viewsets of the cluster API: clusters and shards (platform admins change them), nodes (read-only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import viewsets
+
+from kaiweb.cluster import selectors, services
+from kaiweb.cluster.api import serializers as s
+from kaiweb.cluster.filtersets import ClusterFilterSet, NodeFilterSet, SchedulingShardFilterSet
+from kaiweb.cluster.models import Cluster, SchedulingShard
+from kaiweb.core.api.base import ServiceModelViewSet
+from kaiweb.core.services import Change
+
+
+class ClusterViewSet(ServiceModelViewSet):
+    serializer_class = s.ClusterSerializer
+    filterset_class = ClusterFilterSet
+    ordering_fields = ("name", "created")
+    ordering = ("name",)
+
+    def get_queryset(self) -> Any:
+        return selectors.clusters()
+
+    def service_create(self, data: dict[str, Any]) -> Change[Cluster]:
+        return services.save_cluster(None, data, actor=self.request.user, source=self.audit_source)
+
+    def service_update(self, instance: Cluster, data: dict[str, Any]) -> Change[Cluster]:
+        return services.save_cluster(instance, data, actor=self.request.user, source=self.audit_source)
+
+    def service_delete(self, instance: Cluster) -> None:
+        services.delete_cluster(instance, actor=self.request.user, source=self.audit_source)
+
+
+class SchedulingShardViewSet(ServiceModelViewSet):
+    serializer_class = s.SchedulingShardSerializer
+    filterset_class = SchedulingShardFilterSet
+    ordering_fields = ("name", "created")
+    ordering = ("cluster__name", "name")
+
+    def get_queryset(self) -> Any:
+        return selectors.shards()
+
+    def service_create(self, data: dict[str, Any]) -> Change[SchedulingShard]:
+        return services.save_shard(None, data, actor=self.request.user, source=self.audit_source)
+
+    def service_update(self, instance: SchedulingShard, data: dict[str, Any]) -> Change[SchedulingShard]:
+        return services.save_shard(instance, data, actor=self.request.user, source=self.audit_source)
+
+    def service_delete(self, instance: SchedulingShard) -> None:
+        services.delete_shard(instance, actor=self.request.user, source=self.audit_source)
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    """Nodes and their GPUs as last observed (written by the cluster gateway, not through the API)."""
+
+    serializer_class = s.NodeSerializer
+    filterset_class = NodeFilterSet
+    ordering_fields = ("name", "allocatable_gpu", "allocatable_cpu", "observed_at")
+    ordering = ("cluster__name", "name")
+
+    def get_queryset(self) -> Any:
+        return selectors.nodes()

@@ -1,0 +1,45 @@
+"""Serializers of the scheduling API (history: read-only)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from kaiweb.scheduling.models import Decision, PreemptionEvent, SchedulingCycle
+
+
+class SchedulingCycleSerializer(serializers.ModelSerializer):
+    """A scheduling cycle: timings per phase, counts, outcome."""
+
+    shard = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = SchedulingCycle
+        fields = (
+            "id", "shard", "trigger", "started_at", "finished_at", "status", "phase_durations", "duration_seconds",
+            "jobs_considered", "binds", "pipelined", "evictions", "pending", "error",
+        )
+
+
+class DecisionSerializer(serializers.ModelSerializer):
+    """A bind, pipeline or eviction with the engine's reason code and numbers."""
+
+    class Meta:
+        model = Decision
+        fields = (
+            "id", "cycle", "kind", "status", "workload", "workload_ref", "pod_name", "node_name", "gpu_group", "reason",
+            "message", "numbers", "idempotency_key", "applied_at",
+        )
+
+
+class PreemptionEventSerializer(serializers.ModelSerializer):
+    """Who was evicted for whom, by which action, why, and both queues' figures."""
+
+    preemptor_queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    victim_queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = PreemptionEvent
+        fields = (
+            "id", "cycle", "at", "action", "preemptor", "preemptor_ref", "victim", "victim_ref", "preemptor_queue",
+            "victim_queue", "reason", "message", "preemptor_queue_figures", "victim_queue_figures",
+        )

@@ -1,0 +1,73 @@
+"""Serializers of the workloads API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from kaiweb.cluster.models import Cluster
+from kaiweb.queues.models import PriorityClass, Queue
+from kaiweb.scheduling.models import PendingReason
+from kaiweb.workloads.models import Pod, Workload
+
+
+class PendingReasonSerializer(serializers.ModelSerializer):
+    """Why a workload stayed pending after a cycle."""
+
+    class Meta:
+        model = PendingReason
+        fields = ("id", "workload", "cycle", "recorded_at", "reason", "message", "details", "is_current")
+
+
+class PodSerializer(serializers.ModelSerializer):
+    """A pod: requests (GPU whole / fraction / memory, CPU millicores, memory bytes), state, node."""
+
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Pod
+        fields = (
+            "id", "name", "subgroup", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices", "mig_profile", "cpu",
+            "memory", "task_priority", "state", "node", "gpu_group", "duration_seconds", "started_at", "finished_at",
+        )
+        read_only_fields = ("state", "node", "gpu_group", "started_at", "finished_at")
+
+
+class WorkloadSerializer(serializers.ModelSerializer):
+    """A PodGroup with its queue, priority class, gang size, state and current why-pending."""
+
+    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all(), required=False)
+    queue = serializers.SlugRelatedField(slug_field="name", queryset=Queue.objects.all())
+    priority_class = serializers.SlugRelatedField(
+        slug_field="name", queryset=PriorityClass.objects.all(), required=False, allow_null=True
+    )
+    pod_count = serializers.IntegerField(read_only=True, default=0)
+    pending_reason = serializers.SerializerMethodField(help_text="The current why-pending, if any.")
+
+    class Meta:
+        model = Workload
+        fields = (
+            "id", "cluster", "namespace", "name", "queue", "priority_class", "preemptibility", "min_member",
+            "min_subgroup", "subgroups", "topology_constraint", "labels", "state", "submitted_at", "last_start_at",
+            "last_eviction_at", "finished_at", "pod_count", "pending_reason",
+        )
+        read_only_fields = ("state", "submitted_at", "last_start_at", "last_eviction_at", "finished_at")
+        validators: list[Any] = []  # uniqueness is checked by the service
+
+    @extend_schema_field(PendingReasonSerializer(allow_null=True))
+    def get_pending_reason(self, obj: Workload) -> dict[str, Any] | None:
+        current = getattr(obj, "current_pending", None)
+        if current is None:
+            current = list(obj.pending_reasons.filter(is_current=True)[:1])
+        return PendingReasonSerializer(current[0]).data if current else None
+
+
+class WorkloadDetailSerializer(WorkloadSerializer):
+    """A workload with its pods (also the shape used to submit one with its pods)."""
+
+    pods = PodSerializer(many=True, required=False)
+
+    class Meta(WorkloadSerializer.Meta):
+        fields = (*WorkloadSerializer.Meta.fields, "pods")

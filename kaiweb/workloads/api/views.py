@@ -1,0 +1,64 @@
+"""Viewsets of the workloads API: workloads (read, submit to the simulated cluster, delete) and pods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from kaiweb.core.api.base import ServiceErrorsMixin
+from kaiweb.workloads import selectors, services
+from kaiweb.workloads.api import serializers as s
+from kaiweb.workloads.filtersets import PodFilterSet, WorkloadFilterSet
+from kaiweb.workloads.models import Pod
+
+
+class WorkloadViewSet(
+    ServiceErrorsMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet
+):
+    """PodGroups as last observed, with their current why-pending; submitting creates one with its pods."""
+
+    filterset_class = WorkloadFilterSet
+    ordering_fields = ("submitted_at", "name", "namespace", "state", "last_start_at")
+    ordering = ("-submitted_at", "namespace", "name")
+
+    def get_serializer_class(self) -> Any:
+        return s.WorkloadDetailSerializer if self.action in ("retrieve", "create") else s.WorkloadSerializer
+
+    def get_queryset(self) -> Any:
+        return selectors.workloads(with_pods=self.action == "retrieve")
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        pods = [dict(p) for p in data.pop("pods", [])]
+        change = services.create_workload(data, pods)
+        obj = selectors.workloads(with_pods=True).get(pk=change.obj.pk)
+        return Response(s.WorkloadDetailSerializer(obj).data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance: Any) -> None:
+        services.delete_workload(instance)
+
+    @extend_schema(responses=s.PendingReasonSerializer(many=True), filters=False)
+    @action(detail=True, methods=["get"], url_path="pending-history", filterset_class=None)
+    def pending_history(self, request: Request, pk: str | None = None) -> Response:
+        """Every why-pending recorded for this workload, newest first."""
+        page = self.paginate_queryset(selectors.pending_history(self.get_object()))
+        return self.get_paginated_response(s.PendingReasonSerializer(page, many=True).data)
+
+
+class PodViewSet(viewsets.ReadOnlyModelViewSet):
+    """Pods as last observed."""
+
+    serializer_class = s.PodSerializer
+    filterset_class = PodFilterSet
+    ordering_fields = ("name", "state")
+    ordering = ("workload", "name")
+
+    def get_queryset(self) -> Any:
+        return Pod.objects.select_related("node")
