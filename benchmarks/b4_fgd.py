@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from scheduler_core.sim.fgd import (  # noqa: E402
     POLICIES,
+    cluster_fragmentation,
     PUBLISHED_POLICY_NAMES,
     load_experiment_inputs,
     published_unallocated,
@@ -38,6 +39,23 @@ def _csv(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _empty_cluster_check(traces: Path) -> dict[str, object] | None:
+    """Our fragmentation measure on the empty cluster against the authors' values, every pod list."""
+    import csv
+
+    path = traces / "fgd_atc23_expected_results" / "derived_empty_cluster_fragmentation.csv"
+    if not path.is_file():
+        return None
+    diffs: dict[str, float] = {}
+    for row in csv.DictReader(path.open()):
+        cluster, workload = load_experiment_inputs(traces, row["workload"])
+        ours = cluster_fragmentation(cluster, workload.typical)
+        diffs[workload.name] = round(ours - float(row["empty_cluster_frag_milli"]), 3)
+    worst = max(abs(v) for v in diffs.values())
+    # the authors' file rounds to 0.1 milli
+    return {"pod_lists": len(diffs), "max_abs_diff_milli": worst, "all_equal": worst <= 0.05}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--traces", default=str(DEFAULT_TRACES))
@@ -45,6 +63,7 @@ def main() -> int:
     ap.add_argument("--policies", default=",".join(POLICIES), help="policies on `default`")
     ap.add_argument("--sweep-policies", default="fgd,kaiweb", help="policies on the sweep variants")
     ap.add_argument("--seeds", default="42,43,44,45,46,47,48,49,50,51")
+    ap.add_argument("--no-frag-check", action="store_true", help="skip the empty-cluster fragmentation check")
     args = ap.parse_args()
 
     traces = Path(args.traces)
@@ -53,6 +72,7 @@ def main() -> int:
         print(json.dumps({"benchmark": "B4", "skipped": f"trace folder not found: {traces}"}))
         return 0
     published = published_unallocated(summary_csv) if summary_csv.is_file() else {}
+    frag_check = None if args.no_frag_check else _empty_cluster_check(traces)
     seeds = [int(s) for s in _csv(args.seeds)]
     started = time.perf_counter()
     results: list[dict[str, object]] = []
@@ -88,6 +108,7 @@ def main() -> int:
             {
                 "benchmark": "B4",
                 "seeds": seeds,
+                "empty_cluster_fragmentation": frag_check,
                 "results": results,
                 "seconds_per_experiment": round(sum(seconds) / len(seconds), 3) if seconds else None,
                 "seconds_total": round(time.perf_counter() - started, 1),

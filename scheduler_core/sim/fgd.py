@@ -326,7 +326,7 @@ class ExperimentResult:
     frag_milli: np.ndarray
     initial_frag_milli: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
-    # Final per-node free resources, in the seed's node order (for diagnostics and reports).
+    # Final per-node free resources, in the cluster's node order (for diagnostics and reports).
     final_cpu_free: np.ndarray | None = None
     final_gpu_free: np.ndarray | None = None
     final_model_idx: np.ndarray | None = None
@@ -568,10 +568,17 @@ def run_experiment(
         frag_milli=frag_series,
         initial_frag_milli=initial_frag,
         extra={"node_states": float(table.n)},
-        final_cpu_free=n_cpu,
-        final_gpu_free=n_gpu,
-        final_model_idx=n_model,
+        final_cpu_free=_unpermute(n_cpu, perm),
+        final_gpu_free=_unpermute(n_gpu, perm),
+        final_model_idx=_unpermute(n_model, perm),
     )
+
+
+def _unpermute(values: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """Rows indexed by position in the seed's node order -> rows in the cluster's order."""
+    out = np.empty_like(values)
+    out[perm] = values
+    return out
 
 
 def _kaiweb_pick(

@@ -85,16 +85,19 @@ def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str
 
 def _int(path: Path, line: int, row: dict[str, str], col: str, *, minimum: int | None = 0) -> int:
     raw = row[col]
-    try:
+    if raw.isdigit():  # the common case, parsed without the exception machinery
         value = int(raw)
-    except ValueError:
+    else:
         try:
-            as_float = float(raw)
+            value = int(raw)
         except ValueError:
-            raise TraceFormatError(path, line, col, f"expected an integer, got {raw!r}") from None
-        if not as_float.is_integer():
-            raise TraceFormatError(path, line, col, f"expected an integer, got {raw!r}") from None
-        value = int(as_float)
+            try:
+                as_float = float(raw)
+            except ValueError:
+                raise TraceFormatError(path, line, col, f"expected an integer, got {raw!r}") from None
+            if not as_float.is_integer():
+                raise TraceFormatError(path, line, col, f"expected an integer, got {raw!r}") from None
+            value = int(as_float)
     if minimum is not None and value < minimum:
         raise TraceFormatError(path, line, col, f"must be >= {minimum}, got {value}")
     return value
