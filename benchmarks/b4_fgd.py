@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 from scheduler_core.sim.fgd import (  # noqa: E402
     POLICIES,
-    cluster_fragmentation,
     PUBLISHED_POLICY_NAMES,
+    cluster_fragmentation,
     load_experiment_inputs,
     published_unallocated,
     run_seeds,

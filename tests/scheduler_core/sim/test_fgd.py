@@ -105,7 +105,8 @@ def test_top_up_stops_at_the_first_clone_that_crosses_the_target(tmp_path):
         order = arrival_order(workload, cluster.total_gpu_milli, seed=seed)
         per_gpu = workload.gpu_milli[order]
         running = 1000 + np.cumsum(per_gpu[3:])
-        assert (running[:-1] <= 1300).all() and running[-1] > 1300
+        assert (running[:-1] <= 1300).all()
+        assert running[-1] > 1300
 
 
 def test_tune_down_removes_random_pods_until_the_load_fits(tmp_path):

@@ -76,7 +76,9 @@ def test_malformed_pod_row_names_file_line_and_column(tmp_path, row, column, rul
     err = info.value
     assert err.line == 3
     assert err.column == column
-    assert "bad.csv" in str(err) and "line 3" in str(err) and rule in str(err)
+    assert "bad.csv" in str(err)
+    assert "line 3" in str(err)
+    assert rule in str(err)
 
 
 def test_row_with_wrong_field_count_and_missing_column_are_rejected(tmp_path):
@@ -120,7 +122,8 @@ def test_philly_vc_file(tmp_path):
         "0,0,1,vgg16,9,256,4,976570,976570,1\n",
     )
     trace = read_job_trace(p)
-    assert trace.jobs[0].num_gpu == 4 and trace.jobs[0].duration == 976570
+    assert trace.jobs[0].num_gpu == 4
+    assert trace.jobs[0].duration == 976570
     assert read_philly_vc_jobs(p).jobs == trace.jobs
 
 
@@ -135,7 +138,8 @@ def test_dirlab_subset_accumulates_intervals_and_keeps_users(tmp_path):
     assert [j.job_id for j in trace.jobs] == ["0", "2"]  # the CPU job is left out
     assert trace.jobs[1].submit_time == 15.0
     assert (trace.jobs[1].num_pods, trace.jobs[1].gpu_per_pod, trace.jobs[1].cpu_milli_per_pod) == (2, 8.0, 32000)
-    assert trace.jobs[1].user == "1" and trace.has_users
+    assert trace.jobs[1].user == "1"
+    assert trace.has_users
     assert len(read_dirlab_jobs(p, include_cpu_jobs=True)) == 3
 
 
