@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from kaiweb.audit.models import AuditEntry
-from kaiweb.dashboard.pages import active_filters, filter_queryset, paginate, render_page
+from kaiweb.dashboard.pages import active_filters, filter_context, filter_queryset, paginate, render_page
 
 
 def _filterset_class() -> Any:
@@ -21,6 +21,9 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     page = paginate(request, qs)
     context = {
         "filterset": filterset,
+        **filter_context(request, filterset, ["actor", "action", "source", "object_type", "object_repr", "since",
+                                              "until"],
+                         labels={"object_repr": "Object", "object_type": "Type", "since": "Since (ISO time)"}),
         "filtered": active_filters(filterset),
         "page_obj": page,
         "entries": [(e, e.changes()) for e in page.object_list],

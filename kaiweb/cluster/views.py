@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 
 from kaiweb.cluster.models import GpuDevice, Node, SchedulingShard
 from kaiweb.dashboard.charts import queue_colour
-from kaiweb.dashboard.pages import PER_PAGE_CHOICES, filter_queryset, paginate, render_page
+from kaiweb.dashboard.pages import PER_PAGE_CHOICES, filter_context, filter_queryset, paginate, render_page
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES
 
 NODES_PER_PAGE = 100
@@ -20,22 +20,11 @@ def _filterset_class() -> Any:
     return NodeFilterSet
 
 
-def _label_filter(qs: Any, text: str) -> tuple[Any, str | None]:
-    """`key=value[,key=value]` on node labels (a JSON key lookup: works on SQLite and Postgres)."""
-    for part in [p.strip() for p in text.split(",") if p.strip()]:
-        if "=" not in part:
-            return qs.none(), f"label: write key=value (got {part!r})"
-        key, value = (x.strip() for x in part.split("=", 1))
-        if not key:
-            return qs.none(), "label: the key before '=' is empty"
-        qs = qs.filter(**{f"labels__{key}": value})
-    return qs, None
-
-
 def node_map(request: HttpRequest) -> HttpResponse:
-    """Nodes filtered by the API's NodeFilterSet, plus shard and label filters of this page."""
+    """Nodes filtered by the API's NodeFilterSet (name, product, `label=key=value`, readiness), plus
+    the page's shard filter (a shard is a node-label partition)."""
     shards = list(SchedulingShard.objects.select_related("cluster").order_by("cluster__name", "name"))
-    filterset, qs = filter_queryset(request, _filterset_class(), Node.objects.select_related("cluster").order_by("name"))
+    filterset, qs = filter_queryset(request, _filterset_class(), Node.objects.order_by("name"))
     errors: list[str] = []
     shard_id = request.GET.get("shard", "")
     shard = next((s for s in shards if str(s.pk) == shard_id), None)
@@ -49,11 +38,6 @@ def node_map(request: HttpRequest) -> HttpResponse:
         else:
             # The default shard sees the nodes without the partition label.
             qs = qs.exclude(labels__has_key=shard.partition_label_key)
-    label = request.GET.get("label", "").strip()
-    if label:
-        qs, err = _label_filter(qs, label)
-        if err:
-            errors.append(err)
     page = paginate(request, qs, default=NODES_PER_PAGE)
     nodes = list(page.object_list)
     rows, legend = build_map(nodes)
@@ -61,7 +45,9 @@ def node_map(request: HttpRequest) -> HttpResponse:
         "filterset": filterset,
         "shards": shards,
         "shard_id": shard_id,
-        "label": label,
+        **filter_context(request, filterset, ["name_contains", "gpu_product", "label", "ready", "unschedulable"],
+                         labels={"name_contains": "Name", "label": "Label (key=value)", "ready": "Ready",
+                                 "unschedulable": "Cordoned"}),
         "errors": errors,
         "page_obj": page,
         "per_page_choices": PER_PAGE_CHOICES,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -86,3 +87,56 @@ def configure_table(request: HttpRequest, table: Any, default: int = DEFAULT_PER
         table.paginate(page=table.paginator.num_pages, per_page=per_page)
     table.page.per_page_choices = PER_PAGE_CHOICES
     return {"table": table, "page_obj": table.page, "per_page_choices": PER_PAGE_CHOICES}
+
+
+class ListSelect(forms.Select):
+    """A one-line select that submits a list, for MultipleChoiceFilters in a compact filter bar."""
+
+    allow_multiple_selected = False
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+        getter = getattr(data, "getlist", None)
+        values = getter(name) if getter else ([data[name]] if name in data else [])
+        return [v for v in values if v not in ("", None)]
+
+    def format_value(self, value: Any) -> list[str]:
+        if value is None:
+            return []
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        return [str(v) for v in value]
+
+
+def filter_fields(filterset: Any, shown: list[str], choices: dict[str, list[tuple[str, str]]] | None = None,
+                  labels: dict[str, str] | None = None) -> list[Any]:
+    """The bound fields of `shown`, with selects for fields that have a known set of values.
+
+    Multiple-choice filters become a one-line select (still submitting a list, so the API's
+    `?state=pending&state=running` form keeps working); `choices` turns a text filter (a queue
+    name, a priority class) into a select of the existing values.
+    """
+    form = filterset.form
+    out = []
+    for name in shown:
+        if name not in form.fields:
+            continue
+        field = form.fields[name]
+        if name in (choices or {}):
+            field.widget = forms.Select(choices=[("", "any"), *choices[name]])
+        elif isinstance(field, forms.MultipleChoiceField):
+            field.widget = ListSelect(choices=[("", "any"), *field.choices])
+        if labels and name in labels:
+            field.label = labels[name]
+        out.append(form[name])
+    return out
+
+
+def filter_context(request: HttpRequest, filterset: Any, shown: list[str],
+                   choices: dict[str, list[tuple[str, str]]] | None = None,
+                   labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """Context for includes/filter_form.html: the visible filters, and the other query parameters
+    (filters the page does not show, e.g. `queue_tree` from a link) carried as hidden inputs."""
+    fields = filter_fields(filterset, shown, choices, labels)
+    names = {f.name for f in fields} | {"page"}
+    hidden = [(k, v) for k in request.GET for v in request.GET.getlist(k) if k not in names]
+    return {"filters": fields, "hidden_params": hidden}

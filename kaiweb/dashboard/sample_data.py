@@ -85,6 +85,7 @@ def build_dataset(
                                                      defaults={"partition_label_value": ""})
     shard.k_value, shard.usage_half_life_seconds, shard.usage_window_seconds = 1.0, 4 * 3600, 24 * 3600
     shard.save()
+    SchedulingShard.objects.get_or_create(cluster=cluster, name="pool-b", defaults={"partition_label_value": "pool-b"})
     for name, (value, preemptible) in {"train": (50, True), "build-preemptible": (75, True),
                                        "build": (100, False), "inference": (125, False)}.items():
         PriorityClass.objects.get_or_create(name=name, defaults={"value": value, "preemptible": preemptible})
@@ -116,11 +117,13 @@ def build_dataset(
     node_rows = []
     for i in range(nodes):
         product, mem = products[0] if i % 4 else products[1]
-        pool = "default" if i % 5 else "pool-b"
+        labels = {"nvidia.com/gpu.product": product, "topology.kubernetes.io/zone": f"zone-{'ab'[i % 2]}",
+                  "rack": f"r{i // 8 + 1}"}
+        if i % 5 == 4:
+            # A second node pool, scheduled by its own shard; the default shard sees unlabelled nodes.
+            labels["kai.scheduler/node-pool"] = "pool-b"
         node_rows.append(Node(
-            cluster=cluster, name=f"gpu-node-{i + 1:03d}",
-            labels={"kai.scheduler/node-pool": pool, "nvidia.com/gpu.product": product,
-                    "topology.kubernetes.io/zone": f"zone-{'ab'[i % 2]}", "rack": f"r{i // 8 + 1}"},
+            cluster=cluster, name=f"gpu-node-{i + 1:03d}", labels=labels,
             allocatable_cpu=128000, allocatable_memory=1024 * 10**9, allocatable_gpu=gpus_per_node,
             gpu_product=product, gpu_memory_mib=mem, topology={"zone": f"zone-{'ab'[i % 2]}", "rack": f"r{i // 8 + 1}"},
             ready=(i % 37 != 36), unschedulable=(i % 53 == 52), observed_at=now,

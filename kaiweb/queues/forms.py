@@ -48,6 +48,11 @@ class QueueForm(forms.ModelForm):
             self.fields["parent"].empty_label = "— top level —"
         self.fields["parent"].queryset = parent_qs
         self.fields["parent"].help_text = "Only leaf queues hold workloads; a queue with workloads cannot get children."
+        for name in RESOURCE_FIELDS:
+            # 384000.0 reads better as 384000: show whole numbers without a decimal point.
+            value = getattr(self.instance, name, None)
+            if isinstance(value, float) and value.is_integer() and not self.is_bound:
+                self.initial[name] = int(value)
         for r in RESOURCES:
             self.fields[f"{r}_quota"].help_text = f"{UNIT_HINT[r]}; -1 = unlimited"
             self.fields[f"{r}_limit"].help_text = "-1 = no cap; 0 = none at all"

@@ -21,6 +21,8 @@ from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE
 from kaiweb.workloads.choices import WORKLOAD_STATE_BADGE
 
 VIEWS = ("tree", "table")
+# The form takes the Queue CRD's units, so its rows say which.
+EDIT_LABEL = {"cpu": "CPU (millicores)", "memory": "Memory (MB)", "gpu": "GPU (devices)"}
 
 
 def _resource(request: HttpRequest) -> str:
@@ -180,7 +182,8 @@ def _arithmetic(queue: Queue, resource: str) -> dict[str, Any]:
 
 
 def _edit_context(request: HttpRequest, queue: Queue, form: QueueForm, **extra: Any) -> dict[str, Any]:
-    return {"queue": queue, "form": form, "ancestors": _ancestors(queue), "unit_label": UNIT_LABEL, **extra}
+    return {"queue": queue, "form": form, "ancestors": _ancestors(queue), "unit_label": UNIT_LABEL,
+            "edit_label": EDIT_LABEL, **extra}
 
 
 def _form_for(request: HttpRequest, queue: Queue, data: Any = None) -> QueueForm:

@@ -12,7 +12,14 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
 from kaiweb.dashboard import charts
-from kaiweb.dashboard.pages import active_filters, configure_table, filter_queryset, paginate, render_page
+from kaiweb.dashboard.pages import (
+    active_filters,
+    configure_table,
+    filter_context,
+    filter_queryset,
+    paginate,
+    render_page,
+)
 from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADGE
 from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
 from kaiweb.scheduling.tables import CycleTable, PreemptionTable
@@ -44,8 +51,15 @@ def preemption_list(request: HttpRequest) -> HttpResponse:
     table = PreemptionTable(qs)
     timeline = list(qs.order_by("-at", "-id").values("at", "action", "victim_ref", "preemptor_ref")[:TIMELINE_MAX])
     counts = {row["action"]: row["n"] for row in qs.order_by().values("action").annotate(n=Count("id"))}
+    from kaiweb.queues.models import Queue
+
+    names = [(n, n) for n in Queue.objects.order_by("name").values_list("name", flat=True)]
     context = {
         "filterset": filterset,
+        **filter_context(request, filterset, ["action", "queue", "victim_queue", "preemptor_queue", "reason",
+                                              "since", "until"],
+                         choices={"queue": names, "victim_queue": names, "preemptor_queue": names},
+                         labels={"queue": "Queue (either side)", "since": "Since (ISO time)", "until": "Until"}),
         "filtered": active_filters(filterset),
         "timeline_chart": charts.preemption_timeline(
             [{"at": e["at"], "action": e["action"], "victim": e["victim_ref"], "preemptor": e["preemptor_ref"]}
@@ -114,8 +128,15 @@ def cycle_list(request: HttpRequest) -> HttpResponse:
     phases = [p for p in PHASES if any((c.phase_durations or {}).get(p) for c in recent)]
     extra = sorted({k for c in recent for k in (c.phase_durations or {}) if k not in PHASES})
     table = CycleTable(qs)
+    from kaiweb.cluster.models import SchedulingShard
+
+    shards = sorted(set(SchedulingShard.objects.values_list("name", flat=True)))
     context = {
         "filterset": filterset,
+        **filter_context(request, filterset, ["status", "shard", "trigger", "with_evictions", "started_after",
+                                              "started_before"],
+                         choices={"shard": [(n, n) for n in shards]},
+                         labels={"started_after": "Since (ISO time)", "started_before": "Until"}),
         "filtered": active_filters(filterset),
         "phase_chart": charts.cycle_phases(recent, [*phases, *extra]),
         "decision_chart": charts.cycle_decisions(recent),

@@ -27,7 +27,7 @@ class UsageReportForm(forms.Form):
                                  initial="gpu", required=False)
     group = forms.ChoiceField(choices=[("queue", "per leaf queue"), ("department", "per department (top level)")],
                               initial="queue", required=False, label="Group")
-    queue = forms.ModelChoiceField(queryset=Queue.objects.order_by("name"), required=False,
+    queue = forms.ModelChoiceField(queryset=Queue.objects.order_by("name"), required=False, to_field_name="name",
                                    empty_label="all queues", label="Queue (and its subtree)")
 
     def clean(self) -> dict[str, Any]:

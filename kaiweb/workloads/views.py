@@ -9,17 +9,44 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 
-from kaiweb.dashboard.pages import active_filters, configure_table, filter_queryset, render_page
+from kaiweb.dashboard.pages import (
+    active_filters,
+    configure_table,
+    filter_context,
+    filter_queryset,
+    render_page,
+)
 from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, WORKLOAD_STATE_BADGE
 from kaiweb.workloads.models import Workload
 from kaiweb.workloads.tables import WorkloadTable
 
+GPU_KINDS = [("whole", "whole GPUs"), ("fraction", "GPU fraction"), ("memory", "GPU memory"), ("mig", "MIG"),
+             ("none", "no GPU")]
+
 
 def _filterset_class() -> Any:
+    """The API's WorkloadFilterSet plus the page's GPU-kind filter (the kind of GPU its pods ask for)."""
+    import django_filters
+
     from kaiweb.workloads.filtersets import WorkloadFilterSet
 
-    return WorkloadFilterSet
+    class WorkloadPageFilterSet(WorkloadFilterSet):
+        gpu_kind = django_filters.ChoiceFilter(choices=GPU_KINDS, method="filter_gpu_kind", label="GPU kind")
+
+        def filter_gpu_kind(self, queryset: Any, name: str, value: str) -> Any:
+            kinds = {
+                "fraction": Q(pods__gpu_fraction__isnull=False),
+                "memory": Q(pods__gpu_memory_mib__isnull=False),
+                "mig": Q(pods__mig_profile__gt=""),
+                "whole": Q(pods__gpu__gt=0),
+            }
+            if value == "none":
+                any_gpu = kinds["fraction"] | kinds["memory"] | kinds["mig"] | kinds["whole"]
+                return queryset.exclude(pk__in=Workload.objects.filter(any_gpu).values("pk"))
+            return queryset.filter(pk__in=Workload.objects.filter(kinds[value]).values("pk"))
+
+    return WorkloadPageFilterSet
 
 
 def workload_queryset() -> Any:
@@ -43,8 +70,16 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     filterset, qs = filter_queryset(request, _filterset_class(), workload_queryset())
     table = WorkloadTable(qs)
     counts = {row["state"]: row["n"] for row in Workload.objects.values("state").annotate(n=Count("id"))}
+    from kaiweb.queues.models import PriorityClass, Queue
+
+    leaf_names = list(Queue.objects.filter(children__isnull=True).order_by("name").values_list("name", flat=True))
     context = {
         "filterset": filterset,
+        **filter_context(request, filterset, ["q", "queue", "state", "priority_class", "gpu_kind", "pending_reason"],
+                         choices={"queue": [(n, n) for n in leaf_names],
+                                  "priority_class": [(n, n) for n in PriorityClass.objects.order_by("-value")
+                                                     .values_list("name", flat=True)]},
+                         labels={"q": "Search", "priority_class": "Priority", "pending_reason": "Why-pending code"}),
         "filtered": active_filters(filterset),
         "counts": counts,
         "total": sum(counts.values()),
