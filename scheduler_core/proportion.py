@@ -180,6 +180,18 @@ def _order_key(q: QueueAttrs) -> tuple[float, str]:
 # --------------------------------------------------------------------------------------------
 
 
+def _vector_looks_fine(vec: list[float], allow_unlimited: bool) -> bool:
+    """Fast path of `validate_queues`: three finite numbers, each ≥ 0 (or -1 where allowed)."""
+    try:
+        if len(vec) != 3 or not math.isfinite(vec[0] + vec[1] + vec[2]):
+            return False
+        if allow_unlimited:
+            return all(v >= 0 or v == UNLIMITED for v in vec)
+        return min(vec) >= 0
+    except TypeError:
+        return False
+
+
 def validate_queues(queues: dict[str, QueueAttrs], total: list[float] | None = None) -> list[str]:
     """Every problem that would make the division meaningless, one sentence per field and rule.
 
@@ -201,6 +213,8 @@ def validate_queues(queues: dict[str, QueueAttrs], total: list[float] | None = N
             ("allocated", False), ("allocated_np", False), ("usage", False),
         ):
             vec = getattr(q, fname)
+            if _vector_looks_fine(vec, allow_unlimited):
+                continue
             if len(vec) != 3:
                 problems.append(f"queue {key}: {fname} must have 3 entries (cpu, memory, gpu), got {len(vec)}")
                 continue

@@ -69,7 +69,7 @@ def _deserved_part(q: QueueAttrs, amount: float) -> float:
     return min(d, requestable(q, GPU))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(tree=queue_trees(with_usage=True), k=st.sampled_from([0.0, 0.5, 1.0, 3.0]))
 def test_deserved_is_granted_first_whatever_priority_and_usage(tree, k):
     queues, total = tree
@@ -79,7 +79,7 @@ def test_deserved_is_granted_first_whatever_priority_and_usage(tree, k):
             assert q.fair[GPU] >= _deserved_part(q, amount) - EPS
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(tree=queue_trees(with_usage=True), k=st.sampled_from([0.0, 1.0]))
 def test_weight_zero_gets_no_surplus_and_integral_inputs_never_exceed_requestable(tree, k):
     queues, total = tree
@@ -91,7 +91,7 @@ def test_weight_zero_gets_no_surplus_and_integral_inputs_never_exceed_requestabl
             assert q.fair[GPU] <= requestable(q, GPU) + EPS
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(tree=queue_trees(integral=False))
 def test_fractional_requests_exceed_requestable_by_less_than_one_unit(tree):
     queues, total = tree
@@ -101,7 +101,7 @@ def test_fractional_requests_exceed_requestable_by_less_than_one_unit(tree):
             assert q.fair[GPU] < requestable(q, GPU) + 1
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(tree=queue_trees())
 def test_lower_priorities_get_only_fractional_leftovers_while_higher_ones_want_more(tree):
     queues, total = tree
@@ -116,7 +116,7 @@ def test_lower_priorities_get_only_fractional_leftovers_while_higher_ones_want_m
             assert lower_surplus < len(higher)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(tree=queue_trees(integral=False, with_usage=True), k=st.sampled_from([0.0, 1.0]))
 def test_children_never_share_more_than_their_parent_unless_quotas_oversubscribe(tree, k):
     queues, total = tree
@@ -126,7 +126,7 @@ def test_children_never_share_more_than_their_parent_unless_quotas_oversubscribe
             assert sum(q.fair[GPU] for q in siblings) <= amount + EPS
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(tree=queue_trees(all_weighted=True))
 def test_division_is_work_conserving_when_demand_covers_the_amount(tree):
     queues, total = tree
@@ -138,7 +138,7 @@ def test_division_is_work_conserving_when_demand_covers_the_amount(tree):
         assert abs(sum(q.fair[GPU] for q in siblings) - min(amount, demand)) < EPS
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(tree=queue_trees(integral=False, with_usage=True), seed=st.integers(0, 1000))
 def test_same_input_in_any_order_gives_the_same_shares_and_steps(tree, seed):
     queues, total = tree
@@ -151,7 +151,7 @@ def test_same_input_in_any_order_gives_the_same_shares_and_steps(tree, seed):
     assert steps_a == steps_b
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(tree=queue_trees(with_usage=True))
 def test_usage_changes_only_over_quota_weights(tree):
     queues, total = tree
