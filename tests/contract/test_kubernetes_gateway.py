@@ -458,6 +458,43 @@ def test_a_fractional_bind_writes_the_gpu_group_and_portion(
     assert (observed.gpu_group, observed.node) == ("grp-1", "gpu-1")
 
 
+def test_a_fractional_bind_never_relabels_a_pod_bound_elsewhere(
+    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+) -> None:
+    uid = kube_apiserver.add_pod("frac", node="gpu-2", labels={"runai-gpu-group": "grp-old"},
+                                 annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
+
+    with pytest.raises(ClusterRejected, match="already bound to gpu-2"):
+        gateway.bind(BindAction("default", "frac", uid, "gpu-1", gpu_group="grp-new", gpu_portion=0.5))
+
+    assert kube_apiserver.get("pods", "frac")["metadata"]["labels"]["runai-gpu-group"] == "grp-old"
+
+
+def test_a_fractional_bind_repeated_is_one_binding(
+    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+) -> None:
+    uid = kube_apiserver.add_pod("frac", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
+    action = BindAction("default", "frac", uid, "gpu-1", gpu_group="grp-1", gpu_portion=0.5)
+
+    outcomes = [gateway.bind(action).outcome, gateway.bind(action).outcome]
+
+    assert outcomes == [ActionOutcome.BOUND, ActionOutcome.ALREADY_BOUND]
+    assert len(kube_apiserver.bindings) == 1
+
+
+def test_a_fractional_bind_reads_again_when_the_pod_changed_meanwhile(
+    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+) -> None:
+    uid = kube_apiserver.add_pod("frac", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
+    kube_apiserver.fail_next(1, status=409, method="PATCH", path_contains="/pods/frac")
+
+    result = gateway.bind(BindAction("default", "frac", uid, "gpu-1", gpu_group="grp-1", gpu_portion=0.5))
+
+    assert result.outcome == ActionOutcome.BOUND
+    assert _requests_to(kube_apiserver, "/pods/frac", "PATCH") == 2
+    assert kube_apiserver.get("pods", "frac")["metadata"]["labels"]["runai-gpu-group"] == "grp-1"
+
+
 def test_a_bind_whose_answer_was_lost_is_recognised_on_retry(
     kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway, sleeps: list[float],  # noqa: F811
 ) -> None:

@@ -274,6 +274,18 @@ def test_watch_cluster_command_once_against_a_server(
     assert "watch ended: ADDED 2, SYNCED 2" in text
 
 
+def test_watch_cluster_command_stops_after_max_seconds(
+    kube_apiserver: FakeKubeApiServer,  # noqa: F811
+) -> None:
+    kube_apiserver.add_queue("team-a", {"resources": {}})
+    out = StringIO()
+
+    call_command("watch_cluster", "--max-seconds", "0.5", "--host", kube_apiserver.url, "--kinds", "Queue",
+                 stdout=out)
+
+    assert "watch ended: ADDED 1, SYNCED 1" in out.getvalue()
+
+
 def test_watch_cluster_command_refuses_bad_options(kube_apiserver: FakeKubeApiServer, settings: object) -> None:  # noqa: F811
     settings.KAI_CLUSTER_BACKEND = "simulated"  # type: ignore[attr-defined]
     with pytest.raises(CommandError, match="needs KAI_CLUSTER_BACKEND=kubernetes"):

@@ -571,6 +571,11 @@ class FakeKubeApiServer:
             current = self.get(plural, name, namespace)
             if current is None:
                 raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
+            wanted_rv = ((body or {}).get("metadata") or {}).get("resourceVersion")
+            if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
+                # A resourceVersion in a patch is a precondition, as on a real server.
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": '
+                               "the object has been modified; please apply your changes to the latest version")
             merge = _strategic_merge_patch if plural in ("pods", "nodes") else _merge_patch
             if status_only:
                 current["status"] = merge(current.get("status") or {}, (body or {}).get("status") or {})

@@ -732,8 +732,8 @@ class KubernetesGateway:
     def bind(self, action: BindAction) -> ActionResult:
         """Bind through the Binding subresource.
 
-        For a shared GPU the pod first gets the GPU group label (what KAI reads back for
-        existing groups) and annotation; the Binding carries the decision's idempotency key and
+        For a shared GPU the still-unbound pod first gets the GPU group label (what KAI reads back
+        for existing groups) and annotation, guarded by its resourceVersion; the Binding carries the decision's idempotency key and
         GPU portion as annotations, which the API server copies onto the pod. The server answers
         a Binding with a ``Status`` the client cannot turn into a ``V1Binding`` (its ``target``
         is required), so the raw response is used. A 409 is read back: already on this node is
@@ -741,15 +741,9 @@ class KubernetesGateway:
         """
         operation = f"bind pod {action.namespace}/{action.name} to {action.node}"
         if action.gpu_group:
-            patch = {"metadata": {"labels": {GPU_GROUP_LABEL: action.gpu_group},
-                                  "annotations": {GPU_GROUP_LABEL: action.gpu_group}}}
-            try:
-                self._json(operation, self.core.patch_namespaced_pod, action.name, action.namespace, patch,
-                           _content_type="application/strategic-merge-patch+json")
-            except ClusterRejected as err:
-                if err.status == 404:
-                    raise ClusterRejected(operation, "the pod no longer exists", status=404) from err
-                raise
+            done = self._label_gpu_group(action, operation)
+            if done is not None:
+                return done
         annotations = {}
         if action.idempotency_key:
             annotations[BIND_KEY_ANNOTATION] = action.idempotency_key
@@ -767,20 +761,53 @@ class KubernetesGateway:
                 raise ClusterRejected(operation, "the pod no longer exists", status=404) from err
             if err.status != 409:
                 raise
-            pod = self.read_pod(action.namespace, action.name)
-            if pod is None:
-                raise ClusterRejected(operation, "the pod no longer exists", status=404) from err
-            uid = _meta(pod).get("uid", "")
-            if action.uid and uid != action.uid:
-                raise ClusterRejected(operation, f"the pod was replaced (uid {uid}, decided for {action.uid})",
-                                      status=409, reason="Conflict") from err
-            bound = (pod.get("spec") or {}).get("nodeName")
-            if bound == action.node:
-                return ActionResult(ActionOutcome.ALREADY_BOUND, f"pod {action.namespace}/{action.name} was "
-                                    f"already bound to {action.node}")
-            raise ClusterRejected(operation, f"the pod is already bound to {bound or 'nothing'}: {err.detail}",
-                                  status=409, reason="Conflict") from err
+            done = self._check_bindable(action, self.read_pod(action.namespace, action.name), operation)
+            if done is not None:
+                return done
+            raise ClusterRejected(operation, f"the server refused the binding: {err.detail}", status=409,
+                                  reason="Conflict") from err
         return ActionResult(ActionOutcome.BOUND, f"pod {action.namespace}/{action.name} bound to {action.node}")
+
+    def _check_bindable(self, action: BindAction, pod: Mapping[str, Any] | None, operation: str) -> ActionResult | None:
+        """None if the pod can still be bound; ALREADY_BOUND if it is on the target node; else raises."""
+        if pod is None:
+            raise ClusterRejected(operation, "the pod no longer exists", status=404)
+        uid = _meta(pod).get("uid", "")
+        if action.uid and uid != action.uid:
+            raise ClusterRejected(operation, f"the pod was replaced (uid {uid}, decided for {action.uid})",
+                                  status=409, reason="Conflict")
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound == action.node:
+            return ActionResult(ActionOutcome.ALREADY_BOUND, f"pod {action.namespace}/{action.name} was "
+                                f"already bound to {action.node}")
+        if bound:
+            raise ClusterRejected(operation, f"the pod is already bound to {bound}", status=409, reason="Conflict")
+        return None
+
+    def _label_gpu_group(self, action: BindAction, operation: str) -> ActionResult | None:
+        """Label a still-unbound pod with its GPU group before the Binding (as KAI's binder does).
+
+        The patch carries the resourceVersion just read, so it cannot land on a pod that was bound
+        elsewhere (or replaced) in between: the server refuses it with 409, and the pod is read again."""
+        for _ in range(3):
+            pod = self.read_pod(action.namespace, action.name)
+            done = self._check_bindable(action, pod, operation)
+            if done is not None or pod is None:
+                return done
+            patch = {"metadata": {"resourceVersion": _meta(pod).get("resourceVersion"),
+                                  "labels": {GPU_GROUP_LABEL: action.gpu_group},
+                                  "annotations": {GPU_GROUP_LABEL: action.gpu_group}}}
+            try:
+                self._json(operation, self.core.patch_namespaced_pod, action.name, action.namespace, patch,
+                           _content_type="application/strategic-merge-patch+json")
+                return None
+            except ClusterRejected as err:
+                if err.status == 404:
+                    raise ClusterRejected(operation, "the pod no longer exists", status=404) from err
+                if err.status != 409:
+                    raise
+        raise ClusterRejected(operation, "the pod kept changing while its GPU group was written", status=409,
+                              reason="Conflict")
 
     def evict(self, action: EvictAction) -> ActionResult:
         """Evict through the Eviction API with the grace period and the pod's UID as precondition

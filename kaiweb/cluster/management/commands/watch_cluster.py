@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 from typing import Any
 
 from django.conf import settings
@@ -56,11 +57,16 @@ class Command(BaseCommand):
         if options["once"]:
             watcher.run_once()
         else:
-            signal.signal(signal.SIGTERM, lambda *_: watcher.stop())
+            # SIGTERM (a pod being stopped) ends the watch cleanly; handlers only work in the main thread.
+            in_main = threading.current_thread() is threading.main_thread()
+            previous = signal.signal(signal.SIGTERM, lambda *_: watcher.stop()) if in_main else None
             try:
                 watcher.run(options["max_seconds"])
             except KeyboardInterrupt:
                 watcher.stop()
+            finally:
+                if in_main:
+                    signal.signal(signal.SIGTERM, previous)
         logging.getLogger(__name__).info("watch_cluster done: %s", counts)
         summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no events"
         self.stdout.write(self.style.SUCCESS(f"watch ended: {summary}"))
