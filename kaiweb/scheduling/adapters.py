@@ -67,8 +67,8 @@ class SnapshotIndex:
     nodes: dict[str, int] = dataclasses.field(default_factory=dict)  # node name -> node id
     queues: dict[str, int] = dataclasses.field(default_factory=dict)  # queue name -> queue id
     queue_spec: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # quotas in queue units
-    pending_workloads: dict[str, int] = dataclasses.field(default_factory=dict)  # queue -> count
-    running_workloads: dict[str, int] = dataclasses.field(default_factory=dict)
+    pending_workloads: dict[str, int] = dataclasses.field(default_factory=dict)  # leaf queue -> count
+    running_workloads: dict[str, int] = dataclasses.field(default_factory=dict)  # (after the cycle)
     parents: dict[str, str | None] = dataclasses.field(default_factory=dict)  # queue -> parent queue
 
 
@@ -206,12 +206,10 @@ def build_snapshot(
         except ValueError:
             priority, preemptible = m.resolve_priority(class_name, classes)
         tasks = []
-        running = False
         for p in w.pods.all():
             if p.state in (PodState.SUCCEEDED, PodState.FAILED):
                 continue
             state = POD_STATE_TO_ENGINE.get(p.state, m.PENDING)
-            running = running or state in m.ACTIVE_ALLOCATED_STATES
             tasks.append(m.TaskSpec(
                 name=p.name,
                 request=pod_to_request(p),
@@ -242,8 +240,6 @@ def build_snapshot(
         ))
         index.workloads[uid] = w.pk
         index.workload_queue[uid] = w.queue_id
-        bucket = index.running_workloads if running else index.pending_workloads
-        bucket[w.queue.name] = bucket.get(w.queue.name, 0) + 1
 
     snapshot = m.ClusterSnapshot(
         nodes=tuple(nodes), queues=tuple(queues), jobs=tuple(jobs), now=now,
@@ -366,10 +362,13 @@ def persist_result(
         # A key already recorded means this exact action was decided before (a retried task or
         # a decision the cluster has not reflected yet): never record or apply it twice.
         keys = [r.idempotency_key for r in rows]
-        existing = set(Decision.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", flat=True))
+        existing = _existing_keys(keys)
         seen: set[str] = set()
         fresh: list[Decision] = []
         for r in rows:
+            if existing.get(r.idempotency_key) == DecisionStatus.FAILED:
+                # The same action failed before (never reached the cluster): this is a new attempt.
+                r.idempotency_key = f"{r.idempotency_key}#c{cycle.pk}"[:128]
             if r.idempotency_key in existing or r.idempotency_key in seen:
                 continue
             seen.add(r.idempotency_key)
@@ -400,6 +399,11 @@ def persist_result(
         PreemptionEvent.objects.bulk_create(events)
 
         if not dry_run:
+            # Per-leaf counts after the cycle: a job the engine left pending is pending, others run.
+            index.pending_workloads, index.running_workloads = {}, {}
+            for job in snapshot.jobs:
+                bucket = index.pending_workloads if job.uid in result.pending else index.running_workloads
+                bucket[job.queue] = bucket.get(job.queue, 0) + 1
             _record_queue_status(cycle, result, index, at)
             _record_pending_reasons(cycle, result, index, at)
 
@@ -413,6 +417,15 @@ def persist_result(
             cycle.error = "Skipped unreadable objects:\n" + "\n".join(problems)
         cycle.save(update_fields=["jobs_considered", "binds", "pipelined", "evictions", "pending", "error"])
     return [r for r in created if r.kind != DecisionKind.PIPELINE and r.pk is not None]
+
+
+def _existing_keys(keys: list[str]) -> dict[str, str]:
+    """Status of the decisions already recorded under these keys (in chunks: keys can be many)."""
+    found: dict[str, str] = {}
+    for i in range(0, len(keys), 10_000):
+        found.update(Decision.objects.filter(idempotency_key__in=keys[i:i + 10_000])
+                     .values_list("idempotency_key", "status"))
+    return found
 
 
 def _record_queue_status(cycle: SchedulingCycle, result: m.CycleResult, index: SnapshotIndex, at: datetime) -> None:

@@ -1,0 +1,257 @@
+"""The scheduling cycle end to end on the simulated cluster: observe → decide → record → apply,
+idempotency, crash recovery (reconciliation), why-pending history and the query budget."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from kaiweb.cluster.backends.simulated import SimulatedGateway
+from kaiweb.scheduling import adapters, cycle
+from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
+from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
+from kaiweb.workloads.choices import PodState, WorkloadState
+from kaiweb.workloads.models import Pod
+from tests.celery.builders import running_pods, small_cluster, submit
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_cycle_binds_a_pending_gang_and_records_what_it_did():
+    sc = small_cluster(nodes=2)
+    job = submit(sc, "team-a", "train-1", pods=2, gpus_per_pod=4)
+
+    outcome = cycle.run_and_record_cycle(sc.shard, trigger="test", advance=False)
+
+    assert outcome.status == CycleStatus.SUCCEEDED
+    assert outcome.binds == 2
+    pods = running_pods(sc)
+    assert [p.name for p in pods] == ["train-1-0", "train-1-1"]
+    assert all(p.node_id is not None and p.started_at is not None for p in pods)
+    job.refresh_from_db()
+    assert job.state == WorkloadState.RUNNING
+    assert job.last_start_at is not None
+
+    row = SchedulingCycle.objects.get(pk=outcome.cycle_id)
+    assert (row.status, row.binds, row.evictions, row.trigger) == (CycleStatus.SUCCEEDED, 2, 0, "test")
+    assert {"snapshot", "engine", "record", "apply"} <= set(row.phase_durations)
+    binds = Decision.objects.filter(cycle=row, kind=DecisionKind.BIND)
+    assert binds.count() == 2
+    assert set(binds.values_list("status", flat=True)) == {DecisionStatus.APPLIED}
+    assert all(d.idempotency_key.startswith("bind:") and d.node_name for d in binds)
+
+    status = QueueStatus.objects.get(cycle=row, queue=sc.queues["team-a"])
+    assert status.allocated["gpu"] == 8
+    assert status.running_workloads == 1
+    dept = QueueStatus.objects.get(cycle=row, queue=sc.queues["dept"])
+    assert dept.allocated["gpu"] == 8
+    assert dept.running_workloads == 1  # a parent counts its subtree
+
+
+def test_running_the_cycle_again_never_binds_a_pod_twice():
+    sc = small_cluster(nodes=1)
+    submit(sc, "team-a", "j", pods=2, gpus_per_pod=2)
+    cycle.run_and_record_cycle(sc.shard, advance=False)
+    nodes_before = {p.name: p.node_id for p in running_pods(sc)}
+
+    second = cycle.run_and_record_cycle(sc.shard, advance=False)
+
+    assert second.binds == 0
+    assert Decision.objects.filter(kind=DecisionKind.BIND).count() == 2
+    assert {p.name: p.node_id for p in running_pods(sc)} == nodes_before
+
+
+def test_a_decision_already_recorded_is_not_recorded_or_applied_again():
+    """A duplicated task deciding from a stale view produces the same keys: nothing doubles."""
+    sc = small_cluster(nodes=1)
+    submit(sc, "team-a", "j", pods=1, gpus_per_pod=1)
+    snapshot, index = adapters.build_snapshot(sc.shard, now=SimulatedGateway(sc.cluster).now())
+    result = cycle.engine_run_cycle(snapshot, cycle.cycle_config(sc.shard))
+    first = SchedulingCycle.objects.create(shard=sc.shard, started_at=adapters.from_epoch(snapshot.now))
+    second = SchedulingCycle.objects.create(shard=sc.shard, started_at=adapters.from_epoch(snapshot.now))
+
+    to_apply_first = adapters.persist_result(first, result, snapshot, index)
+    to_apply_second = adapters.persist_result(second, result, snapshot, index)
+
+    assert len(to_apply_first) == 1
+    assert to_apply_second == []
+    assert Decision.objects.filter(kind=DecisionKind.BIND).count() == 1
+
+
+def test_bind_through_the_gateway_twice_is_one_bind():
+    sc = small_cluster(nodes=1)
+    submit(sc, "team-a", "j", pods=1)
+    cycle.run_and_record_cycle(sc.shard, advance=False)
+    d = Decision.objects.get(kind=DecisionKind.BIND)
+
+    outcomes = cycle.apply_decisions(SimulatedGateway(sc.cluster), [d])
+
+    assert outcomes[d.pk].outcome == "already-bound"
+    assert len(running_pods(sc)) == 1
+
+
+def test_crash_after_recording_intent_is_reconciled_and_decided_once(monkeypatch):
+    """Worker killed between recording the decisions and applying them."""
+    sc = small_cluster(nodes=1)
+    submit(sc, "team-a", "j", pods=2, gpus_per_pod=2)
+
+    def die(*args, **kwargs):
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(cycle, "apply_decisions", die)
+    with pytest.raises(SystemExit):
+        cycle.run_and_record_cycle(sc.shard, advance=False)
+    monkeypatch.undo()
+    # What a SIGKILL leaves: the cycle row still says running (the except clause never ran).
+    crashed = SchedulingCycle.objects.get()
+    SchedulingCycle.objects.filter(pk=crashed.pk).update(status=CycleStatus.RUNNING, error="")
+    assert set(Decision.objects.values_list("status", flat=True)) == {DecisionStatus.PLANNED}
+    assert running_pods(sc) == []
+
+    outcome = cycle.run_and_record_cycle(sc.shard, advance=False)
+
+    crashed.refresh_from_db()
+    assert crashed.status == CycleStatus.FAILED
+    assert "interrupted" in crashed.error
+    assert Decision.objects.filter(cycle=crashed, status=DecisionStatus.FAILED).count() == 2
+    assert outcome.binds == 2
+    assert len(running_pods(sc)) == 2
+    assert Decision.objects.filter(status=DecisionStatus.APPLIED, kind=DecisionKind.BIND).count() == 2
+
+
+def test_crash_after_applying_is_confirmed_and_nothing_is_bound_again(monkeypatch):
+    """Worker killed after the cluster took the binds but before they were marked applied."""
+    sc = small_cluster(nodes=1)
+    submit(sc, "team-a", "j", pods=2, gpus_per_pod=2)
+
+    def die(*args, **kwargs):
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(cycle, "mark_applied", die)
+    with pytest.raises(SystemExit):
+        cycle.run_and_record_cycle(sc.shard, advance=False)
+    monkeypatch.undo()
+    SchedulingCycle.objects.update(status=CycleStatus.RUNNING, error="")
+    assert len(running_pods(sc)) == 2
+
+    outcome = cycle.run_and_record_cycle(sc.shard, advance=False)
+
+    assert outcome.binds == 0
+    binds = Decision.objects.filter(kind=DecisionKind.BIND)
+    assert binds.count() == 2
+    assert set(binds.values_list("status", flat=True)) == {DecisionStatus.APPLIED}
+    assert all("confirmed by reconciliation" in d.message for d in binds)
+
+
+def test_a_failing_engine_marks_the_cycle_failed_with_the_error(monkeypatch):
+    sc = small_cluster(nodes=1)
+    submit(sc, "team-a", "j")
+
+    def boom(snapshot, config):
+        raise RuntimeError("engine exploded")
+
+    monkeypatch.setattr(cycle, "engine_run_cycle", boom)
+    with pytest.raises(RuntimeError):
+        cycle.run_and_record_cycle(sc.shard, advance=False)
+
+    row = SchedulingCycle.objects.get()
+    assert row.status == CycleStatus.FAILED
+    assert row.error == "RuntimeError: engine exploded"
+    assert running_pods(sc) == []
+
+
+def test_why_pending_keeps_one_current_reason_and_history_only_on_change():
+    sc = small_cluster(nodes=1)
+    queue = sc.queues["team-b"]
+    queue.gpu_quota, queue.gpu_limit = 2, 2
+    queue.save()
+    job = submit(sc, "team-b", "big", pods=1, gpus_per_pod=4)
+
+    for _ in range(3):
+        cycle.run_and_record_cycle(sc.shard, advance=False)
+
+    reasons = PendingReason.objects.filter(workload=job)
+    assert reasons.count() == 1
+    current = reasons.get()
+    assert current.is_current
+    assert current.reason  # the engine's code, e.g. OverLimit
+    assert current.message
+    first_reason = current.reason
+
+    # A different obstacle: the limit is lifted but the job no longer fits any node.
+    queue.gpu_limit = -1
+    queue.save()
+    Pod.objects.filter(workload=job).update(gpu=16)
+    cycle.run_and_record_cycle(sc.shard, advance=False)
+
+    reasons = PendingReason.objects.filter(workload=job).order_by("pk")
+    assert reasons.count() == 2
+    assert [r.is_current for r in reasons] == [False, True]
+    assert reasons[1].reason != first_reason
+
+    Pod.objects.filter(workload=job).update(gpu=1)
+    cycle.run_and_record_cycle(sc.shard, advance=False)
+    assert not PendingReason.objects.filter(workload=job, is_current=True).exists()
+
+
+def _persist_queries(workloads: int) -> int:
+    sc = small_cluster(nodes=8)
+    for i in range(workloads):
+        submit(sc, "team-a" if i % 2 else "team-b", f"j{i}", pods=1, gpus_per_pod=1)
+    gateway = SimulatedGateway(sc.cluster)
+    with CaptureQueriesContext(connection) as ctx:
+        snapshot, index = adapters.build_snapshot(sc.shard, now=gateway.now())
+    snapshot_queries = len(ctx.captured_queries)
+    result = cycle.engine_run_cycle(snapshot, cycle.cycle_config(sc.shard))
+    row = SchedulingCycle.objects.create(shard=sc.shard, started_at=adapters.from_epoch(snapshot.now))
+    with CaptureQueriesContext(connection) as ctx:
+        adapters.persist_result(row, result, snapshot, index)
+    return snapshot_queries + len(ctx.captured_queries)
+
+
+def test_snapshot_and_record_use_a_bounded_number_of_queries():
+    small = _persist_queries(4)
+    Pod.objects.all().delete()
+    from kaiweb.workloads.models import Workload
+
+    Workload.objects.all().delete()
+    SchedulingCycle.objects.all().delete()
+    from kaiweb.cluster.models import Node
+    from kaiweb.queues.models import Queue
+
+    Node.objects.all().delete()
+    Queue.objects.filter(parent__isnull=False).delete()
+    Queue.objects.all().delete()
+    large = _persist_queries(40)
+    assert large == small
+    assert large <= 20
+
+
+def test_evictions_record_preemption_events_with_both_queues_figures():
+    sc = small_cluster(nodes=1, gpus=4)
+    # team-b uses the whole node although its quota is 2; team-a (quota 2) then asks for 2.
+    for q in ("team-a", "team-b"):
+        sc.queues[q].gpu_quota = 2
+        sc.queues[q].save()
+    submit(sc, "team-b", "hog", pods=4, gpus_per_pod=1, min_member=1)
+    cycle.run_and_record_cycle(sc.shard, advance=False)
+    assert len(running_pods(sc)) == 4
+    submit(sc, "team-a", "needy", pods=2, gpus_per_pod=1)
+
+    outcomes = [cycle.run_and_record_cycle(sc.shard, advance=False) for _ in range(3)]
+
+    assert sum(o.evictions for o in outcomes) >= 1
+    event = PreemptionEvent.objects.order_by("pk").first()
+    assert event.action == "reclaim"
+    assert event.victim_ref == "ns/hog"
+    assert event.preemptor_ref == "ns/needy"
+    assert event.victim_queue_id == sc.queues["team-b"].pk
+    # The figures are the queues' after the cycle: the victim is back at its fair share.
+    assert event.victim_queue_figures["allocated"]["gpu"] == 2
+    assert event.victim_queue_figures["fair_share"]["gpu"] == 2
+    assert event.preemptor_queue_figures["fair_share"]["gpu"] == 2
+    assert event.preemptor_queue_figures["quota"]["gpu"] == 2
+    assert event.decision.kind == DecisionKind.EVICT
+    needy_running = Pod.objects.filter(workload__name="needy", state=PodState.RUNNING).count()
+    assert needy_running == 2
