@@ -45,5 +45,8 @@ class NodeFilterSet(django_filters.FilterSet):
         if not key:
             return queryset
         # JSON key lookups cannot contain "__"; match in Python on the (small) candidate set instead.
-        matching = [n.pk for n in queryset.only("pk", "labels") if (n.labels or {}).get(key) == wanted or (not sep and key in (n.labels or {}))]
+        matching = [
+            pk for pk, labels in queryset.values_list("pk", "labels")
+            if (labels or {}).get(key) == wanted or (not sep and key in (labels or {}))
+        ]
         return queryset.filter(pk__in=matching)

@@ -1,0 +1,78 @@
+"""Clusters, shards and nodes through the API: rules, roles, audit, query budgets."""
+
+from __future__ import annotations
+
+import pytest
+
+from kaiweb.audit.models import AuditEntry
+from kaiweb.cluster.models import Cluster, SchedulingShard
+from tests.factories import ClusterFactory, GpuDeviceFactory, NodeFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_default_cluster_and_shard_exist_after_migrations(viewer_api):
+    clusters = viewer_api.get("/api/v1/clusters/").json()["results"]
+    assert [c["name"] for c in clusters] == ["default"]
+    shards = viewer_api.get("/api/v1/shards/").json()["results"]
+    assert [(s["cluster"], s["name"], s["partition_label_value"]) for s in shards] == [("default", "default", "")]
+
+
+def test_platform_admin_creates_a_shard_and_the_change_is_audited(admin_api):
+    response = admin_api.post(
+        "/api/v1/shards/",
+        {"cluster": "default", "name": "a100", "partition_label_value": "a100", "gpu_placement": "spread"},
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    assert response.json()["warnings"] == ["a spread placement turns consolidation off for this shard (as in KAI)"]
+    entry = AuditEntry.objects.get(object_type="cluster.schedulingshard", action="create")
+    assert entry.actor_name == "platform-admin"
+    assert entry.after["partition_label_value"] == "a100"
+
+
+def test_overlapping_shards_are_refused(admin_api):
+    response = admin_api.post("/api/v1/shards/", {"cluster": "default", "name": "again"}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "partition_label_value": [
+            "shard default already covers kai.scheduler/node-pool=(unlabelled); shards must not overlap"
+        ]
+    }
+    assert SchedulingShard.objects.count() == 1
+
+
+def test_cluster_settings_refuse_secrets(admin_api):
+    response = admin_api.post(
+        "/api/v1/clusters/", {"name": "prod", "backend": "kubernetes", "settings": {"api_token": "x"}}, format="json"
+    )
+    assert response.status_code == 400
+    assert "api_token look like secrets" in response.json()["settings"][0]
+    assert not Cluster.objects.filter(name="prod").exists()
+
+
+def test_cluster_name_clash(admin_api):
+    response = admin_api.post("/api/v1/clusters/", {"name": "default"}, format="json")
+    assert response.json() == {"name": ["a cluster named 'default' already exists; names are unique"]}
+
+
+def test_queue_admin_and_viewer_cannot_change_clusters_or_shards(queue_admin_api, viewer_api):
+    for client in (queue_admin_api, viewer_api):
+        assert client.post("/api/v1/clusters/", {"name": "x"}, format="json").status_code == 403
+        shard = SchedulingShard.objects.get()
+        assert client.patch(f"/api/v1/shards/{shard.pk}/", {"k_value": 2}, format="json").status_code == 403
+    assert SchedulingShard.objects.get().k_value == 1.0
+
+
+def test_nodes_are_read_only_with_gpus_and_a_query_budget(admin_api, django_assert_max_num_queries):
+    cluster = ClusterFactory()
+    for i in range(12):
+        node = NodeFactory(cluster=cluster, labels={"kai.scheduler/node-pool": "a" if i % 2 else "b"})
+        for index in range(2):
+            GpuDeviceFactory(node=node, index=index)
+    with django_assert_max_num_queries(8):
+        response = admin_api.get("/api/v1/nodes/?label=kai.scheduler/node-pool=a")
+    body = response.json()
+    assert body["count"] == 6
+    assert len(body["results"][0]["gpus"]) == 2
+    assert admin_api.post("/api/v1/nodes/", {"name": "n"}, format="json").status_code == 405

@@ -1,0 +1,95 @@
+"""Workloads through the API: submission rules, current why-pending, filters, query budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from kaiweb.workloads.models import Workload
+from tests.factories import PendingReasonFactory, PodFactory, WorkloadFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def submit(client, **overrides):
+    body = {
+        "namespace": "research", "name": "train-1", "queue": "team-training", "priority_class": "train",
+        "min_member": 2, "pods": [{"name": "p0", "gpu": 1, "cpu": 4000}, {"name": "p1", "gpu": 1, "cpu": 4000}],
+    }
+    body.update(overrides)
+    return client.post("/api/v1/workloads/", body, format="json")
+
+
+def test_platform_admin_submits_a_workload_with_pods(admin_api, queue_tree):
+    response = submit(admin_api)
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["cluster"] == "default"
+    assert body["queue"] == "team-training"
+    assert [p["name"] for p in body["pods"]] == ["p0", "p1"]
+    assert body["pending_reason"] is None
+
+
+def test_a_workload_on_a_queue_with_children_is_refused(admin_api, queue_tree):
+    response = submit(admin_api, queue="department-b")
+    assert response.status_code == 400
+    assert response.json() == {
+        "queue": ["queue department-b has child queues (team-research-b, team-training); workloads go to leaf queues"]
+    }
+    assert not Workload.objects.exists()
+
+
+def test_bad_pod_requests_are_listed_by_pod_and_field(admin_api, queue_tree):
+    response = submit(
+        admin_api,
+        pods=[{"name": "a", "gpu": 1, "gpu_fraction": 0.5}, {"name": "b", "gpu": 1.5}, {"name": "c", "gpu_memory_mib": 100, "gpu": 2}],
+        min_member=5,
+    )
+    assert response.status_code == 400
+    errors = response.json()
+    assert errors["pods[0].gpu"] == ["a pod asks for whole GPUs or a GPU fraction, not both"]
+    assert errors["pods[1].gpu"] == ["whole GPUs must be an integer, not 1.5; use gpu_fraction for a part of one"]
+    assert errors["pods[2].gpu_memory_mib"] == ["a pod asks for whole GPUs or an amount of GPU memory, not both"]
+    assert errors["min_member"] == ["is 5 but the workload has only 3 pod(s)"]
+    assert not Workload.objects.exists()
+
+
+def test_fraction_out_of_range_is_refused(admin_api, queue_tree):
+    response = submit(admin_api, pods=[{"name": "a", "gpu_fraction": 1.5}], min_member=1)
+    assert response.status_code == 400
+    assert "gpu_fraction" in str(response.json())
+
+
+def test_viewer_cannot_submit(viewer_api, queue_tree):
+    assert submit(viewer_api).status_code == 403
+
+
+def test_list_shows_current_why_pending_within_a_query_budget(viewer_api, queue_tree, django_assert_max_num_queries):
+    for i in range(15):
+        workload = WorkloadFactory(queue=queue_tree["team-training"], name=f"job-{i}")
+        PodFactory(workload=workload)
+        PendingReasonFactory(workload=workload, is_current=False, reason="NotReady")
+        PendingReasonFactory(workload=workload, is_current=True, reason="OverLimit")
+    with django_assert_max_num_queries(8):
+        response = viewer_api.get("/api/v1/workloads/?queue=team-training")
+    rows = response.json()["results"]
+    assert len(rows) == 15
+    assert {r["pending_reason"]["reason"] for r in rows} == {"OverLimit"}
+    assert rows[0]["pod_count"] == 1
+
+
+def test_filter_by_queue_subtree_and_pending_reason(viewer_api, queue_tree):
+    a = WorkloadFactory(queue=queue_tree["team-inference"])
+    b = WorkloadFactory(queue=queue_tree["team-training"])
+    PendingReasonFactory(workload=b, reason="OverLimit")
+    ids = {r["id"] for r in viewer_api.get("/api/v1/workloads/?queue_tree=department-a").json()["results"]}
+    assert ids == {a.pk}
+    ids = {r["id"] for r in viewer_api.get("/api/v1/workloads/?pending_reason=OverLimit").json()["results"]}
+    assert ids == {b.pk}
+
+
+def test_pending_history_lists_every_record(viewer_api, queue_tree):
+    workload = WorkloadFactory(queue=queue_tree["team-training"])
+    PendingReasonFactory(workload=workload, is_current=False, reason="NotReady")
+    PendingReasonFactory(workload=workload, is_current=True, reason="OverLimit")
+    body = viewer_api.get(f"/api/v1/workloads/{workload.pk}/pending-history/").json()
+    assert [r["reason"] for r in body["results"]] == ["OverLimit", "NotReady"]
