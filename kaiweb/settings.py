@@ -127,6 +127,7 @@ USE_TZ = True
 # ---------------------------------------------------------------- static files
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # plotly.min.js is served from the installed plotly package, never vendored into git.
 STATICFILES_DIRS = [BASE_DIR / "static", ("vendor/plotly", Path(plotly.__file__).parent / "package_data")]
 STORAGES = {
