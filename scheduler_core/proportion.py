@@ -102,11 +102,11 @@ def is_unlimited(value: float) -> bool:
 def le_cap(value: float, cap: float) -> bool:
     """`value ≤ cap` as KAI compares quotas: -1 is +∞ on either side, and differences up to 1e-9 are
     float noise (0.1 + 0.2 GPUs fits a quota of 0.3)."""
-    if is_unlimited(cap):
+    if cap == UNLIMITED:
         return True
-    if is_unlimited(value):
+    if value == UNLIMITED:
         return False
-    return value <= cap or abs(value - cap) <= _QTY_TOLERANCE
+    return value <= cap + _QTY_TOLERANCE
 
 
 def requestable(q: QueueAttrs, r: int) -> float:
@@ -118,15 +118,16 @@ def allocatable_share(q: QueueAttrs) -> list[float]:
     """`min(limit, max(deserved, fair))` per resource (§2.4 rule 5, §3.7); limit -1 is ignored.
 
     With deserved -1 the result is the limit (which may itself be -1 = unbounded)."""
-    out: list[float] = []
-    for r in range(3):
-        if is_unlimited(q.deserved[r]):
-            out.append(q.limit[r])
-            continue
-        value = max(q.deserved[r], q.fair[r])
-        if not is_unlimited(q.limit[r]):
-            value = min(q.limit[r], value)
-        out.append(value)
+    out = [0.0, 0.0, 0.0]
+    deserved, limit, fair = q.deserved, q.limit, q.fair
+    for r in (0, 1, 2):
+        d, lim = deserved[r], limit[r]
+        if d == UNLIMITED:
+            out[r] = lim
+        else:
+            f = fair[r]
+            value = d if d >= f else f
+            out[r] = value if lim == UNLIMITED or lim >= value else lim
     return out
 
 
@@ -135,25 +136,28 @@ def dominant_share(
     total: list[float],
     add: Iterable[float] | None = None,
     remove: Iterable[float] | None = None,
+    alloc: list[float] | None = None,
 ) -> float:
     """DRF dominant share: `max_r (allocated[r] + add[r] − remove[r]) / allocatable[r]` (§2.4 rule 5).
 
     An unbounded allocatable share (deserved and limit -1) is replaced by the cluster total; a zero
-    allocatable share weighs the amount × 1000 (KAI's penalty for using what one may not hold)."""
+    allocatable share weighs the amount × 1000 (KAI's penalty for using what one may not hold).
+    `alloc` may pass the queue's `allocatable_share` when the caller already has it."""
     used = list(q.allocated)
     if add is not None:
         used = [u + a for u, a in zip(used, add)]
     if remove is not None:
         used = [u - x for u, x in zip(used, remove)]
-    alloc = allocatable_share(q)
+    if alloc is None:
+        alloc = allocatable_share(q)
     best = 0.0
-    for r in range(3):
-        cap = total[r] if is_unlimited(alloc[r]) else alloc[r]
-        if cap == 0:
-            term = used[r] * _ZERO_SHARE_PENALTY
-        else:
-            term = used[r] / cap
-        best = max(best, term)
+    for r in (0, 1, 2):
+        cap = alloc[r]
+        if cap == UNLIMITED:
+            cap = total[r]
+        term = used[r] * _ZERO_SHARE_PENALTY if cap == 0 else used[r] / cap
+        if term > best:
+            best = term
     return best
 
 
@@ -449,22 +453,32 @@ def explain_fair_share(steps: list[DivisionStep], queue: str, resource: str = "g
 
 def is_over_utilized(q: QueueAttrs) -> bool:
     """Rule 1: `fair < allocated` in all three resources (quirk Q3)."""
-    return all(q.fair[r] < q.allocated[r] for r in range(3))
+    f, a = q.fair, q.allocated
+    return f[0] < a[0] and f[1] < a[1] and f[2] < a[2]
 
 
 def is_starved(q: QueueAttrs, req: list[float]) -> bool:
     """Rule 2: `allocated + req ≤ deserved` in every resource (deserved -1 = ∞)."""
-    return all(le_cap(q.allocated[r] + req[r], q.deserved[r]) for r in range(3))
+    a, d = q.allocated, q.deserved
+    for r in (0, 1, 2):
+        cap = d[r]
+        if cap != UNLIMITED and a[r] + req[r] > cap + _QTY_TOLERANCE:
+            return False
+    return True
 
 
-def has_zero_share_violation(q: QueueAttrs, req: list[float]) -> bool:
+def has_zero_share_violation(q: QueueAttrs, req: list[float], alloc: list[float] | None = None) -> bool:
     """Rule 4: the queue holds (or would hold) some resource of which its allocatable share is 0."""
-    alloc = allocatable_share(q)
+    if alloc is None:
+        alloc = allocatable_share(q)
     return any(alloc[r] == 0 and q.allocated[r] + req[r] > 0 for r in range(3))
 
 
 def _vec_le(a: list[float], b: list[float]) -> bool:
-    return all(le_cap(x, y) for x, y in zip(a, b))
+    for r in (0, 1, 2):
+        if not le_cap(a[r], b[r]):
+            return False
+    return True
 
 
 def _vec_lt_any(a: list[float], b: list[float]) -> bool:
@@ -472,8 +486,11 @@ def _vec_lt_any(a: list[float], b: list[float]) -> bool:
     return not _vec_le(b, a)
 
 
-def _cmp(a: float, b: float) -> int:
-    return -1 if a < b else (1 if a > b else 0)
+def _cmp(a: float | str, b: float | str) -> int:
+    return -1 if a < b else (1 if a > b else 0)  # type: ignore[operator]
+
+
+_ZEROS = (0.0, 0.0, 0.0)
 
 
 def queue_order_reasons(
@@ -484,33 +501,34 @@ def queue_order_reasons(
 
     `*_removed` (victim mode) is subtracted from `allocated` only in the dominant-share-with-job rule,
     as KAI does (`calculateDominantResourceShareWithJob`); the other rules read live `allocated`."""
-    lreq = left_req if left_req is not None else _zeros()
-    rreq = right_req if right_req is not None else _zeros()
+    lreq = left_req if left_req is not None else _ZEROS
+    rreq = right_req if right_req is not None else _ZEROS
     # 1. not over-utilized first
     lo, ro = is_over_utilized(left), is_over_utilized(right)
     if lo != ro:
         return (1 if lo else -1), "over-utilized"
     # 2. starved first
-    ls, rs = is_starved(left, lreq), is_starved(right, rreq)
+    ls, rs = is_starved(left, lreq), is_starved(right, rreq)  # type: ignore[arg-type]
     if ls != rs:
         return (-1 if ls else 1), "starved"
     # 3. higher queue priority first
     if left.priority != right.priority:
         return (-1 if left.priority > right.priority else 1), "priority"
     # 4. zero-share penalty
-    lz, rz = has_zero_share_violation(left, lreq), has_zero_share_violation(right, rreq)
+    la, ra = allocatable_share(left), allocatable_share(right)
+    lz = has_zero_share_violation(left, lreq, la)  # type: ignore[arg-type]
+    rz = has_zero_share_violation(right, rreq, ra)  # type: ignore[arg-type]
     if lz != rz:
         return (1 if lz else -1), "zero-share"
     # 5. dominant share including the job (and, in victim mode, without the removed victims)
-    c = _cmp(dominant_share(left, total, lreq, left_removed), dominant_share(right, total, rreq, right_removed))
+    c = _cmp(dominant_share(left, total, lreq, left_removed, la), dominant_share(right, total, rreq, right_removed, ra))
     if c:
         return c, "dominant-share-with-job"
     # 6. dominant share as allocated
-    c = _cmp(dominant_share(left, total), dominant_share(right, total))
+    c = _cmp(dominant_share(left, total, alloc=la), dominant_share(right, total, alloc=ra))
     if c:
         return c, "dominant-share"
     # 7. smaller allocatable share (≤ everywhere and < somewhere)
-    la, ra = allocatable_share(left), allocatable_share(right)
     if _vec_le(la, ra) and _vec_lt_any(la, ra):
         return -1, "allocatable-share"
     if _vec_le(ra, la) and _vec_lt_any(ra, la):
@@ -519,7 +537,7 @@ def queue_order_reasons(
     c = _cmp(left.creation, right.creation)
     if c:
         return c, "creation"
-    return _cmp(left.name, right.name), "name"  # type: ignore[arg-type]
+    return _cmp(left.name, right.name), "name"
 
 
 def compare_queues(
