@@ -6,4 +6,5 @@ import sys
 
 from scheduler_core.sim.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing this module (e.g. walking the package) runs nothing
+    sys.exit(main())
