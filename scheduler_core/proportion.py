@@ -348,6 +348,11 @@ class _Division:
 
     def _water_fill(self, left: float, bucket: list[QueueAttrs], p: int, rem: dict[str, float]) -> float:
         r = self.r
+        for q in bucket:
+            if q.weight[r] == 0 and self._unsatisfied(q):
+                self._step(q, "over-quota", 0.0,
+                           f"priority {p}: over-quota weight 0, so no share of the {_num(left)} surplus",
+                           priority=p)
         rnd = 0
         while True:
             rnd += 1
@@ -381,16 +386,19 @@ class _Division:
                     if frac > _EPS:
                         rem[q.name] = frac
                     how = f"proportional {_num(fs)} floored to {_num(give)}"
-                if give <= 0:
-                    continue
-                q.fair[r] += give
-                left -= give
                 usage = "" if self.k == 0 or q.usage[r] == 0 else (
                     f", usage-adjusted max(0, {q.weight[r] / w_total:.3f} + {_num(self.k)}·"
                     f"({q.weight[r] / w_total:.3f} − usage {q.usage[r]:.3f})) = {shares[q.name]:.3f}")
-                self._step(q, "over-quota", give,
-                           f"priority {p} round {rnd}: weight {_num(q.weight[r])} of {_num(w_total)}{usage}"
-                           f" → {_num(fs)} of {_num(round_amount)}; {how}", priority=p, rnd=rnd)
+                detail = (f"priority {p} round {rnd}: weight {_num(q.weight[r])} of {_num(w_total)}{usage}"
+                          f" → {_num(fs)} of {_num(round_amount)}; {how}")
+                if give <= 0:
+                    # Nothing this round (a fraction below one unit, or a usage-adjusted weight of 0):
+                    # still a line of the explanation.
+                    self._step(q, "over-quota", 0.0, detail, priority=p, rnd=rnd)
+                    continue
+                q.fair[r] += give
+                left -= give
+                self._step(q, "over-quota", give, detail, priority=p, rnd=rnd)
                 again = again or need < fs
             if left < _EPS:
                 left = 0.0

@@ -264,3 +264,19 @@ def test_wrong_vector_length_is_reported():
     a.weight = [1, 1]
     with pytest.raises(FairShareInputError, match="weight must have 3 entries"):
         compute_fair_shares({"a": a}, [0, 0, 8])
+
+
+def test_steps_explain_a_zero_over_quota_share():
+    qs = {q.name: q for q in [
+        gq("q1", quota=2, weight=2, priority=2, request=5, creation=1),
+        gq("q2", quota=2, weight=2, priority=2, request=5, creation=2),
+        gq("w0", quota=0, weight=0, priority=2, request=5, creation=3),
+    ]}
+    steps = compute_fair_shares(qs, [0, 0, 5])
+    q2 = [(s.phase, s.amount) for s in steps if s.queue == "q2" and s.resource == "gpu"]
+    assert q2 == [("deserved", 2), ("over-quota", 0)]
+    assert "proportional 0.50 floored to 0" in explain_fair_share(steps, "q2")[1]
+    q1 = [(s.phase, s.amount) for s in steps if s.queue == "q1" and s.resource == "gpu"]
+    assert q1 == [("deserved", 2), ("over-quota", 0), ("remainder", 1)]
+    w0 = explain_fair_share(steps, "w0")
+    assert w0[-1].startswith("over-quota: +0 (priority 2: over-quota weight 0")
