@@ -109,6 +109,9 @@ class Placer:
         self.use_placement = cfg.has_plugin("nodeplacement") or cfg.plugins is None
         self._affinity_cache: dict[tuple, np.ndarray] = {}
         self.all_nodes = np.arange(len(s.nodes))
+        # last choice per task shape: (node, node_version after placing); see place()
+        self._last: dict[tuple, tuple[int, int]] = {}
+        self._failed: dict[tuple, int] = {}
 
     # ---- predicates -------------------------------------------------------------------------
     def _static_mask(self, t: TaskState) -> np.ndarray:
@@ -249,6 +252,25 @@ class Placer:
         r = t.request
         if len(cand) == 0:
             return False
+        # Fast path for identical tasks placed one after another (the common burst of equal
+        # pods): if no node changed since the last task of the same shape went to node i, node i
+        # is still the best (its score only rose: less free room, other nodes unchanged) as long
+        # as it still fits on idle. Only for scores that are monotone in free room (whole-GPU
+        # binpack, no topology term, no sharing bonus).
+        key = None
+        if (extra_score is None and cand is self.all_nodes and r.gpu_kind == m.GPU_WHOLE
+                and not self.node_gpu_spread):
+            key = (t.shape, pipeline_only)
+            last = self._last.get(key) if t.status == m.PENDING else None
+            if last is not None and last[1] == s.node_version:
+                i = last[0]
+                vec = t.vec
+                if (s.idle[i] + _EPS >= vec).all() and (s.idle[i] + s.rel[i] + _EPS >= vec).all():
+                    self._commit_move(stmt, t, m.PIPELINED if pipeline_only else m.ALLOCATED, i, ())
+                    self._last[key] = (i, s.node_version)
+                    return True
+        if key is not None and self._failed.get(key) == s.node_version:
+            return False  # the same shape found no node and nothing changed since
         static = self._static_mask(t)[cand]
         vec = t.vec
         cols = vec > 0
@@ -275,6 +297,8 @@ class Placer:
                 fit_any[k] = len(opts) >= n
                 fit_idle[k] = fit_idle[k] and sum(1 for o in opts if o[2]) >= n
         if not fit_any.any():
+            if key is not None:
+                self._failed[key] = s.node_version
             return False
         score = self.scores(t, cand, fit_idle, extra_score)
         order = np.lexsort((cand, -score))
@@ -288,6 +312,8 @@ class Placer:
                 continue
             on_idle = bool(fit_idle[k]) and not pipeline_only
             self._commit_move(stmt, t, m.ALLOCATED if on_idle else m.PIPELINED, i, ())
+            if key is not None and fit_idle[k] and t.status in (m.ALLOCATED, m.PIPELINED) and not t.shared:
+                self._last[key] = (i, s.node_version)
             return True
         return False
 
@@ -465,7 +491,11 @@ def allocate_job(s: Session, placer: Placer, stmt: Statement, job: JobState, pip
             s.pending_reasons[job.uid] = problem
         return False
     cand = placer.all_nodes
-    subsets, extra, topo_problem = topology_subsets(s, tasks, _job_topology(job), cand)
+    tc = _job_topology(job)
+    if tc is None:
+        subsets, extra, topo_problem = [cand], None, None
+    else:
+        subsets, extra, topo_problem = topology_subsets(s, tasks, tc, cand)
     if topo_problem is not None:
         if record:
             s.pending_reasons[job.uid] = topo_problem

@@ -13,7 +13,7 @@ import time
 from scheduler_core import model as m
 from scheduler_core.allocate import Placer, run_allocate
 from scheduler_core.evict import run_consolidation, run_preempt, run_reclaim, run_stale_gangs
-from scheduler_core.ordering import tasks_to_allocate
+from scheduler_core.ordering import QueueComparator, tasks_to_allocate
 from scheduler_core.proportion import FairShareInputError, compute_fair_shares
 from scheduler_core.session import Session
 
@@ -34,6 +34,7 @@ def open_session(snapshot: m.ClusterSnapshot, config: m.CycleConfig) -> tuple[Se
     except FairShareInputError as exc:  # validated above; kept as a guard for bad totals
         for problem in exc.problems:
             s.errors.append(m.ObjectError("queue", "*", "fair_share", problem))
+    s.queue_comparator = QueueComparator(s.total)  # type: ignore[attr-defined]
     return s, Placer(s)
 
 

@@ -15,6 +15,7 @@ Invariants (KAI-SEMANTICS §2.10, §4, §8.11–22):
 from __future__ import annotations
 
 import copy
+import heapq
 import math
 from collections.abc import Callable, Iterator
 
@@ -24,7 +25,7 @@ from scheduler_core import model as m
 from scheduler_core import reclaimable as rc
 from scheduler_core.allocate import Placer, allocate_job
 from scheduler_core.ordering import JobsOrder, batch_request, tasks_to_allocate
-from scheduler_core.proportion import QueueAttrs, compare_victim_queues
+from scheduler_core.proportion import QueueAttrs, allocatable_share, compare_victim_queues
 from scheduler_core.session import GPU, JobState, PodSet, Session, Statement, SubGroupSet, TaskState
 
 _EPS = 1e-9
@@ -117,14 +118,17 @@ class VictimOrder:
 
     def __init__(self, s: Session, jobs: list[JobState]) -> None:
         self.s = s
-        self.victims = [VictimJob(j) for j in jobs]
         self.removed: dict[str, list[float]] = {}
         self.children: dict[str | None, list[str]] = {}
-        self.leaf_jobs: dict[str, list[VictimJob]] = {}
-        for v in self.victims:
-            self.leaf_jobs.setdefault(v.job.queue, []).append(v)
+        self.heaps: dict[str, list[tuple[tuple, int, VictimJob]]] = {}
+        for k, j in enumerate(jobs):
+            v = VictimJob(j)
+            if v.remaining:
+                self.heaps.setdefault(j.queue, []).append((v.order_key(), k, v))
+        for h in self.heaps.values():
+            heapq.heapify(h)
         seen: set[str] = set()
-        for leaf in self.leaf_jobs:
+        for leaf in self.heaps:
             for q in s.chain[leaf]:
                 if q.name in seen:
                     continue
@@ -133,30 +137,27 @@ class VictimOrder:
         for k in self.children:
             self.children[k].sort()
 
-    def _best_in_leaf(self, leaf: str) -> VictimJob | None:
-        best = None
-        for v in self.leaf_jobs.get(leaf, []):
-            if not v.remaining:
-                continue
-            if best is None or v.order_key() < best.order_key():
-                best = v
-        return best
-
     def _candidate(self, name: str) -> tuple[VictimJob, list[float]] | None:
         """The next victim under queue ``name`` and the resources its next chunk would free."""
-        if name in self.leaf_jobs:
-            v = self._best_in_leaf(name)
-            return (v, _vec(v.next_chunk())) if v else None
+        heap = self.heaps.get(name)
+        if heap is not None:
+            if not heap:
+                return None
+            v = heap[0][2]
+            return v, _vec(v.next_chunk())
         return self._pick(name)
 
     def _pick(self, parent: str | None) -> tuple[VictimJob, list[float]] | None:
         best: tuple[VictimJob, list[float]] | None = None
         best_q: QueueAttrs | None = None
         best_removed: list[float] | None = None
-        for name in self.children.get(parent, []):
+        kids = self.children.get(parent, [])
+        for name in kids:
             cand = self._candidate(name)
             if cand is None:
                 continue
+            if len(kids) == 1:
+                return cand
             q = self.s.queues[name]
             removed = [a + b for a, b in zip(self.removed.get(name, [0.0, 0.0, 0.0]), cand[1])]
             if best is None or compare_victim_queues(q, best_q, removed, best_removed, self.s.total) < 0:  # type: ignore[arg-type]
@@ -172,7 +173,11 @@ class VictimOrder:
             chunk = v.next_chunk()
             if not chunk:
                 return
+            heap = self.heaps[v.job.queue]
+            _, k, _ = heapq.heappop(heap)
             v.take(chunk)
+            if v.remaining:
+                heapq.heappush(heap, (v.order_key(), k, v))
             vec = _vec(chunk)
             for q in self.s.chain[v.job.queue]:
                 acc = self.removed.setdefault(q.name, [0.0, 0.0, 0.0])
@@ -210,6 +215,11 @@ def _greedy_gpu_fit(s: Session, demand: list[float], freed: np.ndarray, allowed:
     if not demand:
         return True
     cap = (s.idle[:, GPU] + s.rel[:, GPU] + freed)[allowed]
+    if cap.sum() + _EPS < sum(demand):
+        return False
+    if demand[0] == demand[-1]:
+        # all pods alike: each node hosts floor(room / d) of them
+        return int(np.floor((cap + _EPS) / demand[0]).sum()) >= len(demand)
     cap = np.sort(cap)[::-1].copy()
     for d in demand:
         idx = np.nonzero(cap + _EPS >= d)[0]
@@ -271,23 +281,29 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
     allowed = np.ones(n_nodes, dtype=bool)
     tried: set[frozenset[int]] = set()
 
-    def run(chunks: list[list[TaskState]]) -> bool:
-        key = frozenset(t.index for c in chunks for t in c)
-        if not key or key in tried:
-            return False
-        tried.add(key)
+    def freed_of(chunks: list[list[TaskState]]) -> np.ndarray:
         freed = np.zeros(n_nodes)
         for c in chunks:
             for t in c:
                 if t.node is not None:
                     freed[t.node] += t.vec[GPU] + (1.0 if t.shared else 0.0)
+        return freed
+
+    def run(chunks: list[list[TaskState]], freed: np.ndarray | None = None) -> bool:
+        if freed is None:
+            freed = freed_of(chunks)
         if not _greedy_gpu_fit(s, demand, freed, allowed):
             return False
+        key = frozenset(t.index for c in chunks for t in c)
+        if not key or key in tried:
+            return False
+        tried.add(key)
         attempt.scenarios += 1
         return _simulate(s, placer, stmt, job, chunks, validate, attempt)
 
-    # generator 1: node-local greedy
+    # generator 1: node-local greedy: for each node of the newest victim, the victims on that node
     acc: list[list[TaskState]] = []
+    local: dict[int, list[int]] = {}
     jobs_seen: set[int] = set()
     for v, chunk in VictimOrder(s, victims):
         if attempt.scenarios >= budget:
@@ -295,33 +311,38 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
         jobs_seen.add(v.job.index)
         if max_victim_jobs is not None and len(jobs_seen) > max_victim_jobs:
             break
+        ci = len(acc)
         acc.append(chunk)
-        for node in sorted({t.node for t in chunk if t.node is not None}):
-            local = [c for c in acc if any(t.node == node for t in c)]
-            if run(local):
+        nodes_of = sorted({t.node for t in chunk if t.node is not None})
+        for node in nodes_of:
+            local.setdefault(node, []).append(ci)
+        for node in nodes_of:
+            if run([acc[k] for k in local[node]]):
                 attempt.ok = True
                 return attempt
     # generator 2: multi-node gang (smallest node prefix by capacity after eviction, then growing)
     acc = []
     jobs_seen = set()
+    freed = np.zeros(n_nodes)
+    by_node: dict[int, list[int]] = {}
+    need = sum(demand)
     for v, chunk in VictimOrder(s, victims):
         if attempt.scenarios >= budget:
             break
         jobs_seen.add(v.job.index)
         if max_victim_jobs is not None and len(jobs_seen) > max_victim_jobs:
             break
+        ci = len(acc)
         acc.append(chunk)
-        freed = np.zeros(n_nodes)
-        by_node: dict[int, list[int]] = {}
-        for ci, c in enumerate(acc):
-            for t in c:
-                if t.node is not None:
-                    freed[t.node] += t.vec[GPU] + (1.0 if t.shared else 0.0)
-                    by_node.setdefault(t.node, []).append(ci)
+        for t in chunk:
+            if t.node is not None:
+                freed[t.node] += t.vec[GPU] + (1.0 if t.shared else 0.0)
+                lst = by_node.setdefault(t.node, [])
+                if not lst or lst[-1] != ci:
+                    lst.append(ci)
         if not _greedy_gpu_fit(s, demand, freed, allowed):
             continue
         nodes = sorted(by_node, key=lambda i: (s.idle[i, GPU] + s.rel[i, GPU] + freed[i], s.nodes[i].name.encode()))
-        need = sum(demand)
         size, have = 0, 0.0
         for i in nodes:
             size += 1
@@ -330,9 +351,9 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
                 break
         size = max(size, 1)
         while True:
-            chosen = set(nodes[:size])
+            chosen = nodes[:size]
             idx = sorted({ci for i in chosen for ci in by_node[i]})
-            if run([acc[ci] for ci in idx]):
+            if run([acc[k] for k in idx]):
                 attempt.ok = True
                 return attempt
             if size >= len(nodes) or attempt.scenarios >= budget:
@@ -458,6 +479,55 @@ def _min_runtime_ok(s: Session, chunks: list[list[TaskState]], minrt_of: Callabl
 # Reclaim (§3.7, §4.1)
 
 
+def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[JobState]) -> str | None:
+    """A definitive "cannot" before any search: the GPUs the victim queues may give up under the
+    reclaim strategies (§3.7 d), plus every free GPU, are fewer than the job needs. None = maybe.
+
+    A victim queue V* (the victim's queue below the common ancestor) gives chunks only while it
+    holds more than its threshold (allocatable share, or its quota when the reclaimer stays within
+    its own), so it can lose less than ``held − threshold + largest chunk``."""
+    need = req[GPU]
+    if need <= 0 or any(t.request.gpu_kind == m.GPU_MIG for t in job.tasks):
+        return None  # MIG capacity is counted in instances, not in whole devices
+    free = float(np.maximum(s.idle[:, GPU] + s.rel[:, GPU], 0).sum())
+    free += sum(len(ns.groups) for ns in s.nodes)
+    held: dict[str, float] = {}
+    largest: dict[str, float] = {}
+    rstar: dict[str, str] = {}
+    for v in victims:
+        r_name, v_name = rc.leveled_queues(s.queues, job.queue, v.queue)
+        rstar[v_name] = r_name
+        active = [t for t in v.tasks if t.status in m.ACTIVE_ALLOCATED_STATES]
+        g = sum(t.qvec[GPU] for t in active)
+        held[v_name] = held.get(v_name, 0.0) + g
+        largest[v_name] = max(largest.get(v_name, 0.0), g)
+    bound = 0.0
+    parts = []
+    for v_name, gsum in sorted(held.items()):
+        vq, rq = s.queues[v_name], s.queues[rstar[v_name]]
+        alloc = allocatable_share(vq)
+        within = rc.fits_deserved(rq, req)
+        thr = []
+        for r in range(3):
+            a = math.inf if alloc[r] == m.UNLIMITED else alloc[r]
+            d = math.inf if vq.deserved[r] == m.UNLIMITED else vq.deserved[r]
+            thr.append(min(a, d) if within else a)
+        if any(vq.allocated[r] > thr[r] for r in (0, 1)):
+            give = gsum  # over in CPU or memory: every chunk passes the strategy check
+        elif vq.allocated[GPU] <= thr[GPU]:
+            give = 0.0
+        else:
+            give = min(gsum, vq.allocated[GPU] - thr[GPU] + largest[v_name] - 1e-6)
+        bound += give
+        parts.append(f"queue {v_name} may give up at most {_fmt(math.floor(give))} GPUs "
+                     f"(holds {_fmt(vq.allocated[GPU])}, protected up to {_fmt(thr[GPU])})")
+    if free + bound < need - 1e-9:
+        return (f"cannot free {_fmt(need)} GPUs: {_fmt(free)} free and " + "; ".join(parts)
+                if parts else f"cannot free {_fmt(need)} GPUs")
+    return None
+
+
+
 def run_reclaim(s: Session, placer: Placer) -> None:
     """Cross-queue eviction for pending jobs whose queue is below its fair share."""
     sigs = _Signatures()
@@ -501,6 +571,11 @@ def run_reclaim(s: Session, placer: Placer) -> None:
             _note(s, job, m.Reason("reclaim-no-victims",
                                    "reclaim: no other queue has evictable jobs above its share"
                                    + (f" ({refused})" if refused else ""), {}))
+            sigs.fail(job.queue, job)
+            continue
+        cannot = _reclaim_bound(s, job, req, victims)
+        if cannot:
+            _note(s, job, m.Reason("reclaim-cannot", "reclaim: " + cannot, {}))
             sigs.fail(job.queue, job)
             continue
         checks: dict[int, str] = {}

@@ -9,10 +9,11 @@ the order is deterministic.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Iterable
 
 from scheduler_core import model as m
-from scheduler_core.proportion import QueueAttrs, compare_queues
+from scheduler_core.proportion import QueueAttrs, allocatable_share
 from scheduler_core.session import JobState, PodSet, Session, SubGroupSet, TaskState
 
 
@@ -63,6 +64,18 @@ def _collect(x: PodSet | SubGroupSet, simulation: bool, elastic: bool) -> list[T
 
 def tasks_to_allocate(job: JobState, simulation: bool = False) -> list[TaskState]:
     """The next batch of a job (§2.5): the gang minimum while unsatisfied, else one pod."""
+    members = job.root.members
+    if len(members) == 1 and isinstance(members[0], PodSet) and job.root.need == 1:
+        # the common shape: one pod set (its tasks are kept in task order)
+        ps = members[0]
+        if ps.active_allocated >= ps.min_available:
+            for t in ps.tasks:
+                if t.status == m.PENDING or (simulation and t.status == m.RELEASING and t.orig_status != m.RELEASING):
+                    return [t]
+            return []
+        want = ps.min_available - ps.active_allocated
+        return [t for t in ps.tasks if t.status == m.PENDING
+                or (simulation and t.status == m.RELEASING and t.orig_status != m.RELEASING)][:want]
     tasks = _collect(job.root, simulation, False)
     return sorted(tasks, key=lambda t: t.order_key) if len(tasks) > 1 else tasks
 
@@ -76,6 +89,92 @@ def batch_request(tasks: Iterable[TaskState]) -> list[float]:
         out[1] += v[1]
         out[2] += v[2]
     return out
+
+
+_UNL = -1.0
+_ZERO_SHARE_PENALTY = 1000.0
+
+
+def _dominant(q: QueueAttrs, alloc: list[float], total: list[float], add: list[float] | None) -> float:
+    best = 0.0
+    a = q.allocated
+    for r in (0, 1, 2):
+        used = a[r] + add[r] if add is not None else a[r]
+        cap = total[r] if alloc[r] == _UNL else alloc[r]
+        term = used * _ZERO_SHARE_PENALTY if cap == 0 else used / cap
+        if term > best:
+            best = term
+    return best
+
+
+def _le_cap(v: float, cap: float) -> bool:
+    return cap == _UNL or v <= cap
+
+
+class QueueComparator:
+    """KAI's QueueOrder (§2.4), the same cascade as ``proportion.compare_queues``, with each
+    queue's allocatable share cached for the cycle (it depends only on deserved, limit and fair
+    share, which do not change inside a cycle). The ordering hot path calls this thousands of
+    times per cycle; ``test_ordering`` checks it agrees with ``proportion.compare_queues``."""
+
+    def __init__(self, total: list[float]) -> None:
+        self.total = total
+        self._alloc: dict[str, list[float]] = {}
+
+    def allocatable(self, q: QueueAttrs) -> list[float]:
+        got = self._alloc.get(q.name)
+        if got is None:
+            got = self._alloc[q.name] = allocatable_share(q)
+        return got
+
+    def __call__(self, left: QueueAttrs, right: QueueAttrs, lreq: list[float] | None, rreq: list[float] | None,
+                 total: list[float] | None = None) -> int:
+        total = total or self.total
+        zero = [0.0, 0.0, 0.0]
+        lreq = lreq if lreq is not None else zero
+        rreq = rreq if rreq is not None else zero
+        la, ra = left.allocated, right.allocated
+        lf, rf = left.fair, right.fair
+        # 1. not over-utilized first
+        lo = lf[0] < la[0] and lf[1] < la[1] and lf[2] < la[2]
+        ro = rf[0] < ra[0] and rf[1] < ra[1] and rf[2] < ra[2]
+        if lo != ro:
+            return 1 if lo else -1
+        # 2. starved first
+        ld, rd = left.deserved, right.deserved
+        ls = ((ld[0] == _UNL or la[0] + lreq[0] <= ld[0]) and (ld[1] == _UNL or la[1] + lreq[1] <= ld[1])
+              and (ld[2] == _UNL or la[2] + lreq[2] <= ld[2]))
+        rs = ((rd[0] == _UNL or ra[0] + rreq[0] <= rd[0]) and (rd[1] == _UNL or ra[1] + rreq[1] <= rd[1])
+              and (rd[2] == _UNL or ra[2] + rreq[2] <= rd[2]))
+        if ls != rs:
+            return -1 if ls else 1
+        # 3. higher priority first
+        if left.priority != right.priority:
+            return -1 if left.priority > right.priority else 1
+        lal, ral = self.allocatable(left), self.allocatable(right)
+        # 4. zero-share penalty
+        lz = any(lal[r] == 0 and la[r] + lreq[r] > 0 for r in (0, 1, 2))
+        rz = any(ral[r] == 0 and ra[r] + rreq[r] > 0 for r in (0, 1, 2))
+        if lz != rz:
+            return 1 if lz else -1
+        # 5. dominant share with the job, 6. without
+        a, b = _dominant(left, lal, total, lreq), _dominant(right, ral, total, rreq)
+        if a != b:
+            return -1 if a < b else 1
+        a, b = _dominant(left, lal, total, None), _dominant(right, ral, total, None)
+        if a != b:
+            return -1 if a < b else 1
+        # 7. smaller allocatable share (≤ everywhere, < somewhere)
+        li = [math.inf if x == _UNL else x for x in lal]
+        ri = [math.inf if x == _UNL else x for x in ral]
+        if all(x <= y for x, y in zip(li, ri)) and any(x < y for x, y in zip(li, ri)):
+            return -1
+        if all(y <= x for x, y in zip(li, ri)) and any(y < x for x, y in zip(li, ri)):
+            return 1
+        # 8. older queue, then name
+        if left.creation != right.creation:
+            return -1 if left.creation < right.creation else 1
+        return -1 if left.name < right.name else (1 if left.name > right.name else 0)
 
 
 class _QNode:
@@ -95,10 +194,10 @@ class JobsOrder:
     """Pending jobs ordered by the queue tree (QueueOrder at every level) and JobOrder in leaves."""
 
     def __init__(self, session: Session, jobs: Iterable[JobState], simulation: bool = False,
-                 compare: Callable[..., int] = compare_queues) -> None:
+                 compare: Callable[..., int] | None = None) -> None:
         self.session = session
         self.simulation = simulation
-        self.compare = compare
+        self.compare = compare or session.queue_comparator
         self.root = _QNode(None, None)
         self.nodes: dict[str, _QNode] = {}
         self._seq = 0

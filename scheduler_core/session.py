@@ -122,7 +122,7 @@ class TaskState:
 
     __slots__ = ("index", "job", "spec", "name", "status", "node", "groups", "pod_set", "vec", "qvec",
                  "req_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
-                 "orig_groups", "was_cleared")
+                 "orig_groups", "was_cleared", "shape")
 
     def __init__(self, index: int, job: JobState, spec: m.TaskSpec) -> None:
         self.index = index
@@ -152,6 +152,10 @@ class TaskState:
         self.orig_node: str | None = spec.node
         self.orig_groups = tuple(spec.gpu_groups)
         self.was_cleared = False
+        # what placement depends on: the request and the node constraints
+        self.shape = (r.cpu_millis, r.memory_bytes, r.gpu_kind, r.gpus, r.gpu_fraction, r.gpu_memory_mib,
+                      r.gpu_devices, tuple(sorted(r.mig.items())), spec.node_affinity,
+                      tuple(sorted(spec.node_selector.items())))
 
     @property
     def request(self) -> m.TaskRequest:
@@ -259,6 +263,8 @@ class Session:
         self.ghosts: list[TaskState] = []
         self._build_nodes()
         self._build_queues()
+        self.queue_comparator = None  # set by cycle.open_session once fair shares are known
+        self.node_version = 0  # bumped on every change of node usage (placement caches key on it)
         self._build_jobs()
         self._place_existing()
         self._compute_requests()
@@ -563,6 +569,7 @@ class Session:
                     b[2] += sign * qv[2]
         if t.node is None or status not in m.ACTIVE_USED_STATES:
             return
+        self.node_version += 1
         i = t.node
         ns = self.nodes[i]
         vec = t.vec
@@ -668,7 +675,12 @@ class Statement:
         s._charge(t, +1)
 
     def evict(self, t: TaskState) -> None:
-        self.move(t, m.RELEASING, t.node, t.groups)
+        """Evict a task: a running pod starts releasing; a pipelined pod (which holds nothing yet,
+        e.g. one moved earlier in this cycle) simply goes back to pending."""
+        if t.status == m.PIPELINED:
+            self.move(t, m.PENDING, None, ())
+        else:
+            self.move(t, m.RELEASING, t.node, t.groups)
 
     def rollback(self, cp: int) -> None:
         s = self.session
