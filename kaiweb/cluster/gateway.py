@@ -58,8 +58,6 @@ class ClusterRejected(ClusterError):
 class ClusterGateway(Protocol):
     """What the scheduling cycle and the Queue sync need from a cluster."""
 
-    scheduler_name: str
-
     def ping(self) -> str:
         """A short description of the cluster (its version); raises `ClusterError` if unreachable."""
         ...
@@ -67,7 +65,8 @@ class ClusterGateway(Protocol):
     def list_nodes(self) -> Listing[ObservedNode]: ...
 
     def list_pods(self) -> Listing[ObservedPod]:
-        """Pods whose ``spec.schedulerName`` is `scheduler_name`, all namespaces."""
+        """Pods whose ``spec.schedulerName`` is the configured scheduler name (``KAI_SCHEDULER_NAME``,
+        default ``kai-scheduler``), all namespaces."""
         ...
 
     def list_pod_groups(self) -> Listing[ObservedPodGroup]: ...

@@ -11,7 +11,7 @@ MB = 10^6 bytes, GPU devices), with -1 meaning unlimited.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Generic, TypeVar
@@ -76,7 +76,7 @@ class Listing(Generic[T]):
     problems: tuple[Unreadable, ...] = ()
     resource_version: str = ""
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[T]:
         return iter(self.items)
 
     def __len__(self) -> int:
