@@ -207,7 +207,7 @@ def validate_queues(queues: dict[str, QueueAttrs], total: list[float] | None = N
             problems.append(f"total: must have 3 entries (cpu, memory, gpu), got {len(total)}")
         else:
             for r, v in enumerate(total):
-                if not math.isfinite(v) or v < 0:
+                if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                     problems.append(f"total[{RESOURCES[r]}] = {v}: must be a finite number ≥ 0")
     for key, q in sorted(queues.items()):
         if q.name != key:
@@ -233,7 +233,7 @@ def validate_queues(queues: dict[str, QueueAttrs], total: list[float] | None = N
                 problems.append(f"queue {key}: parent is the queue itself")
             elif q.parent not in queues:
                 problems.append(f"queue {key}: parent {q.parent!r} does not exist")
-    # Cycles: walk up from every queue; a walk longer than the number of queues loops.
+    # Cycles: walk up from every queue; meeting a queue already seen on the walk means a loop.
     for key in sorted(queues):
         seen = {key}
         cur = queues[key].parent
@@ -420,6 +420,7 @@ def compute_fair_shares(
     default reproduces the reference release (KAI-SEMANTICS §3.3, §9 Q1). Raises
     `FairShareInputError` (before changing anything) when `validate_queues` finds problems.
     Deterministic: siblings are visited in (creation, name) order and no result depends on it.
+    Each queue's `children` is refreshed from the `parent` links (in (creation, name) order).
     """
     problems = validate_queues(queues, total)
     if problems:
