@@ -63,9 +63,10 @@ def _leaf_names(tree: list[tuple[str, str | None, int, float, float, float]]) ->
 @transaction.atomic
 def build_dataset(
     nodes: int = 16, gpus_per_node: int = 8, workloads: int = 120, cycles: int = 48, seed: int = 7,
-    now: datetime | None = None, extra_departments: int = 0,
+    now: datetime | None = None, extra_departments: int = 0, tag: str = "",
 ) -> Built:
-    """Create the dataset. `extra_departments` adds departments of three teams each (wider tree)."""
+    """Create the dataset. `extra_departments` adds departments of three teams each (wider tree);
+    `tag` prefixes node and workload names so a second call adds rows instead of clashing."""
     from kaiweb.cluster.models import Cluster, GpuDevice, Node, SchedulingShard
     from kaiweb.queues.models import PriorityClass, Queue
     from kaiweb.scheduling.models import (
@@ -123,7 +124,7 @@ def build_dataset(
             # A second node pool, scheduled by its own shard; the default shard sees unlabelled nodes.
             labels["kai.scheduler/node-pool"] = "pool-b"
         node_rows.append(Node(
-            cluster=cluster, name=f"gpu-node-{i + 1:03d}", labels=labels,
+            cluster=cluster, name=f"{tag}gpu-node-{i + 1:03d}", labels=labels,
             allocatable_cpu=128000, allocatable_memory=1024 * 10**9, allocatable_gpu=gpus_per_node,
             gpu_product=product, gpu_memory_mib=mem, topology={"zone": f"zone-{'ab'[i % 2]}", "rack": f"r{i // 8 + 1}"},
             ready=(i % 37 != 36), unschedulable=(i % 53 == 52), observed_at=now,
@@ -155,7 +156,7 @@ def build_dataset(
         state = "running" if roll < 0.55 else "pending" if roll < 0.8 else "completed" if roll < 0.92 else "evicted"
         submitted = now - timedelta(minutes=rng.randint(1, 60 * 30))
         wl_rows.append(Workload(
-            cluster=cluster, namespace=q.name.replace("team-", "ns-"), name=f"{pc}-job-{i + 1:05d}", uid=f"uid-{i + 1}",
+            cluster=cluster, namespace=q.name.replace("team-", "ns-"), name=f"{tag}{pc}-job-{i + 1:05d}", uid=f"uid-{tag}{i + 1}",
             queue=q, priority_class=classes[pc], min_member=n_pods, state=state, submitted_at=submitted,
             last_start_at=submitted + timedelta(minutes=2) if state in ("running", "completed") else None,
             finished_at=submitted + timedelta(hours=1) if state == "completed" else None,
@@ -220,11 +221,13 @@ def build_dataset(
             pipelined=rng.randint(0, 2), evictions=rng.randint(0, 3), pending=rng.randint(0, 25),
             error="database unavailable during record" if c % 41 == 40 else "",
         ))
+    last_id = SchedulingCycle.objects.order_by("-id").values_list("id", flat=True).first() or 0
     SchedulingCycle.objects.bulk_create(cycle_rows)
-    cycle_objs = list(SchedulingCycle.objects.filter(shard=shard).order_by("started_at", "id"))[-cycles:]
+    cycle_objs = list(SchedulingCycle.objects.filter(shard=shard, id__gt=last_id).order_by("started_at", "id"))
 
-    running = [w for w in wl_objs if w.state == "running"]
-    pending = [w for w in wl_objs if w.state == "pending"]
+    new_wls = wl_objs[-workloads:] if workloads else []
+    running = [w for w in new_wls if w.state == "running"]
+    pending = [w for w in new_wls if w.state == "pending"]
     decisions, events = [], []
     actions = ["reclaim", "preempt", "consolidate", "stale-gang"]
     for k, cyc in enumerate(cycle_objs):
@@ -233,7 +236,7 @@ def build_dataset(
                 w = running[(k * 3 + j) % len(running)]
                 decisions.append(Decision(cycle=cyc, kind="bind", status="applied", workload=w, workload_ref=str(w),
                                           pod_name=f"{w.name}-0", reason="allocated", message="bound to a node",
-                                          idempotency_key=f"sample-{seed}-{cyc.pk}-b{j}"))
+                                          idempotency_key=f"sample-{tag}{seed}-{cyc.pk}-b{j}"))
         if k % 3 == 0 and running and len(wl_objs) > 1:
             victim = running[k % len(running)]
             preemptor = (pending or running)[(k * 7) % len(pending or running)]
@@ -285,7 +288,6 @@ def build_dataset(
         q = {"limit": w.queue.gpu_limit if w.queue.gpu_limit >= 0 else 32, "fair": 12.0, "quota": w.queue.gpu_quota}
         msg = template.format(queue=w.queue.name, n=4, g=8, free=1, alloc=16, req=8, **q)
         if last is not None:
-            PendingReason.objects.filter(workload=w, is_current=True).update(is_current=False)
             reasons.append(PendingReason(workload=w, cycle=last, recorded_at=last.started_at, reason=code,
                                          message=msg, details=details(q, 16, 8), is_current=True))
             if i % 2 == 0 and len(cycle_objs) > 1:

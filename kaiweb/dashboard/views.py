@@ -15,7 +15,6 @@ from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADG
 def overview(request: HttpRequest) -> HttpResponse:
     """Everything a platform team checks first; the panels refresh themselves while visible."""
     from kaiweb.scheduling.models import PreemptionEvent, SchedulingCycle
-    from kaiweb.workloads.models import Workload
 
     now = timezone.now()
     day_ago = now - timedelta(hours=24)
@@ -28,8 +27,9 @@ def overview(request: HttpRequest) -> HttpResponse:
     preemptions_24h = PreemptionEvent.objects.filter(at__gte=day_ago).count()
     pending_total = sum(row.pending_workloads for row in tree if row.depth == 0)
     running_total = sum(row.running_workloads for row in tree if row.depth == 0)
-    gpu_series = queries.usage_series("gpu", day_ago)
-    cpu_series = [(t, v / 1000.0) for t, v in queries.usage_series("cpu", day_ago)]
+    leaf_ids = [row.queue.pk for row in leaves]
+    gpu_series = queries.usage_series("gpu", day_ago, queue_ids=leaf_ids)
+    cpu_series = [(t, v / 1000.0) for t, v in queries.usage_series("cpu", day_ago, queue_ids=leaf_ids)]
     context = {
         "totals": totals,
         "tree": tree,
@@ -40,7 +40,6 @@ def overview(request: HttpRequest) -> HttpResponse:
         "preemptions_24h": preemptions_24h,
         "pending_total": pending_total,
         "running_total": running_total,
-        "has_workloads": Workload.objects.exists(),
         "allocation_chart": charts.allocation_over_time(gpu_series, cpu_series, totals.gpu_total,
                                                         totals.cpu_total / 1000.0),
         "pending_chart": charts.pending_by_queue([(row.queue.name, row.pending_workloads) for row in leaves]),

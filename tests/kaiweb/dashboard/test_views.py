@@ -1,0 +1,104 @@
+"""The overview page and what every page shares: login, navigation, htmx partials, error pages."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from kaiweb.dashboard.sample_data import build_dataset
+
+PAGES = ["/", "/queues/", "/queues/?view=table", "/workloads/", "/nodes/", "/preemptions/", "/cycles/", "/usage/",
+         "/audit/"]
+
+
+@pytest.fixture
+def ui_data(queue_tree):
+    return build_dataset(nodes=8, workloads=40, cycles=8, seed=3)
+
+
+def test_pages_need_a_login(client, db):
+    for path in PAGES:
+        response = client.get(path)
+        assert response.status_code == 302, path
+        assert response["Location"].startswith("/accounts/login/"), path
+
+
+def test_login_page_renders_and_signs_in(client, viewer):
+    page = client.get("/accounts/login/")
+    assert b"Sign in to kaiweb" in page.content
+    response = client.post("/accounts/login/", {"username": "viewer", "password": "pw"})
+    assert response.status_code == 302
+    assert response["Location"] == "/"
+
+
+def test_bad_password_says_so_on_the_login_page(client, viewer):
+    response = client.post("/accounts/login/", {"username": "viewer", "password": "nope"})
+    assert response.status_code == 200
+    assert b"form-error" in response.content
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_renders_on_an_empty_database_with_next_steps(client, viewer, path):
+    client.force_login(viewer)
+    response = client.get(path)
+    assert response.status_code == 200
+    html = response.content.decode()
+    # The navigation is on every page and the viewer's role is shown.
+    assert 'class="mainnav"' in html
+    assert "viewer" in html
+    # Empty states tell the user what to do next rather than showing an empty table.
+    assert 'class="empty"' in html
+
+
+def test_overview_shows_capacity_allocation_cycles_and_preemptions(client, viewer, ui_data):
+    client.force_login(viewer)
+    html = client.get("/").content.decode()
+    # 8 nodes x 8 GPUs, of which the not-ready ones do not count (node 37 would be, not here).
+    assert "/ 64</small>" in html
+    assert 'data-figure="allocation-chart"' in html
+    assert 'id="allocation-chart"' in html  # the plotly JSON for charts.js
+    assert "Last cycles" in html
+    assert "/cycles/" in html
+    assert "Recent preemptions" in html
+    assert "department-a" in html
+
+
+def test_overview_htmx_refresh_returns_only_the_panels(client, viewer, ui_data):
+    client.force_login(viewer)
+    response = client.get("/", headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert "<html" not in html
+    assert 'class="stats"' in html
+
+
+def test_overview_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
+    client.force_login(viewer)
+    client.get("/")  # warm the session and the user's role cache
+    with CaptureQueriesContext(connection) as small:
+        client.get("/")
+    build_dataset(nodes=24, workloads=160, cycles=20, seed=4, tag="more-")
+    with CaptureQueriesContext(connection) as large:
+        client.get("/")
+    assert len(large) == len(small)
+    with django_assert_max_num_queries(16):
+        client.get("/")
+
+
+def test_unknown_address_is_a_page_not_a_traceback(client, viewer, settings):
+    settings.DEBUG = False
+    client.force_login(viewer)
+    response = client.get("/queues/no-such-queue/")
+    assert response.status_code == 404
+    assert b"Not found" in response.content
+    assert b"mainnav" in response.content
+
+
+def test_static_assets_are_served_locally(client, viewer):
+    """plotly comes from the installed package, htmx from django-htmx: no CDN."""
+    client.force_login(viewer)
+    html = client.get("/").content.decode()
+    assert "/static/vendor/plotly/plotly.min.js" in html
+    assert "/static/django-htmx/" in html or "htmx" in html
+    assert "cdn" not in html.lower()
+    assert "<script>" not in html  # no inline scripts

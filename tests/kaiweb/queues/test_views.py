@@ -1,0 +1,275 @@
+"""Queue pages: the tree, one queue with its fair-share arithmetic, and editing per role with a preview."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from kaiweb.audit.models import AuditEntry
+from kaiweb.dashboard.sample_data import build_dataset
+from kaiweb.queues.models import Queue
+from kaiweb.scheduling.models import QueueStatus
+
+
+@pytest.fixture
+def ui_data(queue_tree):
+    return build_dataset(nodes=8, workloads=40, cycles=6, seed=5)
+
+
+def _edit_data(queue: Queue, **changes) -> dict:
+    """The edit form's POST data for `queue` as it is, with `changes` applied."""
+    data = {
+        "display_name": queue.display_name, "parent": queue.parent_id or "", "priority": queue.priority,
+        "preempt_min_runtime": "", "reclaim_min_runtime": "",
+    }
+    for r in ("cpu", "memory", "gpu"):
+        for part in ("quota", "limit", "over_quota_weight"):
+            data[f"{r}_{part}"] = getattr(queue, f"{r}_{part}")
+    data.update(changes)
+    return data
+
+
+# ------------------------------------------------------------------------------------------ tree
+
+
+def test_tree_lists_every_queue_in_hierarchy_order_with_depth(client, viewer, ui_data):
+    client.force_login(viewer)
+    html = client.get("/queues/").content.decode()
+    order = [html.index(f'id="q-{name}"') for name in ("department-a", "team-inference", "team-research-a",
+                                                       "department-b", "team-nlp", "team-research-b")]
+    assert order == sorted(order)
+    assert 'data-path="/department-a/team-inference/"' in html
+    assert 'data-depth="1"' in html
+
+
+def test_tree_badges_a_queue_allocated_above_its_fair_share(client, viewer, queue_tree):
+    q = queue_tree["team-training"]
+    QueueStatus.objects.create(queue=q, recorded_at=timezone.now(), allocated={"gpu": 12, "cpu": 0, "memory": 0},
+                               fair_share={"gpu": 8, "cpu": 0, "memory": 0}, requested={"gpu": 14})
+    QueueStatus.objects.create(queue=queue_tree["team-nlp"] if "team-nlp" in queue_tree else queue_tree["team-research-b"],
+                               recorded_at=timezone.now(), allocated={"gpu": 2}, fair_share={"gpu": 8})
+    client.force_login(viewer)
+    html = client.get("/queues/").content.decode()
+    row_training = html[html.index('id="q-team-training"'):]
+    row_training = row_training[:row_training.index("</tr>")]
+    assert "over fair share" in row_training
+    row_b = html[html.index('id="q-team-research-b"'):]
+    row_b = row_b[:row_b.index("</tr>")]
+    assert "over fair share" not in row_b
+    assert "12 / 8 fair" in row_training
+
+
+def test_kubectl_table_view_has_the_crd_columns(client, viewer, queue_tree):
+    client.force_login(viewer)
+    html = client.get("/queues/?view=table").content.decode()
+    for column in ("NAME", "PRIORITY", "PARENT", "CHILDREN"):
+        assert f"<th>{column}</th>" in html
+    row = html[html.index(">team-inference</a>"):]
+    row = row[:row.index("</tr>")]
+    assert "<td>200</td>" in row
+    assert "<td>department-a</td>" in row
+
+
+def test_tree_htmx_refresh_returns_the_table_only(client, viewer, queue_tree):
+    client.force_login(viewer)
+    html = client.get("/queues/", headers={"HX-Request": "true"}).content.decode()
+    assert "<html" not in html
+    assert 'id="queue-tree"' in html
+
+
+def test_edit_buttons_follow_the_role(client, viewer, queue_admin, platform_admin, queue_tree):
+    client.force_login(viewer)
+    assert "/edit/" not in client.get("/queues/").content.decode()
+    client.force_login(queue_admin)
+    html = client.get("/queues/").content.decode()
+    assert "/queues/team-inference/edit/" in html
+    assert "/queues/department-a/edit/" in html
+    assert "/queues/team-training/edit/" not in html
+    client.force_login(platform_admin)
+    html = client.get("/queues/").content.decode()
+    assert "/queues/team-training/edit/" in html
+    assert "/queues/department-b/edit/" in html
+
+
+def test_tree_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
+    client.force_login(viewer)
+    client.get("/queues/")
+    with CaptureQueriesContext(connection) as small:
+        client.get("/queues/")
+    build_dataset(nodes=16, workloads=120, cycles=10, seed=6, tag="more-", extra_departments=3)
+    with CaptureQueriesContext(connection) as large:
+        client.get("/queues/")
+    assert len(large) == len(small)
+    with django_assert_max_num_queries(10):
+        client.get("/queues/")
+
+
+# ------------------------------------------------------------------------------------------ detail
+
+
+def test_detail_shows_settings_figures_and_the_division_with_numbers(client, viewer, ui_data):
+    client.force_login(viewer)
+    response = client.get("/queues/team-training/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'id="queue-settings"' in html
+    assert 'id="division-steps"' in html
+    # team-training has a GPU quota of 32 and requests more: the deserved step grants the quota.
+    steps = html[html.index('id="division-steps"'):]
+    steps = steps[:steps.index("</table>")]
+    assert "deserved" in steps
+    assert ">32<" in steps
+    assert 'id="division-siblings"' in html
+    # The time-based arithmetic: window, half-life and k of the shard, and one row per queue of the bucket.
+    assert "half-life = 4 h" in html
+    assert "k = 1.0" in html
+    weights = html[html.index('id="usage-weights"'):]
+    assert "team-training" in weights[:weights.index("</table>")]
+    assert 'data-figure="share-chart"' in html
+
+
+def test_detail_lists_preemptions_as_preemptor_and_as_victim(client, viewer, ui_data):
+    from kaiweb.scheduling.models import PreemptionEvent
+
+    event = PreemptionEvent.objects.exclude(preemptor_queue=None).first()
+    client.force_login(viewer)
+    html = client.get(f"/queues/{event.victim_queue.name}/").content.decode()
+    victim_part = html[html.index("As victim"):]
+    assert event.victim_ref in victim_part
+    html = client.get(f"/queues/{event.preemptor_queue.name}/").content.decode()
+    preemptor_part = html[html.index("As preemptor"):html.index("As victim")]
+    assert event.victim_ref in preemptor_part
+
+
+def test_detail_query_budget(client, viewer, ui_data, django_assert_max_num_queries):
+    client.force_login(viewer)
+    client.get("/queues/team-training/")
+    with django_assert_max_num_queries(40):
+        client.get("/queues/team-training/")
+
+
+def test_detail_of_an_unknown_queue_is_404(client, viewer, db):
+    client.force_login(viewer)
+    assert client.get("/queues/nope/").status_code == 404
+
+
+def test_detail_renders_without_any_cycle_or_usage(client, viewer, queue_tree):
+    client.force_login(viewer)
+    html = client.get("/queues/team-inference/").content.decode()
+    assert "no cycle has recorded this queue yet" in html
+
+
+# ------------------------------------------------------------------------------------------ edit
+
+
+def test_viewer_cannot_open_or_post_the_edit_form(client, viewer, queue_tree):
+    client.force_login(viewer)
+    assert client.get("/queues/team-inference/edit/").status_code == 403
+    q = queue_tree["team-inference"]
+    response = client.post("/queues/team-inference/edit/", _edit_data(q, gpu_quota=2))
+    assert response.status_code == 403
+    assert Queue.objects.get(pk=q.pk).gpu_quota == 8
+
+
+def test_queue_admin_edits_only_their_subtree(client, queue_admin, queue_tree):
+    client.force_login(queue_admin)
+    assert client.get("/queues/team-inference/edit/").status_code == 200
+    other = queue_tree["team-training"]
+    assert client.get("/queues/team-training/edit/").status_code == 403
+    assert client.post("/queues/team-training/edit/", _edit_data(other, gpu_quota=1)).status_code == 403
+    assert Queue.objects.get(pk=other.pk).gpu_quota == 8
+
+
+def test_queue_admin_cannot_move_a_queue_out_of_their_subtree(client, queue_admin, queue_tree):
+    client.force_login(queue_admin)
+    q = queue_tree["team-inference"]
+    response = client.post("/queues/team-inference/edit/", _edit_data(q, parent=queue_tree["department-b"].pk))
+    assert response.status_code == 200
+    assert "Select a valid choice" in response.content.decode()
+    assert Queue.objects.get(pk=q.pk).parent_id == queue_tree["department-a"].pk
+
+
+def test_platform_admin_saves_a_change_with_an_audit_entry(client, platform_admin, queue_tree):
+    client.force_login(platform_admin)
+    q = queue_tree["team-training"]
+    response = client.post("/queues/team-training/edit/", _edit_data(q, gpu_quota=12, gpu_over_quota_weight=3))
+    assert response.status_code == 302
+    assert response["Location"] == "/queues/team-training/"
+    q.refresh_from_db()
+    assert (q.gpu_quota, q.gpu_over_quota_weight) == (12, 3)
+    entry = AuditEntry.objects.filter(object_type="queues.queue", object_id=str(q.pk)).latest("at")
+    assert entry.source == "ui"
+    assert entry.actor_name == "platform-admin"
+    follow = client.get(response["Location"]).content.decode()
+    assert "saved" in follow
+
+
+def test_bad_input_shows_the_error_next_to_the_field_and_saves_nothing(client, platform_admin, queue_tree):
+    client.force_login(platform_admin)
+    q = queue_tree["team-training"]
+    response = client.post("/queues/team-training/edit/", _edit_data(q, gpu_quota=10, gpu_limit=4))
+    assert response.status_code == 200
+    html = response.content.decode()
+    error = html[html.index('id="id_gpu_limit-errors"'):]
+    error = error[:error.index("</ul>")]
+    assert "limit 4 is below the quota 10" in error
+    assert Queue.objects.get(pk=q.pk).gpu_limit == 16
+
+
+def test_negative_weight_is_refused_with_the_rule(client, platform_admin, queue_tree):
+    client.force_login(platform_admin)
+    q = queue_tree["team-training"]
+    html = client.post("/queues/team-training/edit/", _edit_data(q, cpu_over_quota_weight=-2)).content.decode()
+    error = html[html.index('id="id_cpu_over_quota_weight-errors"'):]
+    assert "must not be negative" in error[:error.index("</ul>")]
+
+
+def test_a_cycle_in_the_tree_is_refused_on_the_parent_field(client, platform_admin, queue_tree):
+    client.force_login(platform_admin)
+    dep = queue_tree["department-a"]
+    html = client.post("/queues/department-a/edit/", _edit_data(dep, parent=queue_tree["team-inference"].pk)).content.decode()
+    error = html[html.index('id="id_parent-errors"'):]
+    assert "cycle" in error[:error.index("</ul>")]
+    assert Queue.objects.get(pk=dep.pk).parent_id is None
+
+
+def test_preview_shows_every_queue_before_and_after_without_saving(client, platform_admin, ui_data):
+    client.force_login(platform_admin)
+    q = Queue.objects.get(name="team-research-a")
+    response = client.post("/queues/team-research-a/edit/preview/", _edit_data(q, gpu_quota=40),
+                           headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<html" not in html
+    table = html[html.index('id="preview-table"'):]
+    table = table[:table.index("</table>")]
+    for name in ("department-a", "department-b", "team-inference", "team-research-a", "team-training"):
+        assert f'data-queue="{name}"' in table
+    row = table[table.index('data-queue="team-research-a"'):]
+    row = row[:row.index("</tr>")]
+    assert "changed" in table[table.rindex("<tr", 0, table.index('data-queue="team-research-a"')):table.index('data-queue="team-research-a"')]
+    before, after = (float(x) for x in re.findall(r'<td class="num">(?:<strong>)?([\d.]+)', row)[:2])
+    # The quota rises from 24 to 40; the fair share follows up to what the queue requests.
+    assert before == 24
+    assert 24 < after <= 40
+    assert "delta-up" in row
+    assert Queue.objects.get(pk=q.pk).gpu_quota == 24
+
+
+def test_preview_with_bad_input_shows_the_field_error_instead(client, platform_admin, queue_tree):
+    client.force_login(platform_admin)
+    q = queue_tree["team-training"]
+    html = client.post("/queues/team-training/edit/preview/", _edit_data(q, gpu_quota=10, gpu_limit=4),
+                       headers={"HX-Request": "true"}).content.decode()
+    assert 'id="id_gpu_limit-errors"' in html
+    assert 'id="preview-table"' not in html
+
+
+def test_preview_is_refused_to_a_viewer(client, viewer, queue_tree):
+    client.force_login(viewer)
+    q = queue_tree["team-training"]
+    assert client.post("/queues/team-training/edit/preview/", _edit_data(q)).status_code == 403
