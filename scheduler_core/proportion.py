@@ -17,9 +17,11 @@ Invariants kept by `compute_fair_shares` (KAI-SEMANTICS §8):
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 CPU, MEMORY, GPU = 0, 1, 2
 RESOURCES = ("cpu", "memory", "gpu")
@@ -453,6 +455,74 @@ def explain_fair_share(steps: list[DivisionStep], queue: str, resource: str = "g
     """The sentences behind one queue's fair share of one resource, in the order they happened."""
     return [f"{s.phase}: +{_num(s.amount)} ({s.detail}) → {_num(s.fair_after)}"
             for s in steps if s.queue == queue and s.resource == resource]
+
+
+def summarize_division(steps: list[DivisionStep]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per queue and resource: how much came from each phase, the final share, the divided amount
+    and the sentences, JSON-ready (`{"team-a": {"gpu": {"deserved": 2, "over_quota": 3, ...}}}`)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for s in steps:
+        entry = out.setdefault(s.queue, {}).setdefault(s.resource, {
+            "deserved": 0.0, "over_quota": 0.0, "remainder": 0.0, "fair_share": 0.0,
+            "divided_among_siblings": s.level_total, "parent": s.parent, "lines": [],
+        })
+        entry[s.phase.replace("-", "_")] += s.amount
+        entry["fair_share"] = s.fair_after
+        entry["lines"].append(f"{s.phase}: +{_num(s.amount)} ({s.detail})")
+    return out
+
+
+def _roll_up_requests(queues: dict[str, QueueAttrs]) -> None:
+    """Only leaf queues hold jobs, so a parent's request is the sum of its children's (deepest first)."""
+    kids = children_of(queues)
+    depth: dict[str, int] = {}
+    for name in queues:
+        d, cur = 0, queues[name].parent
+        while cur is not None:
+            d, cur = d + 1, queues[cur].parent
+        depth[name] = d
+    for name in sorted(queues, key=lambda n: -depth[n]):
+        if kids[name]:
+            queues[name].request = [sum(queues[c].request[r] for c in kids[name]) for r in range(3)]
+
+
+def what_if_fair_shares(
+    queues: dict[str, QueueAttrs], total: list[float], k: float = 1.0,
+    changes: dict[str, dict[str, Any]] | None = None, remainder_per_priority: bool = False,
+) -> tuple[dict[str, list[float]], list[DivisionStep]]:
+    """Fair shares if some queue attributes were different, without touching `queues`.
+
+    `changes` maps a queue name to attribute overrides, e.g. `{"team-a": {"weight": [1, 1, 3]}}`; a
+    queue name not in `queues` adds a queue (then all of `QueueAttrs`' required fields must be given),
+    and `{"team-b": None}` removes one. With changes, parents' requests are re-summed from their
+    children (only leaf queues hold jobs). Returns (fair share per queue, steps). Bad overrides raise
+    `FairShareInputError` naming the queue and field."""
+    trial = {name: copy.deepcopy(q) for name, q in queues.items()}
+    problems: list[str] = []
+    for name, fields in sorted((changes or {}).items()):
+        if fields is None:
+            trial.pop(name, None)
+            continue
+        if name not in trial:
+            try:
+                trial[name] = QueueAttrs(name=name, **fields)
+            except TypeError as exc:
+                problems.append(f"queue {name}: cannot be added ({exc})")
+            continue
+        for field_name, value in fields.items():
+            if field_name in ("name", "fair", "children") or not hasattr(trial[name], field_name):
+                problems.append(f"queue {name}: {field_name} cannot be changed in a what-if")
+                continue
+            setattr(trial[name], field_name, copy.deepcopy(value))
+    if problems:
+        raise FairShareInputError(problems)
+    problems = validate_queues(trial, total)
+    if problems:
+        raise FairShareInputError(problems)
+    if changes:
+        _roll_up_requests(trial)
+    steps = compute_fair_shares(trial, total, k, remainder_per_priority)
+    return {name: list(q.fair) for name, q in trial.items()}, steps
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from scheduler_core.proportion import (
     QueueAttrs,
     compute_fair_shares,
     explain_fair_share,
+    summarize_division,
+    what_if_fair_shares,
 )
 
 U = UNLIMITED
@@ -280,3 +282,42 @@ def test_steps_explain_a_zero_over_quota_share():
     assert q1 == [("deserved", 2), ("over-quota", 0), ("remainder", 1)]
     w0 = explain_fair_share(steps, "w0")
     assert w0[-1].startswith("over-quota: +0 (priority 2: over-quota weight 0")
+
+
+def test_summary_adds_up_each_phase():
+    qs = {q.name: q for q in example2()}
+    summary = summarize_division(compute_fair_shares(qs, [0, 0, 20]))
+    b2 = summary["b2"]["gpu"]
+    assert (b2["deserved"], b2["over_quota"], b2["remainder"], b2["fair_share"]) == (0, 4, 0, 4)
+    assert b2["parent"] == "dept-b"
+    assert b2["divided_among_siblings"] == 10
+    assert len(b2["lines"]) == 3
+
+
+def test_what_if_changes_nothing_in_the_live_queues():
+    qs = {q.name: q for q in example1()}
+    compute_fair_shares(qs, [0, 0, 10])
+    fair, _ = what_if_fair_shares(qs, [0, 0, 10], changes={"research": {"priority": 3}})
+    assert (fair["vision"][GPU], fair["llm"][GPU], fair["research"][GPU]) == (3, 2, 5)
+    assert qs["research"].priority == 1
+    assert qs["research"].fair[GPU] == 2
+
+
+def test_what_if_adding_a_leaf_rolls_its_request_up_to_the_parent():
+    qs = {q.name: q for q in example2()}
+    new_leaf = {"parent": "dept-a", "priority": 100, "creation": 9, "deserved": [U, U, 0], "limit": [U, U, U],
+                "weight": [1, 1, 1], "request": [0, 0, 6]}
+    fair, _ = what_if_fair_shares(qs, [0, 0, 20], changes={"a3": new_leaf, "b2": None})
+    assert "b2" not in fair
+    # dept-a now requests 20: it keeps its quota 8 and, with b2 gone, dept-b wants only 6
+    assert fair["dept-a"][GPU] == 14
+    assert fair["dept-b"][GPU] == 6
+    assert qs["dept-a"].request[GPU] == 14  # the live tree is untouched
+
+
+def test_what_if_rejects_unknown_or_fixed_fields():
+    qs = {q.name: q for q in example1()}
+    with pytest.raises(FairShareInputError, match="queue llm: colour cannot be changed"):
+        what_if_fair_shares(qs, [0, 0, 10], changes={"llm": {"colour": "red"}})
+    with pytest.raises(FairShareInputError, match="queue llm: deserved\\[gpu\\] = -5"):
+        what_if_fair_shares(qs, [0, 0, 10], changes={"llm": {"deserved": [U, U, -5]}})
