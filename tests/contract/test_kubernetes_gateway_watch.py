@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from io import StringIO
 
 import pytest
@@ -310,3 +311,57 @@ def test_a_410_answer_to_the_watch_request_itself_also_relists(
 
     assert recorder.changes() == [("ADDED", "a"), ("ADDED", "b")]
     assert watch.relists == 2
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_mirror_matches_the_cluster_after_random_changes_compactions_and_cut_streams(seed: int) -> None:
+    rng = random.Random(seed)
+    mirror: dict[tuple[str, str], str] = {}
+
+    def apply(event: WatchEvent) -> None:
+        key = (event.namespace, event.name)
+        if event.type == "ADDED":
+            assert key not in mirror, f"duplicate ADDED for {key}"
+            mirror[key] = event.resource_version
+        elif event.type == "MODIFIED":
+            assert mirror.get(key) not in (None, event.resource_version), f"repeated or unknown MODIFIED {key}"
+            mirror[key] = event.resource_version
+        elif event.type == "DELETED":
+            assert mirror.pop(key, None) is not None, f"DELETED for unknown {key}"
+
+    with FakeKubeApiServer(watch_timeout_cap=0.05) as server:
+        gateway = KubernetesGateway(server.api_client, backoff_base=0.01, sleep=lambda _: None)
+        (kind,) = resource_kinds(gateway, ["Pod"])
+        watch = ResourceWatch(gateway, kind, apply, timeout_seconds=1, sleep=lambda _: None)
+        names = [f"p{i}" for i in range(8)]
+        for _ in range(12):
+            for _ in range(rng.randint(1, 5)):
+                name = rng.choice(names)
+                pod = server.get("pods", name)
+                roll = rng.random()
+                if pod is None:
+                    server.add_pod(name, namespace=rng.choice(["a", "b"]) if roll < 0.5 else "default")
+                elif roll < 0.3:
+                    server.remove("pods", name, pod["metadata"]["namespace"])
+                else:
+                    pod["status"]["phase"] = rng.choice(["Pending", "Running"])
+                    pod["metadata"].setdefault("labels", {})["tick"] = str(rng.random())
+                    server.put("pods", pod)
+                server.add_node(f"n{rng.randint(0, 3)}")  # moves the shared resourceVersion
+            fault = rng.random()
+            if fault < 0.25:
+                server.compact()
+            elif fault < 0.45:
+                server.break_next_watch(after_events=rng.randint(0, 2))
+            elif fault < 0.55:
+                server.bookmark("pods")
+            watch.step()
+        while not watch.step():
+            pass  # a final step that went through
+        watch.step()
+
+        expected = {(p["metadata"]["namespace"], p["metadata"]["name"]): p["metadata"]["resourceVersion"]
+                    for p in server.list("pods")}
+    assert mirror == expected
+    assert watch.relists > 1
+    assert watch.errors > 0
