@@ -269,6 +269,27 @@ def test_an_unreadable_pod_is_reported_with_field_and_rule_and_the_others_are_re
     assert rule in problem.message
 
 
+def test_objects_of_an_unexpected_shape_are_reported_not_raised(
+    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+) -> None:
+    kube_apiserver.add_pod("good")
+    odd = kube_apiserver.add_pod("odd")
+    odd["spec"]["containers"] = [{"name": "main", "resources": {"requests": ["cpu", "1"]}}]
+    kube_apiserver.put("pods", odd)
+    late = kube_apiserver.add_pod("late")
+    late["metadata"]["deletionTimestamp"] = "yesterday"
+    kube_apiserver.put("pods", late)
+
+    listing = gateway.list_pods()
+
+    assert [p.name for p in listing] == ["good"]
+    problems = {p.name: p for p in listing.problems}
+    assert problems["odd"].field == "(object)"
+    assert "unexpected shape" in problems["odd"].rule
+    assert problems["late"].field == "metadata.deletionTimestamp"
+    assert problems["late"].rule == "must be an RFC 3339 time"
+
+
 def test_a_pod_without_queue_label_is_readable_when_its_pod_group_names_the_queue(
     kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:

@@ -13,6 +13,7 @@ unless the caller treats them as "already done" (bind/evict idempotency).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -95,12 +96,35 @@ def _meta(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     return raw.get("metadata") or {}
 
 
-def _time(value: Any) -> datetime | None:
+def _time(value: Any, field: str) -> datetime | None:
     if not value:
         return None
     if isinstance(value, datetime):
         return value
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise _Bad(field, "must be an RFC 3339 time", value) from exc
+
+
+def _never_raises(kind: str) -> Callable[[Callable[[Mapping[str, Any]], Any]], Callable[[Mapping[str, Any]], Any]]:
+    """A parser that meets an object of an unexpected shape (a list where a map belongs, ...)
+    reports it as unreadable instead of failing the whole listing."""
+
+    def wrap(parse: Callable[[Mapping[str, Any]], Any]) -> Callable[[Mapping[str, Any]], Any]:
+        @functools.wraps(parse)
+        def safe(raw: Mapping[str, Any]) -> Any:
+            try:
+                return parse(raw)
+            except _Bad as bad:
+                return _unreadable(kind, raw if isinstance(raw, Mapping) else {}, bad)
+            except (AttributeError, TypeError, ValueError, KeyError) as exc:
+                shaped = raw if isinstance(raw, Mapping) and isinstance(raw.get("metadata"), Mapping) else {}
+                return _unreadable(kind, shaped, _Bad("(object)", f"has an unexpected shape ({exc})"))
+
+        return safe
+
+    return wrap
 
 
 def _quantity(value: Any, field: str) -> Decimal:
@@ -198,6 +222,7 @@ def _pod_state(raw: Mapping[str, Any]) -> str:
     return {"Succeeded": PodState.SUCCEEDED, "Failed": PodState.FAILED}.get(phase, PodState.UNKNOWN)
 
 
+@_never_raises("Pod")
 def parse_pod(raw: Mapping[str, Any]) -> ObservedPod | Unreadable:
     """An `ObservedPod`, or an `Unreadable` naming the first field that breaks a rule."""
     try:
@@ -268,12 +293,13 @@ def _parse_pod(raw: Mapping[str, Any]) -> ObservedPod:
         gpu_group=labels.get(GPU_GROUP_LABEL) or None,
         labels=labels,
         node_selector=dict(spec.get("nodeSelector") or {}),
-        created_at=_time(meta.get("creationTimestamp")),
-        deleted_at=_time(meta.get("deletionTimestamp")),
+        created_at=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
+        deleted_at=_time(meta.get("deletionTimestamp"), "metadata.deletionTimestamp"),
         resource_version=str(meta.get("resourceVersion", "")),
     )
 
 
+@_never_raises("Node")
 def parse_node(raw: Mapping[str, Any]) -> ObservedNode | Unreadable:
     try:
         meta, spec, status = _meta(raw), raw.get("spec") or {}, raw.get("status") or {}
@@ -318,6 +344,7 @@ def _optional_int(spec: Mapping[str, Any], key: str, field: str, minimum: int = 
     return value
 
 
+@_never_raises("PodGroup")
 def parse_pod_group(raw: Mapping[str, Any]) -> ObservedPodGroup | Unreadable:
     try:
         meta, spec = _meta(raw), raw.get("spec") or {}
@@ -357,7 +384,7 @@ def parse_pod_group(raw: Mapping[str, Any]) -> ObservedPodGroup | Unreadable:
             sub_groups=tuple(sub_groups),
             topology_constraint=topology,
             mark_unschedulable=spec.get("markUnschedulable", True) is not False,
-            created_at=_time(meta.get("creationTimestamp")),
+            created_at=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
             resource_version=str(meta.get("resourceVersion", "")),
         )
     except _Bad as bad:
@@ -406,6 +433,7 @@ def parse_queue_spec(name: str, spec: Any) -> QueueSpec:
                      cpu=parsed["cpu"], memory=parsed["memory"], gpu=parsed["gpu"])
 
 
+@_never_raises("Queue")
 def parse_queue(raw: Mapping[str, Any]) -> ObservedQueue | Unreadable:
     try:
         meta = _meta(raw)
@@ -416,6 +444,7 @@ def parse_queue(raw: Mapping[str, Any]) -> ObservedQueue | Unreadable:
         return _unreadable("Queue", raw, bad)
 
 
+@_never_raises("PriorityClass")
 def parse_priority_class(raw: Mapping[str, Any]) -> ObservedPriorityClass | Unreadable:
     meta = _meta(raw)
     value = raw.get("value")
