@@ -339,6 +339,15 @@ def saturation_ratio(allocated: float, fair: float) -> float:
     return allocated / fair
 
 
+def _json_ratio(x: float) -> float | str:
+    """Ratios for `Verdict.numbers` stay JSON-safe: an infinite ratio is the string "inf"."""
+    return x if math.isfinite(x) else "inf"
+
+
+def _ratio_text(x: float) -> str:
+    return f"{x:.2f}" if math.isfinite(x) else "∞"
+
+
 def check_saturation(
     queues: Mapping[str, QueueAttrs], reclaimer_leaf: str, req: Vector,
     remaining: Mapping[str, Sequence[float]], involved: Mapping[str, set[int]],
@@ -367,11 +376,11 @@ def check_saturation(
                 if rx > 1 and y.fair[r] > 0 and rx * m >= ry:
                     return Verdict(
                         False, "reclaimer-more-saturated",
-                        f"queue {x.name} would be at {_n(x_after[r])}/{_n(x.fair[r])} = {rx:.2f} of its fair share"
-                        f" in {RESOURCES[r]}, not below queue {y.name} at {_n(y_rem[r])}/{_n(y.fair[r])} ="
-                        f" {ry:.2f}" + ("" if m == 1 else f" (multiplier {m:g})"),
-                        {"queue": x.name, "sibling": y.name, "resource": RESOURCES[r], "ratio": rx,
-                         "sibling_ratio": ry, "multiplier": m, "allocated": x_after[r], "fair_share": x.fair[r],
+                        f"queue {x.name} would be at {_n(x_after[r])}/{_n(x.fair[r])} = {_ratio_text(rx)} of its"
+                        f" fair share in {RESOURCES[r]}, not below queue {y.name} at {_n(y_rem[r])}/{_n(y.fair[r])}"
+                        f" = {_ratio_text(ry)}" + ("" if m == 1 else f" (multiplier {m:g})"),
+                        {"queue": x.name, "sibling": y.name, "resource": RESOURCES[r], "ratio": _json_ratio(rx),
+                         "sibling_ratio": _json_ratio(ry), "multiplier": m, "allocated": x_after[r], "fair_share": x.fair[r],
                          "sibling_allocated": y_rem[r], "sibling_fair_share": y.fair[r]})
         if not preemptible:
             for r in range(3):

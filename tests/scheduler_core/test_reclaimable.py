@@ -304,3 +304,15 @@ def test_min_runtime_protection_window():
     assert is_min_runtime_protected(100.0, 150.0, 60.0)
     assert not is_min_runtime_protected(100.0, 160.0, 60.0)
     assert not is_min_runtime_protected(None, 150.0, 60.0)
+
+
+def test_infinite_saturation_is_reported_json_safe():
+    import json
+
+    qs = qmap(gq("R", fair=0, allocated=0), gq("Y", fair=4, allocated=8),
+              gq("r", parent="R", fair=4), gq("y", parent="Y", fair=4, allocated=8))
+    v = check_saturation(qs, "r", gpus(1), {"Y": gpus(7), "y": gpus(7)}, {"Y": {GPU}, "y": {GPU}})
+    assert not v.ok
+    assert v.numbers["ratio"] == "inf"
+    assert "= ∞ of its fair share" in v.reason
+    json.dumps(v.numbers, allow_nan=False)
