@@ -580,6 +580,44 @@ def test_an_old_eviction_never_evicts_a_new_pod_with_the_same_name(
 # -- errors, retries, timeouts ------------------------------------------------------------------
 
 
+def test_large_lists_are_read_page_by_page(
+    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    monkeypatch.setattr("kaiweb.cluster.backends.kubernetes.PAGE_SIZE", 2)
+    for i in range(5):
+        kube_apiserver.add_pod(f"p{i}")
+    listed_rv = str(kube_apiserver.resource_version)
+
+    listing = gateway.list_pods()
+
+    assert [p.name for p in listing] == ["p0", "p1", "p2", "p3", "p4"]
+    assert listing.resource_version == listed_rv
+    pages = [r.query.get("continue") for r in kube_apiserver.requests if r.path == "/api/v1/pods"]
+    assert pages == [None, [f"2:{listed_rv}"], [f"4:{listed_rv}"]]
+
+
+def test_an_expired_continue_token_lists_again_from_the_start(
+    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    monkeypatch.setattr("kaiweb.cluster.backends.kubernetes.PAGE_SIZE", 2)
+    for i in range(3):
+        kube_apiserver.add_pod(f"p{i}")
+    original = kube_apiserver._list_body
+    calls = {"n": 0}
+
+    def compact_after_first_page(*args: object, **kwargs: object) -> dict[str, object]:
+        body = original(*args, **kwargs)  # type: ignore[arg-type]
+        calls["n"] += 1
+        if calls["n"] == 1:
+            kube_apiserver.add_pod("p3")
+            kube_apiserver.compact()
+        return body
+
+    monkeypatch.setattr(kube_apiserver, "_list_body", compact_after_first_page)
+
+    assert [p.name for p in gateway.list_pods()] == ["p0", "p1", "p2", "p3"]
+
+
 @pytest.mark.parametrize("status", [500, 429, 503])
 def test_transient_errors_are_retried_with_growing_bounded_backoff(
     kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway, sleeps: list[float], status: int,  # noqa: F811

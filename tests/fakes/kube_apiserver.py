@@ -516,12 +516,26 @@ class FakeKubeApiServer:
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
 
     def _list_body(self, plural: str, namespace: str | None, query: dict[str, list[str]]) -> dict[str, Any]:
-        items = self._select(plural, namespace, query)
-        meta = _KINDS[plural]
         with self._lock:
+            items = self._select(plural, namespace, query)
             rv = self.state.rv
-        return {"kind": meta["kind"] + "List", "apiVersion": meta["apiVersion"],
-                "metadata": {"resourceVersion": str(rv)}, "items": items}
+        meta = _KINDS[plural]
+        list_meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        # Pagination: ``limit`` and an opaque ``continue`` token (here "offset:resourceVersion").
+        limit = int((query.get("limit") or ["0"])[0] or 0)
+        token = (query.get("continue") or [""])[0]
+        offset = 0
+        if token:
+            offset_text, _, token_rv = token.partition(":")
+            if int(token_rv) < self.state.compacted_rv:
+                raise ApiError(410, "Expired", "the provided continue parameter is too old")
+            offset, list_meta["resourceVersion"] = int(offset_text), token_rv
+        if limit:
+            if offset + limit < len(items):
+                list_meta["continue"] = f"{offset + limit}:{list_meta['resourceVersion']}"
+            items = items[offset:offset + limit]
+        return {"kind": meta["kind"] + "List", "apiVersion": meta["apiVersion"], "metadata": list_meta,
+                "items": items}
 
     def _select(self, plural: str, namespace: str | None, query: dict[str, list[str]],
                 objs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:

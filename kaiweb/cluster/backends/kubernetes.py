@@ -678,17 +678,27 @@ class KubernetesGateway:
 
     def _json(self, operation: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call with ``_preload_content=False`` and decode the JSON body ourselves (no model objects)."""
-        resp = self._call(operation, fn, *args, _preload_content=False, **kwargs)
+        timeout = kwargs.pop("_request_timeout", self.request_timeout)
+
+        def fetch(**extra: Any) -> bytes:
+            # The body is read inside the retried call, so a stall mid-body is retried like any timeout.
+            resp = fn(*args, _preload_content=False, **kwargs, **extra)
+            try:
+                return bytes(resp.data or b"")
+            finally:
+                resp.release_conn()
+
+        data = self._call(operation, fetch, _request_timeout=timeout)
         try:
-            data = resp.data
-        finally:
-            resp.release_conn()
-        return json.loads(data) if data else {}
+            return json.loads(data) if data else {}
+        except ValueError as exc:
+            raise ClusterUnavailable(operation, f"the API server answered something that is not JSON: "
+                                     f"{data[:120]!r}") from exc
 
     def list_raw(self, operation: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[list[Any], str]:
         """Every item of a (possibly paginated) list, and the list's resourceVersion."""
         items: list[Any] = []
-        resource_version, token = "", None
+        resource_version, token, restarts = "", None, 0
         while True:
             page_args = dict(kwargs, limit=PAGE_SIZE)
             if token:
@@ -696,6 +706,10 @@ class KubernetesGateway:
             try:
                 body = self._json(operation, fn, *args, **page_args)
             except ClusterRejected as err:
+                if err.status == 410 and token and restarts < 3:
+                    # The continue token expired (the snapshot was compacted): list again from the start.
+                    items, resource_version, token, restarts = [], "", None, restarts + 1
+                    continue
                 if err.status == 404:
                     raise ClusterRejected(operation, f"{err.detail} (is the resource's CRD installed?)",
                                           status=404, reason=err.reason) from err
