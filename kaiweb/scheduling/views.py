@@ -25,6 +25,7 @@ from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, Q
 from kaiweb.scheduling.tables import CycleTable, PreemptionTable
 
 TIMELINE_MAX = 1000
+FIGURE_LABEL = {"allocated": "Allocated", "fair_share": "Fair share", "quota": "Quota", "limit": "Limit"}
 CHART_CYCLES = 200
 PHASES = ("snapshot", "allocate", "consolidate", "reclaim", "preempt", "stale-gang", "apply", "record")
 
@@ -114,7 +115,7 @@ def preemption_detail(request: HttpRequest, pk: int) -> HttpResponse:
         kinds = [k for k in ("allocated", "fair_share", "quota", "limit") if isinstance((figures or {}).get(k), dict)]
         resources = sorted({r for k in kinds for r in figures[k]}, key=lambda r: ("gpu", "cpu", "memory").index(r)
                            if r in ("gpu", "cpu", "memory") else 9)
-        sides.append({"label": label, "queue": queue, "kinds": kinds,
+        sides.append({"label": label, "queue": queue, "kinds": [FIGURE_LABEL[k] for k in kinds],
                       "rows": [(r, [figures[k].get(r) for k in kinds]) for r in resources]})
     return render_page(request, "scheduling/preemption_detail.html",
                        {"event": event, "sides": sides, "action_badge": PREEMPTION_ACTION_BADGE})

@@ -1,0 +1,35 @@
+"""The audit log page: changes made through the web UI show who, what, before and after."""
+
+from __future__ import annotations
+
+
+def test_a_ui_edit_appears_with_its_change(client, platform_admin, queue_tree):
+    q = queue_tree["team-training"]
+    client.force_login(platform_admin)
+    data = {"display_name": "", "parent": q.parent_id, "priority": 150, "preempt_min_runtime": "",
+            "reclaim_min_runtime": ""}
+    for r in ("cpu", "memory", "gpu"):
+        for part in ("quota", "limit", "over_quota_weight"):
+            data[f"{r}_{part}"] = getattr(q, f"{r}_{part}")
+    assert client.post("/queues/team-training/edit/", data).status_code == 302
+    html = client.get("/audit/?source=ui").content.decode()
+    table = html[html.index('id="audit-table"'):]
+    assert "team-training" in table
+    assert "platform-admin" in table
+    assert "<code>priority</code>" in table
+    assert "150" in table
+
+
+def test_audit_page_before_any_change_says_what_will_appear(client, viewer, db):
+    client.force_login(viewer)
+    assert "No changes recorded yet" in client.get("/audit/").content.decode()
+
+
+def test_audit_filters_by_action(client, platform_admin, viewer, queue_tree):
+    from kaiweb.queues import services
+
+    services.update_queue(queue_tree["team-training"], {"priority": 120}, actor=platform_admin)
+    client.force_login(viewer)
+    assert "No change matches these filters" in client.get("/audit/?action=delete").content.decode()
+    html = client.get("/audit/?action=update").content.decode()
+    assert "team-training" in html[html.index('id="audit-table"'):]

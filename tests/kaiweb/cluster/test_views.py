@@ -1,0 +1,74 @@
+"""The node map: node × device, coloured by queue, fractions as partial cells, filters by shard and labels."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from kaiweb.cluster.models import Node
+from kaiweb.dashboard.charts import queue_colour
+from kaiweb.dashboard.sample_data import build_dataset
+from kaiweb.workloads.models import Pod
+
+
+@pytest.fixture
+def ui_data(queue_tree):
+    return build_dataset(nodes=10, workloads=60, cycles=4, seed=21)
+
+
+def _node_rows(html: str) -> list[str]:
+    body = html[html.index('id="gpu-map"'):]
+    return body.split('class="node-name"')[1:]
+
+
+def test_map_has_one_cell_per_gpu_coloured_by_queue(client, viewer, ui_data):
+    client.force_login(viewer)
+    html = client.get("/nodes/").content.decode()
+    rows = _node_rows(html)
+    assert len(rows) == Node.objects.count() == 10
+    first = rows[0].split("node-meta")[0]
+    assert first.count('class="gpu') == 8
+    pod = (Pod.objects.filter(state="Running", node__name="gpu-node-001", gpu__gt=0)
+           .select_related("workload__queue").first())
+    if pod is not None:
+        assert f"--c: {queue_colour(pod.workload.queue.name)}" in first
+
+
+def test_fractional_gpus_are_partial_cells(client, viewer, ui_data):
+    pod = Pod.objects.filter(state="Running", gpu_fraction__isnull=False).select_related("node").first()
+    client.force_login(viewer)
+    html = client.get(f"/nodes/?name_contains={pod.node.name}").content.decode()
+    assert f"width: {pod.gpu_fraction * 100:.0f}%" in html
+
+
+def test_filter_by_label_and_shard(client, viewer, ui_data):
+    client.force_login(viewer)
+    rows = _node_rows(client.get("/nodes/?label=kai.scheduler/node-pool=pool-b").content.decode())
+    expected = [n for n in Node.objects.all() if n.labels.get("kai.scheduler/node-pool") == "pool-b"]
+    assert len(rows) == len(expected) == 2
+    from kaiweb.cluster.models import SchedulingShard
+
+    pool_b = SchedulingShard.objects.get(name="pool-b")
+    default = SchedulingShard.objects.get(name="default")
+    assert len(_node_rows(client.get(f"/nodes/?shard={pool_b.pk}").content.decode())) == 2
+    assert len(_node_rows(client.get(f"/nodes/?shard={default.pk}").content.decode())) == 8
+
+
+def test_unknown_shard_says_so(client, viewer, ui_data):
+    client.force_login(viewer)
+    html = client.get("/nodes/?shard=999").content.decode()
+    assert "no shard with id" in html
+
+
+def test_map_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
+    client.force_login(viewer)
+    client.get("/nodes/")
+    with CaptureQueriesContext(connection) as small:
+        client.get("/nodes/")
+    build_dataset(nodes=40, workloads=100, cycles=2, seed=22, tag="more-")
+    with CaptureQueriesContext(connection) as large:
+        client.get("/nodes/")
+    assert len(large) == len(small)
+    with django_assert_max_num_queries(10):
+        client.get("/nodes/")

@@ -1,0 +1,138 @@
+"""Preemption and cycle pages: timeline, table, filters shared with the API, CSV export, phases."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from kaiweb.dashboard.sample_data import build_dataset
+from kaiweb.scheduling.models import Decision, PreemptionEvent, SchedulingCycle
+
+
+@pytest.fixture
+def ui_data(queue_tree):
+    return build_dataset(nodes=8, workloads=60, cycles=24, seed=12)
+
+
+def _table_rows(html: str, table_id: str) -> list[str]:
+    body = html[html.index(f'id="{table_id}"'):]
+    body = body[body.index("<tbody"):body.index("</tbody>")]
+    return [chunk for chunk in body.split("<tr")[1:] if "empty-row" not in chunk]
+
+
+def _csv(response) -> list[list[str]]:
+    body = b"".join(response.streaming_content).decode()
+    return list(csv.reader(io.StringIO(body)))
+
+
+def test_preemptions_page_has_timeline_and_every_event(client, viewer, ui_data):
+    client.force_login(viewer)
+    html = client.get("/preemptions/?per_page=250").content.decode()
+    assert 'data-figure="preemption-timeline"' in html
+    assert len(_table_rows(html, "preemption-table")) == PreemptionEvent.objects.count() > 0
+
+
+def test_preemptions_filter_by_action_and_queue(client, viewer, ui_data):
+    client.force_login(viewer)
+    rows = _table_rows(client.get("/preemptions/?action=reclaim&per_page=250").content.decode(), "preemption-table")
+    assert len(rows) == PreemptionEvent.objects.filter(action="reclaim").count() > 0
+    assert all("Reclaim" in r for r in rows)
+    event = PreemptionEvent.objects.first()
+    queue = event.victim_queue.name
+    rows = _table_rows(client.get(f"/preemptions/?queue={queue}&per_page=250").content.decode(), "preemption-table")
+    from django.db.models import Q
+
+    assert len(rows) == PreemptionEvent.objects.filter(Q(victim_queue__name=queue) | Q(preemptor_queue__name=queue)).count()
+
+
+def test_preemptions_csv_export_uses_the_same_filters(client, viewer, ui_data):
+    client.force_login(viewer)
+    response = client.get("/preemptions/export.csv?action=preempt")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    rows = _csv(response)
+    assert rows[0] == ["at", "action", "reason", "victim", "victim_queue", "preemptor", "preemptor_queue", "cycle",
+                       "message"]
+    assert len(rows) - 1 == PreemptionEvent.objects.filter(action="preempt").count()
+    assert {r[1] for r in rows[1:]} == {"preempt"}
+
+
+def test_preemptions_csv_with_a_bad_filter_is_a_400_naming_the_field(client, viewer, ui_data):
+    client.force_login(viewer)
+    response = client.get("/preemptions/export.csv?action=explode")
+    assert response.status_code == 400
+    assert b"action" in response.content
+
+
+def test_preemption_detail_shows_both_queues_figures(client, viewer, ui_data):
+    event = PreemptionEvent.objects.exclude(preemptor_queue=None).first()
+    client.force_login(viewer)
+    html = client.get(f"/preemptions/{event.pk}/").content.decode()
+    assert event.message in html
+    assert "Victim queue" in html
+    assert "Preemptor queue" in html
+    assert '<th class="num">Fair share</th>' in html
+
+
+def test_preemptions_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
+    client.force_login(viewer)
+    client.get("/preemptions/")
+    with CaptureQueriesContext(connection) as small:
+        client.get("/preemptions/")
+    build_dataset(nodes=8, workloads=120, cycles=60, seed=13, tag="more-")
+    with CaptureQueriesContext(connection) as large:
+        client.get("/preemptions/")
+    assert len(large) == len(small)
+    with django_assert_max_num_queries(10):
+        client.get("/preemptions/")
+
+
+def test_cycles_page_charts_phases_and_lists_cycles(client, viewer, ui_data):
+    client.force_login(viewer)
+    html = client.get("/cycles/?per_page=100").content.decode()
+    assert 'data-figure="phase-chart"' in html
+    assert 'data-figure="decision-chart"' in html
+    assert '"allocate"' in html  # a phase trace in the figure JSON
+    assert len(_table_rows(html, "cycle-table")) == SchedulingCycle.objects.count()
+
+
+def test_cycles_filter_by_status(client, viewer, ui_data):
+    client.force_login(viewer)
+    rows = _table_rows(client.get("/cycles/?status=failed").content.decode(), "cycle-table")
+    assert len(rows) == SchedulingCycle.objects.filter(status="failed").count()
+
+
+def test_cycles_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
+    client.force_login(viewer)
+    client.get("/cycles/")
+    with CaptureQueriesContext(connection) as small:
+        client.get("/cycles/")
+    build_dataset(nodes=4, workloads=20, cycles=80, seed=14, tag="more-")
+    with CaptureQueriesContext(connection) as large:
+        client.get("/cycles/")
+    assert len(large) == len(small)
+    with django_assert_max_num_queries(10):
+        client.get("/cycles/")
+
+
+def test_cycle_detail_shows_phases_and_decisions(client, viewer, ui_data):
+    decision = Decision.objects.select_related("cycle").first()
+    client.force_login(viewer)
+    html = client.get(f"/cycles/{decision.cycle_id}/").content.decode()
+    assert 'id="phase-table"' in html
+    assert "allocate" in html
+    assert decision.workload_ref in html[html.index('id="decision-table"'):]
+    with CaptureQueriesContext(connection) as ctx:
+        client.get(f"/cycles/{decision.cycle_id}/?kind=bind")
+    assert len(ctx) <= 12
+
+
+def test_unknown_cycle_and_preemption_are_404(client, viewer, db):
+    client.force_login(viewer)
+    assert client.get("/cycles/424242/").status_code == 404
+    assert client.get("/preemptions/424242/").status_code == 404

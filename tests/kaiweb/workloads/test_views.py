@@ -1,0 +1,129 @@
+"""Workload pages: the filterable list (the API's FilterSet) and one workload with why-pending."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from kaiweb.dashboard.sample_data import build_dataset
+from kaiweb.scheduling.models import PendingReason
+from kaiweb.workloads.models import Pod, Workload
+
+
+@pytest.fixture
+def ui_data(queue_tree):
+    return build_dataset(nodes=8, workloads=60, cycles=6, seed=8)
+
+
+def _rows(html: str) -> list[str]:
+    body = html[html.index('id="workload-table"'):]
+    body = body[body.index("<tbody"):body.index("</tbody>")]
+    return [chunk for chunk in body.split("<tr")[1:] if "empty-row" not in chunk]
+
+
+def test_list_filters_by_state_through_the_api_filterset(client, viewer, ui_data):
+    client.force_login(viewer)
+    rows = _rows(client.get("/workloads/?state=pending&per_page=250").content.decode())
+    assert len(rows) == Workload.objects.filter(state="pending").count()
+    assert all("Pending" in r for r in rows)
+
+
+def test_list_filters_by_queue_subtree_and_priority(client, viewer, ui_data):
+    client.force_login(viewer)
+    rows = _rows(client.get("/workloads/?queue_tree=department-b&priority_class=train&per_page=250").content.decode())
+    expected = Workload.objects.filter(queue__parent__name="department-b", priority_class__name="train").count()
+    assert len(rows) == expected > 0
+
+
+def test_list_filters_by_gpu_kind(client, viewer, ui_data):
+    client.force_login(viewer)
+    rows = _rows(client.get("/workloads/?gpu_kind=fraction&per_page=250").content.decode())
+    expected = Workload.objects.filter(pods__gpu_fraction__isnull=False).distinct().count()
+    assert len(rows) == expected > 0
+    none_rows = _rows(client.get("/workloads/?gpu_kind=none&per_page=250").content.decode())
+    assert none_rows == []  # every sample workload asks for a GPU
+
+
+def test_list_shows_the_current_why_pending(client, viewer, ui_data):
+    reason = PendingReason.objects.filter(is_current=True).select_related("workload").first()
+    client.force_login(viewer)
+    html = client.get(f"/workloads/?q={reason.workload.name}").content.decode()
+    assert reason.reason in html
+
+
+def test_bad_filter_value_is_shown_next_to_the_filter(client, viewer, ui_data):
+    client.force_login(viewer)
+    html = client.get("/workloads/?state=sleeping").content.decode()
+    assert "errorlist" in html
+    assert "sleeping" in html
+    assert _rows(html) == []
+
+
+def test_list_is_paginated(client, viewer, ui_data):
+    client.force_login(viewer)
+    html = client.get("/workloads/?per_page=25").content.decode()
+    assert len(_rows(html)) == 25
+    assert "1–25 of 60" in html
+    page3 = client.get("/workloads/?per_page=25&page=3").content.decode()
+    assert len(_rows(page3)) == 10
+    assert client.get("/workloads/?page=99").status_code == 200  # past the end: the last page
+
+
+def test_list_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
+    client.force_login(viewer)
+    client.get("/workloads/")
+    with CaptureQueriesContext(connection) as small:
+        client.get("/workloads/")
+    build_dataset(nodes=8, workloads=150, cycles=4, seed=9, tag="more-")
+    with CaptureQueriesContext(connection) as large:
+        client.get("/workloads/")
+    assert len(large) == len(small)
+    with django_assert_max_num_queries(12):
+        client.get("/workloads/")
+
+
+def test_detail_explains_why_pending_in_words_with_the_numbers(client, viewer, ui_data):
+    reason = PendingReason.objects.filter(is_current=True, reason="OverLimit").select_related("workload").first()
+    client.force_login(viewer)
+    html = client.get(f"/workloads/{reason.workload_id}/").content.decode()
+    why = html[html.index('id="why-pending"'):]
+    assert "Its queue is at its limit" in why
+    assert reason.message in why
+    numbers = why[why.index('id="why-numbers"'):]
+    assert "limit" in numbers
+    assert "allocated" in numbers
+
+
+def test_detail_shows_pods_placement_and_history(client, viewer, ui_data):
+    pod = Pod.objects.filter(state="Running", node__isnull=False).select_related("workload", "node").first()
+    client.force_login(viewer)
+    html = client.get(f"/workloads/{pod.workload_id}/").content.decode()
+    assert pod.name in html[html.index('id="pod-table"'):]
+    assert pod.node.name in html[html.index('id="placement"'):]
+    history = html[html.index('id="workload-history"'):]
+    assert "Submitted" in history
+
+
+def test_detail_of_a_pending_workload_without_a_cycle_says_so(client, viewer, queue_tree):
+    from kaiweb.cluster.models import Cluster
+
+    w = Workload.objects.create(cluster=Cluster.objects.get(name="default"), namespace="ns", name="fresh",
+                                queue=queue_tree["team-training"], submitted_at=timezone.now())
+    client.force_login(viewer)
+    html = client.get(f"/workloads/{w.pk}/").content.decode()
+    assert "No cycle has looked at this workload yet" in html
+
+
+def test_detail_query_budget(client, viewer, ui_data, django_assert_max_num_queries):
+    w = Workload.objects.filter(state="running").first()
+    client.force_login(viewer)
+    client.get(f"/workloads/{w.pk}/")
+    with django_assert_max_num_queries(12):
+        client.get(f"/workloads/{w.pk}/")
+
+
+def test_unknown_workload_is_404(client, viewer, db):
+    client.force_login(viewer)
+    assert client.get("/workloads/999999/").status_code == 404
