@@ -164,6 +164,13 @@ def can_reclaim(
 # --------------------------------------------------------------------------------------------
 
 
+def _shown_resource(req: Vector) -> int:
+    """The resource a one-line explanation quotes: GPU if the job asks for any, else the first it asks for."""
+    if req[2] > 0:
+        return 2
+    return next((r for r in range(3) if req[r] > 0), 2)
+
+
 def fits_deserved(q: QueueAttrs, req: Vector) -> bool:
     """`allocated + req ≤ deserved` in every resource (deserved -1 = ∞)."""
     return all(le_cap(q.allocated[r] + req[r], q.deserved[r]) for r in range(3))
@@ -219,10 +226,10 @@ def fits_reclaim_strategy(
                            f" {v.name} (priority {v.priority})",
                            {"queue": v.name, "reclaimer": rq.name, "priority": v.priority,
                             "reclaimer_priority": rq.priority})
-    gpu = 2
+    r = _shown_resource(req)
     return Verdict(False, "victim-protected",
-                   f"queue {v.name} allocated {_n(remaining[gpu])} gpu is within its allocatable share"
-                   f" {_n(alloc[gpu])}" + ("" if not within else f" and its quota {_n(v.deserved[gpu])}")
+                   f"queue {v.name} allocated {_n(remaining[r])} {RESOURCES[r]} is within its allocatable share"
+                   f" {_n(alloc[r])}" + ("" if not within else f" and its quota {_n(v.deserved[r])}")
                    + " in every resource"
                    + ("" if within else f"; queue {rq.name} would be over its quota"),
                    {"queue": v.name, "remaining": list(remaining), "allocatable": alloc,
@@ -252,9 +259,11 @@ def filter_victim_queue(
                            f" in {RESOURCES[r]}",
                            {"queue": v.name, "resource": RESOURCES[r], "allocated": v.allocated[r],
                             "allocatable": alloc[r]})
+        shown = _shown_resource(req)
         return Verdict(False, "victim-within-allocatable",
                        f"queue {rq.name} would exceed its quota, and queue {v.name} is within its allocatable"
-                       f" share {_n(alloc[2])} gpu (allocated {_n(v.allocated[2])}) in every resource",
+                       f" share {_n(alloc[shown])} {RESOURCES[shown]} (allocated {_n(v.allocated[shown])}) in every"
+                       " resource",
                        {"queue": v.name, "allocated": list(v.allocated), "allocatable": alloc,
                         "reclaimer": rq.name})
     if queue_priority_in_quota_reclaim and rq.priority > v.priority:

@@ -316,3 +316,16 @@ def test_infinite_saturation_is_reported_json_safe():
     assert v.numbers["ratio"] == "inf"
     assert "= ∞ of its fair share" in v.reason
     json.dumps(v.numbers, allow_nan=False)
+
+
+def test_explanations_quote_the_resource_the_job_asks_for():
+    cpu = [2000.0, 0.0, 0.0]
+    r = QueueAttrs("r", None, 100, 0, deserved=[0, U, U], limit=[U, U, U], weight=[1, 1, 1], fair=[4000, 0, 0])
+    v = QueueAttrs("v", None, 100, 1, deserved=[3000, U, U], limit=[U, U, U], weight=[1, 1, 1],
+                   fair=[4000, 0, 0], allocated=[3000, 0, 0])
+    verdict = fits_reclaim_strategy(r, v, cpu, [3000, 0, 0])
+    assert not verdict.ok
+    assert verdict.reason.startswith("queue v allocated 3000 cpu is within its allocatable share 4000")
+    pre = filter_victim_queue({"r": r, "v": v}, "r", "v", cpu)
+    assert pre.code == "victim-within-allocatable"
+    assert "4000 cpu (allocated 3000)" in pre.reason
