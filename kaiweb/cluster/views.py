@@ -46,7 +46,8 @@ def node_map(request: HttpRequest) -> HttpResponse:
         "shards": shards,
         "shard_id": shard_id,
         **filter_context(request, filterset, ["name_contains", "gpu_product", "label", "ready", "unschedulable"],
-                         labels={"name_contains": "Name", "label": "Label (key=value)", "ready": "Ready",
+                         labels={"name_contains": "Name", "gpu_product": "GPU product", "label": "Label (key=value)",
+                                 "ready": "Ready",
                                  "unschedulable": "Cordoned"}),
         "errors": errors,
         "page_obj": page,
@@ -82,6 +83,9 @@ def build_map(nodes: list[Node]) -> tuple[list[dict[str, Any]], list[tuple[str, 
         devs = devices.get(n.pk, [])
         count = max(len(devs), int(n.allocatable_gpu))
         cells: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+        # Pods are laid out on healthy devices first; an unhealthy device shows as such.
+        order = [i for i in range(count) if i >= len(devs) or devs[i].healthy]
+        order += [i for i in range(count) if i not in order]
         slot = 0
         groups: dict[str, int] = {}
         used = 0.0
@@ -99,8 +103,9 @@ def build_map(nodes: list[Node]) -> tuple[list[dict[str, Any]], list[tuple[str, 
                 whole = int(round(p["gpu"] or 0))
                 parts = [(slot + i, 1.0) for i in range(whole)]
                 slot += whole
-            for idx, frac in parts:
-                if 0 <= idx < count:
+            for pos, frac in parts:
+                if 0 <= pos < count:
+                    idx = order[pos]
                     cells[idx].append({"queue": q, "fraction": frac, "pct": f"{min(1.0, frac) * 100:.0f}",
                                        "colour": queue_colour(q), "who": who})
                     used += frac

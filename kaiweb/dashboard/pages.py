@@ -123,10 +123,18 @@ def filter_fields(filterset: Any, shown: list[str], choices: dict[str, list[tupl
         field = form.fields[name]
         if name in (choices or {}):
             field.widget = forms.Select(choices=[("", "any"), *choices[name]])
+        elif isinstance(field, forms.NullBooleanField):
+            # "Unknown" reads like a value; an unset filter is "any".
+            field.widget = forms.Select(choices=[("", "any"), ("true", "yes"), ("false", "no")])
         elif isinstance(field, forms.MultipleChoiceField):
             field.widget = ListSelect(choices=[("", "any"), *field.choices])
+        if isinstance(field, forms.ChoiceField) and not isinstance(field, forms.MultipleChoiceField) \
+                and name not in (choices or {}):
+            field.choices = [("", "any"), *[c for c in field.choices if c[0] not in ("", None)]]
         if labels and name in labels:
             field.label = labels[name]
+        # Bound fields are cached with the label they had when the form was validated.
+        form._bound_fields_cache.pop(name, None)
         out.append(form[name])
     return out
 

@@ -11,6 +11,8 @@ from kaiweb.dashboard import charts, queries
 from kaiweb.dashboard.pages import render_page
 from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADGE
 
+OVERVIEW_QUEUES = 14
+
 
 def overview(request: HttpRequest) -> HttpResponse:
     """Everything a platform team checks first; the panels refresh themselves while visible."""
@@ -33,7 +35,8 @@ def overview(request: HttpRequest) -> HttpResponse:
     context = {
         "totals": totals,
         "tree": tree,
-        "top_level": [row for row in tree if row.depth == 0],
+        "queue_rows": tree[:OVERVIEW_QUEUES],
+        "more_queues": max(0, len(tree) - OVERVIEW_QUEUES),
         "cycles": cycles,
         "last_cycle": cycles[0] if cycles else None,
         "preemptions": preemptions,

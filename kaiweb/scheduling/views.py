@@ -60,7 +60,9 @@ def preemption_list(request: HttpRequest) -> HttpResponse:
         **filter_context(request, filterset, ["action", "queue", "victim_queue", "preemptor_queue", "reason",
                                               "since", "until"],
                          choices={"queue": names, "victim_queue": names, "preemptor_queue": names},
-                         labels={"queue": "Queue (either side)", "since": "Since (ISO time)", "until": "Until"}),
+                         labels={"queue": "Queue (either side)", "victim_queue": "Victim queue",
+                                 "preemptor_queue": "Preemptor queue", "reason": "Reason code",
+                                 "since": "Since (ISO time)", "until": "Until (ISO time)"}),
         "filtered": active_filters(filterset),
         "timeline_chart": charts.preemption_timeline(
             [{"at": e["at"], "action": e["action"], "victim": e["victim_ref"], "preemptor": e["preemptor_ref"]}
@@ -137,7 +139,8 @@ def cycle_list(request: HttpRequest) -> HttpResponse:
         **filter_context(request, filterset, ["status", "shard", "trigger", "with_evictions", "started_after",
                                               "started_before"],
                          choices={"shard": [(n, n) for n in shards]},
-                         labels={"started_after": "Since (ISO time)", "started_before": "Until"}),
+                         labels={"shard": "Shard", "with_evictions": "With evictions",
+                                 "started_after": "Since (ISO time)", "started_before": "Until (ISO time)"}),
         "filtered": active_filters(filterset),
         "phase_chart": charts.cycle_phases(recent, [*phases, *extra]),
         "decision_chart": charts.cycle_decisions(recent),

@@ -57,7 +57,7 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
             keep.add(pk)
             stack.extend(kids.get(pk, []))
         leaves = [pk for pk in leaves if pk in keep]
-    daily = until - since > timedelta(days=4)
+    daily = until - since > timedelta(days=8)
     trunc = TruncDay("start") if daily else TruncHour("start")
     rows = (UsageBucket.objects.filter(resource=resource, start__gte=since, start__lt=until, queue_id__in=leaves)
             .annotate(slot=trunc).values("queue_id", "slot").annotate(total=Sum("value")).order_by("slot"))

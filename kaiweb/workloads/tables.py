@@ -16,10 +16,11 @@ from kaiweb.workloads.models import Workload
 class WorkloadTable(tables.Table):
     """One row per PodGroup; the why-pending column shows the current reason in words."""
 
-    name = tables.Column(verbose_name="Workload", order_by=("namespace", "name"))
-    queue = tables.Column(order_by=("queue__name",))
+    name = tables.Column(verbose_name="Workload", order_by=("namespace", "name"), attrs={"td": {"class": "nowrap"}})
+    queue = tables.Column(order_by=("queue__name",), attrs={"td": {"class": "nowrap"}})
     state = tables.Column()
-    priority_class = tables.Column(verbose_name="Priority", order_by=("priority_class__value",))
+    priority_class = tables.Column(verbose_name="Priority", order_by=("priority_class__value",),
+                                   attrs={"td": {"class": "nowrap"}})
     pods = tables.Column(accessor="pod_count", verbose_name="Pods", attrs={"td": {"class": "num"}, "th": {"class": "num"}})
     gpus = tables.Column(accessor="gpu_total", verbose_name="GPUs", attrs={"td": {"class": "num"}, "th": {"class": "num"}})
     reason = tables.Column(empty_values=(), verbose_name="Why pending", orderable=False)
