@@ -165,6 +165,10 @@ SPECTACULAR_SETTINGS = {
         "WorkloadStateEnum": "kaiweb.workloads.choices.WorkloadState",
         "PodStateEnum": "kaiweb.workloads.choices.PodState",
     },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "kaiweb.core.api.schema.add_error_responses",
+    ],
 }
 
 # ---------------------------------------------------------------- Celery

@@ -19,9 +19,13 @@ class YAMLRenderer(BaseRenderer):
     def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
         if isinstance(data, str):
             return data.encode(self.charset)
+        import json
+
         import yaml
 
-        return yaml.safe_dump(data, sort_keys=False).encode(self.charset)
+        # Errors carry DRF's ErrorDetail (a str subclass YAML cannot represent): go through JSON first.
+        plain = json.loads(json.dumps(data, default=str))
+        return yaml.safe_dump(plain, sort_keys=False).encode(self.charset)
 
 
 class PlainTextRenderer(BaseRenderer):

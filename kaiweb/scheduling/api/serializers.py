@@ -10,7 +10,7 @@ from kaiweb.scheduling.models import Decision, PreemptionEvent, SchedulingCycle
 class SchedulingCycleSerializer(serializers.ModelSerializer):
     """A scheduling cycle: timings per phase, counts, outcome."""
 
-    shard = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    shard = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = SchedulingCycle
@@ -34,8 +34,8 @@ class DecisionSerializer(serializers.ModelSerializer):
 class PreemptionEventSerializer(serializers.ModelSerializer):
     """Who was evicted for whom, by which action, why, and both queues' figures."""
 
-    preemptor_queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    victim_queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    preemptor_queue = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    victim_queue = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = PreemptionEvent

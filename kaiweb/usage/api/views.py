@@ -55,12 +55,13 @@ class UsageSettingsViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
     def get_queryset(self) -> Any:
         return UsageSettings.objects.all()
 
-    def list(self, request: Request) -> Response:
-        return Response(self.get_serializer(UsageSettings.load()).data)
-
-    @extend_schema(request=s.UsageSettingsSerializer, responses=s.UsageSettingsSerializer)
-    @action(detail=False, methods=["patch"], url_path="current")
-    def update_current(self, request: Request) -> Response:
+    @extend_schema(methods=["GET"], responses=s.UsageSettingsSerializer)
+    @extend_schema(methods=["PATCH"], request=s.UsageSettingsSerializer, responses=s.UsageSettingsSerializer)
+    @action(detail=False, methods=["get", "patch"], url_path="current")
+    def current(self, request: Request) -> Response:
+        """The current settings; PATCH changes them (platform admins)."""
+        if request.method == "GET":
+            return Response(self.get_serializer(UsageSettings.load()).data)
         serializer = self.get_serializer(UsageSettings.load(), data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
         change = services.update_settings(dict(serializer.validated_data), actor=request.user, source="api")

@@ -24,7 +24,7 @@ class PendingReasonSerializer(serializers.ModelSerializer):
 class PodSerializer(serializers.ModelSerializer):
     """A pod: requests (GPU whole / fraction / memory, CPU millicores, memory bytes), state, node."""
 
-    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = Pod

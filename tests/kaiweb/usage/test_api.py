@@ -42,7 +42,7 @@ def test_buckets_filter_by_queue(viewer_api, queue_tree):
 
 
 def test_settings_rules_and_audit(admin_api, viewer_api):
-    assert viewer_api.get("/api/v1/usage-settings/").json()["raw_width_seconds"] == 60
+    assert viewer_api.get("/api/v1/usage-settings/current/").json()["raw_width_seconds"] == 60
     refused = viewer_api.patch("/api/v1/usage-settings/current/", {"raw_retention_days": 3}, format="json")
     assert refused.status_code == 403
     bad = admin_api.patch("/api/v1/usage-settings/current/", {"hourly_retention_days": 2}, format="json")
