@@ -264,8 +264,10 @@ class Placer:
             last = self._last.get(key) if t.status == m.PENDING else None
             if last is not None and last[1] == s.node_version:
                 i = last[0]
-                vec = t.vec
-                if (s.idle[i] + _EPS >= vec).all() and (s.idle[i] + s.rel[i] + _EPS >= vec).all():
+                v = t.vec.tolist()
+                idle = s.idle[i].tolist()
+                rel = s.rel[i].tolist()
+                if all(idle[x] + _EPS >= v[x] and idle[x] + rel[x] + _EPS >= v[x] for x in (0, 1, 2, 3)):
                     self._commit_move(stmt, t, m.PIPELINED if pipeline_only else m.ALLOCATED, i, ())
                     self._last[key] = (i, s.node_version)
                     return True

@@ -233,7 +233,7 @@ def _greedy_gpu_fit(s: Session, demand: list[float], freed: np.ndarray, allowed:
 
 
 def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks: list[list[TaskState]],
-              validate: Validator, attempt: Attempt) -> bool:
+              validate: Validator, attempt: Attempt, move_all: bool = False) -> bool:
     """Evict ``chunks``, re-place preemptor and victims pipeline-only, validate; roll back on failure."""
     cp = stmt.checkpoint()
     before = job.active_allocated()
@@ -242,7 +242,10 @@ def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks
         for t in chunk:
             stmt.evict(t)
             victim_jobs[t.job.index] = t.job
-    order = JobsOrder(s, [job, *sorted(victim_jobs.values(), key=lambda j: j.index)], simulation=True)
+    # victims that lost only elastic surplus stay gang-satisfied and are not re-placed
+    # (reclaim / preempt); consolidation tries to move every victim
+    replace = [j for j in sorted(victim_jobs.values(), key=lambda j: j.index) if move_all or not j.gang_satisfied()]
+    order = JobsOrder(s, [job, *replace], simulation=True)
     while True:
         j = order.pop()
         if j is None:
@@ -267,7 +270,7 @@ def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks
 
 
 def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: list[JobState],
-          validate: Validator, max_victim_jobs: int | None = None) -> Attempt:
+          validate: Validator, max_victim_jobs: int | None = None, move_all: bool = False) -> Attempt:
     """Find the first victim set (node-local scenarios first, then multi-node ones) whose simulation
     places the job and passes ``validate``. Bounded by ``config.max_victim_scenarios``."""
     attempt = Attempt()
@@ -299,7 +302,7 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
             return False
         tried.add(key)
         attempt.scenarios += 1
-        return _simulate(s, placer, stmt, job, chunks, validate, attempt)
+        return _simulate(s, placer, stmt, job, chunks, validate, attempt, move_all)
 
     # generator 1: node-local greedy: for each node of the newest victim, the victims on that node
     acc: list[list[TaskState]] = []
@@ -615,9 +618,9 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                     {"reclaimer": _queue_numbers(rq), "victim": _queue_numbers(vq),
                      "preemptor_priority": job.priority, "victim_priority": t.job.priority})
 
+            # one attempt per job and cycle (KAI does not re-queue after a reclaim); an elastic job
+            # grows further in later cycles, when its pipelined pods count as allocated
             _commit(s, stmt, job, attempt, "reclaim", reason)
-            if tasks_to_allocate(job):
-                order.push(job)
         else:
             stmt.discard()
             _note(s, job, m.Reason("reclaim-failed", "reclaim: " + attempt.verdict, {"scenarios": attempt.scenarios}))
@@ -684,8 +687,6 @@ def run_preempt(s: Session, placer: Placer) -> None:
                                 {"queue": job.queue, "preemptor_priority": job.priority,
                                  "victim_priority": t.job.priority})
             _commit(s, stmt, job, attempt, "preempt", reason)
-            if tasks_to_allocate(job):
-                order.push(job)
         else:
             stmt.discard()
             _note(s, job, m.Reason("preempt-failed", "preempt: " + attempt.verdict, {}))
@@ -743,7 +744,7 @@ def run_consolidation(s: Session, placer: Placer) -> None:
             return True
 
         stmt = Statement(s)
-        attempt = solve(s, placer, stmt, job, victims, validate, max_victim_jobs=max_jobs)
+        attempt = solve(s, placer, stmt, job, victims, validate, max_victim_jobs=max_jobs, move_all=True)
         if attempt.ok and attempt.moved:
             touched = stmt.commit()
             for t in attempt.moved:

@@ -22,6 +22,7 @@ from scheduler_core.proportion import QueueAttrs
 
 CPU, MEM, GPU, PODS = 0, 1, 2, 3
 _EPS = 1e-9
+_VEC_CACHE: dict[tuple[float, float, float], np.ndarray] = {}
 
 
 # --------------------------------------------------------------------------------------------
@@ -135,7 +136,15 @@ class TaskState:
         self.pod_set: PodSet | None = None
         r = spec.request
         whole = float(r.gpus) if r.gpu_kind == m.GPU_WHOLE else 0.0
-        self.vec = np.array([r.cpu_millis, r.memory_bytes, whole, 1.0])
+        vkey = (r.cpu_millis, r.memory_bytes, whole)
+        vec = _VEC_CACHE.get(vkey)
+        if vec is None:
+            # shared by equal requests; never changed in place (read-only)
+            vec = np.array([r.cpu_millis, r.memory_bytes, whole, 1.0])
+            vec.flags.writeable = False
+            if len(_VEC_CACHE) < 4096:
+                _VEC_CACHE[vkey] = vec
+        self.vec = vec
         self.portion = 0.0  # accepted GPU portion per device (shared tasks)
         self.mem_per_device = 0.0
         gpu_units = whole
@@ -173,7 +182,7 @@ class JobState:
     """A job's live state: tasks, gang tree, flags."""
 
     __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
-                 "fit_errors", "valid", "priority", "preemptible", "evicted_by")
+                 "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending")
 
     def __init__(self, index: int, spec: m.JobSpec) -> None:
         self.index = index
@@ -190,13 +199,14 @@ class JobState:
         self.priority = spec.priority
         self.preemptible = spec.preemptible
         self.evicted_by: str | None = None
+        self.n_pending = 0  # tasks in Pending, kept by Session._charge
 
     # ---- gang state -------------------------------------------------------------------------
     def pending_tasks(self) -> list[TaskState]:
         return [t for t in self.tasks if t.status == m.PENDING]
 
     def has_pending(self) -> bool:
-        return any(t.status == m.PENDING for t in self.tasks)
+        return self.n_pending > 0
 
     def active_allocated(self) -> int:
         return sum(ps.active_allocated for ps in self.pod_sets.values())
@@ -222,7 +232,11 @@ class JobState:
 
     def ready(self) -> bool:
         """KAI readiness: enough alive (non-gated) pods for the root's requirement (§1.3)."""
-        alive = {m.PENDING} | m.ACTIVE_ALLOCATED_STATES
+        alive = _ALIVE
+        members = self.root.members
+        if len(members) == 1 and isinstance(members[0], PodSet):
+            ps = members[0]
+            return sum(1 for t in ps.tasks if t.status in alive) >= ps.min_available
 
         def ok(x: PodSet | SubGroupSet) -> bool:
             if isinstance(x, PodSet):
@@ -245,6 +259,7 @@ class JobState:
 
 
 _ACTIVE_NODE = frozenset({m.RUNNING, m.ALLOCATED, m.BINDING, m.BOUND, m.STUCK_IN_RELEASING})
+_ALIVE = frozenset({m.PENDING}) | m.ACTIVE_ALLOCATED_STATES
 
 
 class Session:
@@ -401,6 +416,8 @@ class Session:
                 t = TaskState(len(self.tasks), job, ts)
                 self.tasks.append(t)
                 job.tasks.append(t)
+                if t.status == m.PENDING:
+                    job.n_pending += 1
             self._build_gang(job)
             self.jobs.append(job)
         self.job_by_uid = {j.uid: j for j in self.jobs}
@@ -489,8 +506,10 @@ class Session:
                 if t.job.valid:
                     self._error("task", t.name, "node", f"task {t.name}: {status} but has no known node")
                 t.status = m.PENDING
+                t.job.n_pending += 1
                 continue
             t.status = m.PENDING
+            t.job.n_pending += 1  # set_task below takes it out of pending again
             node = self.node_index[t.spec.node]
             groups = tuple(t.spec.gpu_groups)
             if t.shared and not groups:
@@ -546,6 +565,9 @@ class Session:
 
     def _charge(self, t: TaskState, sign: int) -> None:
         status = t.status
+        if status == m.PENDING and t.index >= 0:
+            t.job.n_pending += sign
+            return
         ps = t.pod_set
         if ps is not None:
             if status in m.ACTIVE_ALLOCATED_STATES:
@@ -574,13 +596,22 @@ class Session:
         ns = self.nodes[i]
         vec = t.vec
         # a resource the node does not have at all is not charged (B.1)
-        if status in _ACTIVE_NODE:
-            self.idle[i] -= sign * vec
-        elif status == m.RELEASING:
-            self.idle[i] -= sign * vec
-            self.rel[i] += sign * vec
+        # in-place row updates without temporaries (this is the hottest line of a cycle)
+        if status in _ACTIVE_NODE or status == m.RELEASING:
+            if sign > 0:
+                self.idle[i] -= vec
+            else:
+                self.idle[i] += vec
+        if status == m.RELEASING:
+            if sign > 0:
+                self.rel[i] += vec
+            else:
+                self.rel[i] -= vec
         elif status == m.PIPELINED:
-            self.rel[i] -= sign * vec
+            if sign > 0:
+                self.rel[i] -= vec
+            else:
+                self.rel[i] += vec
         if t.index >= 0:
             if sign > 0:
                 ns.tasks.add(t.index)
