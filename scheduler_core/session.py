@@ -123,7 +123,7 @@ class TaskState:
 
     __slots__ = ("index", "job", "spec", "name", "status", "node", "groups", "pod_set", "vec", "qvec",
                  "req_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
-                 "orig_groups", "was_cleared", "shape")
+                 "orig_groups", "was_cleared", "shape", "q_counted")
 
     def __init__(self, index: int, job: JobState, spec: m.TaskSpec) -> None:
         self.index = index
@@ -161,6 +161,7 @@ class TaskState:
         self.orig_node: str | None = spec.node
         self.orig_groups = tuple(spec.gpu_groups)
         self.was_cleared = False
+        self.q_counted = False  # whether the queue accounting currently holds this task
         # what placement depends on: the request and the node constraints
         self.shape = (r.cpu_millis, r.memory_bytes, r.gpu_kind, r.gpus, r.gpu_fraction, r.gpu_memory_mib,
                       r.gpu_devices, tuple(sorted(r.mig.items())), spec.node_affinity,
@@ -281,7 +282,9 @@ class Session:
         self.queue_comparator = None  # set by cycle.open_session once fair shares are known
         self.node_version = 0  # bumped on every change of node usage (placement caches key on it)
         self._build_jobs()
+        self._built = False
         self._place_existing()
+        self._built = True
         self._compute_requests()
 
     # ---- building ---------------------------------------------------------------------------
@@ -576,7 +579,16 @@ class Session:
                 ps.allocated += sign
             if status in m.ACTIVE_USED_STATES:
                 ps.active_used += sign
-        if status in m.ALLOCATED_STATES and t.job.valid:
+        # Queue accounting: allocated tasks, and tasks pipelined during this session (KAI's
+        # proportion plugin counts every in-session allocate/pipeline; pods that were already
+        # pipelined in the snapshot are not counted). Removal undoes exactly what was added.
+        if sign > 0:
+            counted = t.job.valid and (status in m.ALLOCATED_STATES or (status == m.PIPELINED and self._built))
+            t.q_counted = counted
+        else:
+            counted = t.q_counted
+            t.q_counted = False
+        if counted:
             qv = t.qvec
             np_job = not t.job.preemptible
             for q in self.chain[t.job.queue]:
