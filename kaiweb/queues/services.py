@@ -65,7 +65,7 @@ def find_cycle(parents: Mapping[Any, Any], start: Any) -> list[Any] | None:
     return None
 
 
-def _check_tree(queue: Queue, parent: Queue | None) -> None:
+def check_tree(queue: Queue, parent: Queue | None) -> None:
     """Rules that need the rest of the tree: no cycle, and only leaf queues hold workloads."""
     if parent is None:
         return
@@ -147,7 +147,7 @@ def create_queue(data: Mapping[str, Any], *, actor: Actor = None, source: str = 
         if queue.name and Queue.objects.filter(name=queue.name).exists():
             raise ValidationError({"name": f"a queue named {queue.name!r} already exists; queue names are unique"})
         _validate(queue)
-        _check_tree(queue, parent)
+        check_tree(queue, parent)
         queue.save()
         audit.record(queue, AuditAction.CREATE, actor=actor, source=source, after=audit.snapshot(queue))
         return Change(queue, quota_warnings(queue))
@@ -166,7 +166,7 @@ def update_queue(
             raise ValidationError({"name": f"a queue named {queue.name!r} already exists; queue names are unique"})
         _validate(queue)
         if "parent" in data:
-            _check_tree(queue, parent)
+            check_tree(queue, parent)
         queue.save()
         after = audit.snapshot(queue)
         if after != before:
@@ -174,20 +174,27 @@ def update_queue(
         return Change(queue, quota_warnings(queue))
 
 
+def delete_problems(queue: Queue) -> list[str]:
+    """Why `queue` cannot be deleted (empty when it can): it has children or workloads."""
+    problems = []
+    children = list(queue.children.order_by("name").values_list("name", flat=True))
+    if children:
+        problems.append(f"queue {queue.name} has child queues ({', '.join(children)}); delete or move them first")
+    workloads = queue.workloads.count()
+    if workloads:
+        problems.append(
+            f"queue {queue.name} has {workloads} workload(s); delete them or move them to another queue first"
+        )
+    return problems
+
+
 def delete_queue(queue: Queue, *, actor: Actor = None, source: str = AuditSource.SYSTEM) -> None:
     """Delete a leaf queue without workloads; its status and usage history go with it."""
     with transaction.atomic():
         queue = Queue.objects.select_for_update().get(pk=queue.pk)
-        children = list(queue.children.order_by("name").values_list("name", flat=True))
-        if children:
-            raise ValidationError(
-                {"queue": f"queue {queue.name} has child queues ({', '.join(children)}); delete or move them first"}
-            )
-        workloads = queue.workloads.count()
-        if workloads:
-            raise ValidationError(
-                {"queue": f"queue {queue.name} has {workloads} workload(s); delete them or move them to another queue first"}
-            )
+        problems = delete_problems(queue)
+        if problems:
+            raise ValidationError({"queue": problems})
         before = audit.snapshot(queue)
         pk = queue.pk
         queue.delete()
