@@ -177,7 +177,7 @@ class ReplayResult:
             jobs = [j for j in self.jobs if j["queue"] == q]
             waits = sorted(float(j["queueing_delay_s"]) for j in jobs if j["queueing_delay_s"] is not None)  # type: ignore[arg-type]
             jcts = [float(j["jct_s"]) for j in jobs if j["jct_s"] is not None]  # type: ignore[arg-type]
-            alloc, fair, span = 0.0, 0.0, 0.0
+            alloc, fair, quota, span = 0.0, 0.0, 0.0, 0.0
             for c in self.cycles:
                 dt = float(c["dt"])  # type: ignore[arg-type]
                 qa = c["queues"].get(q)  # type: ignore[union-attr]
@@ -185,6 +185,7 @@ class ReplayResult:
                     continue
                 alloc += qa[0] * dt
                 fair += qa[1] * dt
+                quota += qa[2] * dt
                 span += dt
             out[q] = {
                 "jobs": float(len(jobs)),
@@ -196,17 +197,17 @@ class ReplayResult:
                 "gpu_hours": sum(float(j["gpu_seconds"]) for j in jobs) / 3600.0,  # type: ignore[arg-type]
                 "allocated_gpus_avg": alloc / span if span else 0.0,
                 "fair_share_gpus_avg": fair / span if span else 0.0,
+                "quota_gpus_avg": quota / span if span else 0.0,
                 "preemptions": float(sum(int(j["evictions"]) for j in jobs)),  # type: ignore[call-overload]
             }
         return out
 
-    def fairness(self) -> float:
-        """Jain's index over queues that had a fair share, of allocated / fair share (time averages)."""
-        ratios = [
-            v["allocated_gpus_avg"] / v["fair_share_gpus_avg"]
-            for v in self.per_queue().values()
-            if v["fair_share_gpus_avg"] > 1e-9
-        ]
+    def fairness(self, against: str = "fair_share_gpus_avg") -> float:
+        """Jain's index over leaf queues of allocated / ``against`` (time averages): against the
+        engine's fair share (how well the engine delivers what it computed; demand-capped, so
+        close to 1 unless gangs or fragmentation get in the way), or against the quota
+        (``quota_gpus_avg``: how evenly queues are served relative to what they are guaranteed)."""
+        ratios = [v["allocated_gpus_avg"] / v[against] for v in self.per_queue().values() if v[against] > 1e-9]
         return jain_index(ratios)
 
     def summary(self) -> dict[str, object]:
@@ -227,6 +228,7 @@ class ReplayResult:
             "queueing_delay_mean_s": _r(_mean(waits)),
             "jct_mean_s": _r(_mean(jcts)),
             "jain_fairness": _r(self.fairness(), 4),
+            "jain_fairness_vs_quota": _r(self.fairness("quota_gpus_avg"), 4),
             "preempted_jobs": self.preempted_jobs,
             "evicted_tasks": self.evicted_tasks,
             "partial_gangs": self.partial_gangs,
@@ -469,13 +471,13 @@ def _record(
     stranded = sum(node_gpus[n] - u for n, u in used.items() if 0 < u < node_gpus[n])
     per_q: dict[str, tuple[float, float]] = {}
     for name, qs in result.queues.items():
-        per_q[name] = (float(qs.allocated[2]), float(qs.fair_share[2]))
+        per_q[name] = (float(qs.allocated[2]), float(qs.fair_share[2]), float(qs.deserved[2]))
     # queue "allocated" as the engine saw it before our binds; use ours after the binds
     after: dict[str, float] = {}
     for s in states:
         if s.running:
             after[s.queue] = after.get(s.queue, 0.0) + sum(t.request.gpu_required for t in s.tasks if t.node)
-    per_q = {q: (after.get(q, 0.0), fs) for q, (_, fs) in per_q.items()}
+    per_q = {q: (after.get(q, 0.0), fs, dq) for q, (_, fs, dq) in per_q.items()}
     _close_dt(cycles, now)
     return {
         "t": now,
@@ -551,6 +553,9 @@ def compare(
             "jain_fairness": None
             if ra["jain_fairness"] is None or rb["jain_fairness"] is None
             else round(rb["jain_fairness"] - ra["jain_fairness"], 4),  # type: ignore[operator]
+            "jain_fairness_vs_quota": None
+            if ra["jain_fairness_vs_quota"] is None or rb["jain_fairness_vs_quota"] is None
+            else round(rb["jain_fairness_vs_quota"] - ra["jain_fairness_vs_quota"], 4),  # type: ignore[operator]
             "jct_mean_s": None
             if ra["jct_mean_s"] is None or rb["jct_mean_s"] is None
             else round(rb["jct_mean_s"] - ra["jct_mean_s"], 1),  # type: ignore[operator]

@@ -179,8 +179,9 @@ def _print_text(out: dict[str, Any]) -> None:
     runs = {k: v for k, v in out.items() if k not in ("meta", "difference")}
     for label, res in runs.items():
         print(f"\n[{label}] jct_mean {res['jct_mean_s']} s  wait_mean {res['queueing_delay_mean_s']} s  "
-              f"jain {res['jain_fairness']}  preempted {res['preempted_jobs']}  partial_gangs {res['partial_gangs']}")
-        print(f"{'queue':<18}{'jobs':>6}{'wait_mean_s':>14}{'wait_p95_s':>12}{'jct_mean_s':>12}{'alloc':>8}{'fair':>8}")
+              f"jain {res['jain_fairness']} (vs quota {res['jain_fairness_vs_quota']})  preempted {res['preempted_jobs']}  partial_gangs {res['partial_gangs']}")
+        print(f"{'queue':<18}{'jobs':>6}{'wait_mean_s':>14}{'wait_p95_s':>12}{'jct_mean_s':>12}{'alloc':>8}{'fair':>8}{'quota':>8}")
         for q, row in res["per_queue"].items():
             print(f"{q:<18}{row['jobs']:>6}{str(row['queueing_delay_mean_s']):>14}{str(row['queueing_delay_p95_s']):>12}"
-                  f"{str(row['jct_mean_s']):>12}{str(row['allocated_gpus_avg']):>8}{str(row['fair_share_gpus_avg']):>8}")
+                  f"{str(row['jct_mean_s']):>12}{str(row['allocated_gpus_avg']):>8}{str(row['fair_share_gpus_avg']):>8}"
+                  f"{str(row['quota_gpus_avg']):>8}")

@@ -104,6 +104,17 @@ def test_jobs_map_to_leaf_queues_by_a_stable_hash_of_the_user():
         assign_queues(jobs, [], seed=0)
 
 
+def test_fairness_against_quota_sees_a_queue_that_gets_more_than_its_guarantee():
+    # queue a (quota 2) borrows the whole idle cluster while b (quota 6) asks for nothing
+    jobs = [_job("a0", 0, 3600, 8)]
+    res = replay(jobs, _tree(2, 6), ReplayCluster(nodes=1), queue_of={"a0": "a"})
+    per_q = res.per_queue()
+    assert per_q["a"]["allocated_gpus_avg"] == pytest.approx(8.0)
+    assert per_q["a"]["quota_gpus_avg"] == pytest.approx(2.0)
+    assert res.fairness("quota_gpus_avg") == pytest.approx(jain_index([4.0, 0.0]))
+    assert res.fairness() == pytest.approx(1.0)
+
+
 def test_jain_index_is_one_when_equal_and_one_over_n_when_one_queue_takes_all():
     assert jain_index([2.0, 2.0, 2.0]) == pytest.approx(1.0)
     assert jain_index([1.0, 0.0, 0.0]) == pytest.approx(1 / 3)
@@ -155,6 +166,7 @@ def test_replay_cli_prints_the_what_if_as_json(capsys):
         assert run["partial_gangs"] == 0
         assert set(run["per_queue"]) == {"team-inference", "team-research-a", "team-research-b", "team-training"}
         assert run["jain_fairness"] is not None
+        assert 0.25 <= run["jain_fairness_vs_quota"] <= 1.0
 
 
 def test_fgd_cli_prints_per_seed_and_overall_results(tmp_path, capsys):
