@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--nodes", type=int, default=None, help="cluster size in 8-GPU nodes (default: sized to the load)")
     r.add_argument("--period", type=float, default=60.0, help="seconds between scheduling cycles")
     r.add_argument("--time-scale", type=float, default=1.0, help="divide arrival times and durations by this")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=int, default=0, help="salt of the job-to-queue hash")
+    r.add_argument("--timeline", action="store_true", help="include the per-cycle series (single run only)")
     r.add_argument("--json", action="store_true")
     return parser
 

@@ -210,6 +210,20 @@ class ReplayResult:
         ratios = [v["allocated_gpus_avg"] / v[against] for v in self.per_queue().values() if v[against] > 1e-9]
         return jain_index(ratios)
 
+    def timeline(self) -> dict[str, object]:
+        """Per-cycle series for charts: time, allocated and stranded GPUs, pending and running
+        jobs, evictions, and per leaf queue allocated / fair share / quota GPUs."""
+        keys = ("t", "allocated_gpus", "stranded_gpus", "pending_jobs", "running_jobs", "evictions")
+        out: dict[str, object] = {k: [c[k] for c in self.cycles] for k in keys}
+        out["queues"] = {
+            q: {
+                name: [c["queues"].get(q, (0.0, 0.0, 0.0))[i] for c in self.cycles]  # type: ignore[union-attr]
+                for i, name in enumerate(("allocated", "fair_share", "quota"))
+            }
+            for q in self.queues
+        }
+        return out
+
     def summary(self) -> dict[str, object]:
         waits = [float(j["queueing_delay_s"]) for j in self.jobs if j["queueing_delay_s"] is not None]  # type: ignore[arg-type]
         jcts = [float(j["jct_s"]) for j in self.jobs if j["jct_s"] is not None]  # type: ignore[arg-type]

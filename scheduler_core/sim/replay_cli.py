@@ -165,7 +165,10 @@ def run_replay_command(args: argparse.Namespace) -> int:
             **compare(jobs, queues_a, queues_b, cluster, config, labels=(Path(args.queues).name, Path(args.compare).name)),
         }
     else:
-        out = {"meta": meta, "result": replay(jobs, queues_a, cluster, config).summary()}
+        res = replay(jobs, queues_a, cluster, config)
+        out = {"meta": meta, "result": res.summary()}
+        if args.timeline:
+            out["timeline"] = res.timeline()
     if args.json:
         print(json.dumps(out, indent=2))
     else:

@@ -169,6 +169,17 @@ def test_replay_cli_prints_the_what_if_as_json(capsys):
         assert 0.25 <= run["jain_fairness_vs_quota"] <= 1.0
 
 
+def test_replay_cli_timeline_has_one_point_per_cycle(capsys):
+    code = main(["replay", "--trace", "itp-sample", "--jobs", "10", "--queues", str(DEMO_QUEUES), "--timeline", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    timeline = out["timeline"]
+    assert len(timeline["t"]) == out["result"]["cycles"] == len(timeline["allocated_gpus"])
+    assert timeline["t"] == sorted(timeline["t"])
+    assert set(timeline["queues"]) == {"team-inference", "team-research-a", "team-research-b", "team-training"}
+    assert max(timeline["allocated_gpus"]) <= out["meta"]["gpus"]
+
+
 def test_fgd_cli_prints_per_seed_and_overall_results(tmp_path, capsys):
     nodes = ["n0,96000,65536,8,G2", "n1,32000,65536,2,T4"]
     pods = [f"p{i:03d},{2000 + 1000 * (i % 3)},100,1,{[1000, 500, 250][i % 3]},,LS,Running,0,1,0" for i in range(12)]
