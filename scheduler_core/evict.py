@@ -254,8 +254,7 @@ def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks
         # each job gets one attempt (its next batch), as in KAI's scenario simulation
         if not allocate_job(s, placer, stmt, j, pipeline_only=True, simulation=True, record=False):
             stmt.rollback(sub)
-    placed = job.gang_satisfied() and job.active_allocated() > before and not any(
-        t.status == m.ALLOCATED for t in job.tasks if t.orig_status == m.PENDING)
+    placed = job.gang_satisfied() and job.active_allocated() > before
     if placed:
         still = [[t for t in c if t.status == m.RELEASING] for c in chunks]
         still = [c for c in still if c]
