@@ -8,7 +8,6 @@ the numbers the next cycle would compute, not a re-implementation.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,44 +79,89 @@ def current_shard() -> Any:
     return SchedulingShard.objects.filter(enabled=True).select_related("cluster").order_by("pk").first()
 
 
+def _in_shard(labels: dict[str, Any] | None, shard: Any) -> bool:
+    """KAI's shard isolation, as the cycle applies it: the object's partition label equals the shard's."""
+    if shard is None:
+        return True
+    return str((labels or {}).get(shard.partition_label_key, "")) == shard.partition_label_value
+
+
 def divide(override: Any = None, with_usage: bool = True) -> Division:
-    """Run the engine's division on the current snapshot; `override` is an unsaved Queue whose
-    values replace (or add) that queue in the snapshot — the preview of an edit."""
+    """Run the engine's division (`compute_fair_shares`) on the current state of the shard.
+
+    The inputs are what the scheduling cycle itself uses: the queues' quota, limit, weight and
+    priority (converted by the adapter's `queue_to_spec`), the capacity of the shard's ready
+    nodes, each leaf queue's request as the last cycle recorded it (allocated + pending, rolled up
+    the tree as the engine does) and the historical usage from usage accounting. Reading recorded
+    requests instead of re-building the whole cluster snapshot keeps this to a few queries.
+    `override` is an unsaved Queue whose values replace that queue: the preview of an edit.
+    """
+    from kaiweb.cluster.models import Node
     from kaiweb.queues.models import Queue
-    from kaiweb.scheduling.adapters import build_snapshot, queue_to_spec
-    from scheduler_core import model as m
-    from scheduler_core.session import Session
+    from kaiweb.scheduling.adapters import queue_to_spec
+    from scheduler_core.proportion import QueueAttrs
 
     shard = current_shard()
     now = timezone.now()
-    names = dict(Queue.objects.values_list("pk", "name"))
-    usage_math: UsageArithmetic | None = None
-    usage: dict[str, tuple[float, float, float]] = {}
-    snapshot, _index = build_snapshot(shard, now.timestamp(), None)
+    queues = [q for q in Queue.objects.order_by("name") if _in_shard(q.labels, shard)]
     if override is not None:
-        parent_name = names.get(override.parent_id) if override.parent_id else None
-        spec = queue_to_spec(override, parent_name)
-        old_name = names.get(override.pk) if override.pk else None
-        kept = [q for q in snapshot.queues if q.name not in {old_name, spec.name}]
-        if old_name and old_name != spec.name:
-            kept = [dataclasses.replace(q, parent=spec.name) if q.parent == old_name else q for q in kept]
-        snapshot = dataclasses.replace(snapshot, queues=(*kept, spec))
+        queues = [override if q.pk == override.pk else q for q in queues]
+    names = {q.pk: q.name for q in queues}
+    statuses = _latest_requests(names)
+
+    attrs: dict[str, QueueAttrs] = {}
+    for q in queues:
+        spec = queue_to_spec(q, names.get(q.parent_id) if q.parent_id else None)
+
+        def vec(part: str, spec: Any = spec) -> list[float]:
+            return [float(getattr(spec.cpu, part)), float(getattr(spec.memory, part)), float(getattr(spec.gpu, part))]
+
+        weight = [max(0.0, w) if w != -1 else 1.0 for w in vec("over_quota_weight")]
+        attrs[q.name] = QueueAttrs(name=q.name, parent=spec.parent, priority=spec.priority, creation=spec.creation,
+                                   deserved=vec("quota"), limit=vec("limit"), weight=weight)
+    # Requests roll up from the leaves, with the (possibly edited) parent links.
+    parents_with_children = {a.parent for a in attrs.values() if a.parent}
+    for name in attrs:
+        if name in parents_with_children:
+            continue
+        req = statuses.get(name)
+        if not req:
+            continue
+        amount = [float(req.get("cpu") or 0), float(req.get("memory") or 0) * MB, float(req.get("gpu") or 0)]
+        cur: str | None = name
+        seen: set[str] = set()
+        while cur is not None and cur in attrs and cur not in seen:
+            seen.add(cur)
+            attrs[cur].request = [x + y for x, y in zip(attrs[cur].request, amount)]
+            cur = attrs[cur].parent
+
+    nodes = [n for n in Node.objects.filter(ready=True).only("labels", "allocatable_cpu", "allocatable_memory",
+                                                               "allocatable_gpu", "cluster_id")
+             if (shard is None or n.cluster_id == shard.cluster_id) and _in_shard(n.labels, shard)]
+    total = [float(sum(n.allocatable_cpu for n in nodes)), float(sum(n.allocatable_memory for n in nodes)),
+             float(sum(n.allocatable_gpu for n in nodes))]
+
     k = float(shard.k_value) if shard is not None else 1.0
-    session = Session(snapshot, m.CycleConfig(k_value=k))
+    usage_math: UsageArithmetic | None = None
     if with_usage and k > 0 and shard is not None:
         # The same input the cycle gives the engine (usage.accounting.usage_for_engine).
         usage_math = usage_arithmetic(shard, now)
         for name, row in (usage_math.rows.items() if usage_math else ()):
-            usage[name] = (row.normalised[0], row.normalised[1], row.normalised[2])
-        for name, q in session.queues.items():
-            q.usage = list(usage.get(name, (0.0, 0.0, 0.0)))
-    errors = [e.message for e in session.errors if e.kind == "queue"]
+            if name in attrs:
+                attrs[name].usage = [float(x) for x in row.normalised]
     try:
-        steps = compute_fair_shares(session.queues, session.total, k)
+        steps = compute_fair_shares(attrs, total, k)
     except FairShareInputError as exc:
-        return Division(queues=session.queues, steps=[], total=session.total, k=k, usage=usage_math,
-                        errors=errors + exc.problems)
-    return Division(queues=session.queues, steps=steps, total=session.total, k=k, usage=usage_math, errors=errors)
+        return Division(queues=attrs, steps=[], total=total, k=k, usage=usage_math, errors=list(exc.problems))
+    return Division(queues=attrs, steps=steps, total=total, k=k, usage=usage_math)
+
+
+def _latest_requests(names: dict[int, str]) -> dict[str, dict[str, float]]:
+    """Each queue's `requested` (queue units) as its latest recorded status says; two queries."""
+    from kaiweb.queues.selectors import latest_statuses
+
+    statuses = latest_statuses([pk for pk in names if pk is not None])
+    return {names[qid]: (st.requested or {}) for qid, st in statuses.items() if qid in names}
 
 
 def to_queue_units(vec: list[float]) -> dict[str, float]:

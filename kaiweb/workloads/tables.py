@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import django_tables2 as tables
 from django.urls import reverse
 from django.utils.html import format_html
@@ -21,8 +19,10 @@ class WorkloadTable(tables.Table):
     state = tables.Column()
     priority_class = tables.Column(verbose_name="Priority", order_by=("priority_class__value",),
                                    attrs={"td": {"class": "nowrap"}})
-    pods = tables.Column(accessor="pod_count", verbose_name="Pods", attrs={"td": {"class": "num"}, "th": {"class": "num"}})
-    gpus = tables.Column(accessor="gpu_total", verbose_name="GPUs", attrs={"td": {"class": "num"}, "th": {"class": "num"}})
+    pods = tables.Column(empty_values=(), verbose_name="Pods", orderable=False,
+                         attrs={"td": {"class": "num"}, "th": {"class": "num"}})
+    gpus = tables.Column(empty_values=(), verbose_name="GPUs", orderable=False,
+                         attrs={"td": {"class": "num"}, "th": {"class": "num"}})
     reason = tables.Column(empty_values=(), verbose_name="Why pending", orderable=False)
     submitted_at = tables.DateTimeColumn(format="Y-m-d H:i", verbose_name="Submitted", attrs={"td": {"class": "nowrap"}})
 
@@ -49,8 +49,14 @@ class WorkloadTable(tables.Table):
         pc = record.priority_class
         return format_html("{} <span class=\"faint\">{}</span>", pc.name, pc.value) if pc else "default"
 
-    def render_gpus(self, value: Any) -> str:
-        return fmt_amount(value or 0, "gpu")
+    # Filled by the view for the shown page only: {workload id: {"pods": n, "gpus": x}}.
+    figures: dict[int, dict[str, float]] = {}
+
+    def render_pods(self, record: Workload) -> str:
+        return str(int(self.figures.get(record.pk, {}).get("pods", 0)))
+
+    def render_gpus(self, record: Workload) -> str:
+        return fmt_amount(self.figures.get(record.pk, {}).get("gpus", 0), "gpu")
 
     def render_reason(self, record: Workload) -> str:
         reasons = getattr(record, "current_reasons", None) or []

@@ -50,25 +50,36 @@ def _filterset_class() -> Any:
 
 
 def workload_queryset() -> Any:
-    """Workloads with what the list shows, in a fixed number of queries for any page size."""
+    """Workloads with their queue, class and current why-pending (pod figures come per page)."""
     from kaiweb.scheduling.models import PendingReason
 
     return (
         Workload.objects.select_related("queue", "priority_class")
-        .annotate(
-            pod_count=Count("pods", distinct=True),
-            gpu_total=Coalesce(Sum("pods__gpu"), Value(0.0), output_field=FloatField())
-            + Coalesce(Sum(F("pods__gpu_fraction") * F("pods__gpu_devices")), Value(0.0), output_field=FloatField()),
-        )
         .prefetch_related(Prefetch("pending_reasons", queryset=PendingReason.objects.filter(is_current=True),
                                    to_attr="current_reasons"))
     )
+
+
+def pod_figures(workload_ids: list[int]) -> dict[int, dict[str, float]]:
+    """Pod count and GPUs asked for, per workload of one page: one aggregate query.
+
+    Aggregating only the shown page keeps the list's count and sort queries free of the pods join,
+    which is what makes a 4000-workload list cheap.
+    """
+    rows = (Workload.objects.filter(pk__in=workload_ids).values("pk").annotate(
+        pods_n=Count("pods"),
+        gpus=Coalesce(Sum("pods__gpu"), Value(0.0), output_field=FloatField())
+        + Coalesce(Sum(F("pods__gpu_fraction") * F("pods__gpu_devices")), Value(0.0), output_field=FloatField()),
+    ))
+    return {row["pk"]: {"pods": row["pods_n"], "gpus": row["gpus"]} for row in rows}
 
 
 def workload_list(request: HttpRequest) -> HttpResponse:
     """All workloads, filtered through the API's WorkloadFilterSet, sortable and paginated."""
     filterset, qs = filter_queryset(request, _filterset_class(), workload_queryset())
     table = WorkloadTable(qs)
+    table_context = configure_table(request, table)
+    table.figures = pod_figures([row.record.pk for row in table.page.object_list])
     counts = {row["state"]: row["n"] for row in Workload.objects.values("state").annotate(n=Count("id"))}
     from kaiweb.queues.models import PriorityClass, Queue
 
@@ -83,7 +94,7 @@ def workload_list(request: HttpRequest) -> HttpResponse:
         "filtered": active_filters(filterset),
         "counts": counts,
         "total": sum(counts.values()),
-        **configure_table(request, table),
+        **table_context,
     }
     return render_page(request, "workloads/list.html", context, partial="workloads/partials/list_panel.html")
 
