@@ -121,3 +121,84 @@ class GpuDevice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node}/gpu{self.index}"
+
+
+class UnreadableObject(models.Model):
+    """A cluster object kaiweb could not read, or read but cannot schedule, and why.
+
+    One row per object: the field and the rule it breaks (a malformed ``gpu-fraction``, an
+    unknown queue label, a PodGroup on a queue with children, ...). The row disappears once
+    the object is fixed or deleted. ``deferred`` objects are readable but wait for something
+    that does not exist yet (their queue, their PodGroup); ``raw`` keeps them, so they are
+    applied as soon as it appears.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="unreadable_objects")
+    kind = models.CharField(max_length=32, help_text="Pod, Node, PodGroup, Queue, PriorityClass")
+    namespace = models.CharField(max_length=63, blank=True)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64, blank=True)
+    field = models.CharField(max_length=300, help_text="e.g. metadata.annotations[gpu-fraction]")
+    rule = models.TextField(help_text="e.g. must be a number in (0, 1]")
+    message = models.TextField()
+    deferred = models.BooleanField(
+        default=False, help_text="Readable, but waits for an object that does not exist yet (queue, PodGroup)."
+    )
+    raw = models.JSONField(null=True, blank=True, help_text="The object as last observed (deferred objects).")
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        ordering = ("cluster__name", "kind", "namespace", "name")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("cluster", "kind", "namespace", "name"), name="%(app_label)s_%(class)s_unique_object"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind} {where}: {self.field} {self.rule}"
+
+
+class MirrorState(models.Model):
+    """How current the database mirror of a Kubernetes cluster is, and what was last written back."""
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="mirror_state")
+    watcher_heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last sign of life of manage.py watch_cluster for this cluster."
+    )
+    last_full_sync_at = models.DateTimeField(null=True, blank=True)
+    last_full_sync = models.JSONField(default=dict, blank=True, help_text="Counts of the last full sync.")
+    synced_queues = models.JSONField(
+        default=list, blank=True, help_text="Queues present in both the database and the cluster at the last sync."
+    )
+    queue_status_digests = models.JSONField(
+        default=dict, blank=True, help_text="Queue name → digest of the status last written to its CRD."
+    )
+
+    def __str__(self) -> str:
+        return f"mirror of {self.cluster}"
+
+
+class PendingReport(models.Model):
+    """The why-pending explanation last written to a pod, so an unchanged one is not written again."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pending_reports")
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64, blank=True)
+    reason = models.CharField(max_length=64)
+    digest = models.CharField(max_length=64, help_text="Of the pod uid, the reason and the message.")
+    reported_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ("cluster__name", "namespace", "name")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("cluster", "namespace", "name"), name="%(app_label)s_%(class)s_unique_pod"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}: {self.reason}"

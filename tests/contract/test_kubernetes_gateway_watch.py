@@ -258,9 +258,12 @@ def test_unknown_kinds_are_refused_by_name(gateway: KubernetesGateway) -> None:
         resource_kinds(gateway, ["Pod", "Deployment"])
 
 
+@pytest.mark.django_db
 def test_watch_cluster_command_once_against_a_server(
     kube_apiserver: FakeKubeApiServer,  # noqa: F811
 ) -> None:
+    from kaiweb.cluster.models import Node, UnreadableObject
+
     kube_apiserver.add_node("n1")
     kube_apiserver.add_pod("p1")
     out = StringIO()
@@ -273,6 +276,9 @@ def test_watch_cluster_command_once_against_a_server(
     assert "ADDED Node n1" in text
     assert "ADDED Pod default/p1" in text
     assert "watch ended: ADDED 2, SYNCED 2" in text
+    # The changes reached the database mirror: the node, and the pod waiting for its queue.
+    assert list(Node.objects.filter(cluster__name="kubernetes").values_list("name", flat=True)) == ["n1"]
+    assert UnreadableObject.objects.get(name="p1").field == "metadata.labels[kai.scheduler/queue]"
 
 
 def test_watch_cluster_command_stops_after_max_seconds(
@@ -282,11 +288,12 @@ def test_watch_cluster_command_stops_after_max_seconds(
     out = StringIO()
 
     call_command("watch_cluster", "--max-seconds", "0.5", "--host", kube_apiserver.url, "--kinds", "Queue",
-                 stdout=out)
+                 "--log-only", stdout=out)
 
     assert "watch ended: ADDED 1, SYNCED 1" in out.getvalue()
 
 
+@pytest.mark.django_db
 def test_watch_cluster_command_refuses_bad_options(kube_apiserver: FakeKubeApiServer, settings: object) -> None:  # noqa: F811
     settings.KAI_CLUSTER_BACKEND = "simulated"  # type: ignore[attr-defined]
     with pytest.raises(CommandError, match="needs KAI_CLUSTER_BACKEND=kubernetes"):

@@ -990,3 +990,34 @@ class KubernetesGateway:
         }}
         self._json(f"write Queue {status.name} status", self.custom.patch_cluster_custom_object_status,
                    QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, status.name, body)
+
+    # -- the database mirror ------------------------------------------------------------------
+
+    def sync_into(self, cluster: Any) -> dict[str, Any]:
+        """The cycle's observe step: make the database mirror of ``cluster`` current (a full
+        list unless ``manage.py watch_cluster`` keeps it current; Queue CRDs are synced always)."""
+        from kaiweb.cluster import mirror
+
+        return mirror.sync_into(self, cluster)
+
+    def write_back(self, cycle: Any) -> Any:
+        """After a cycle: queue status and why-pending explanations, each only when changed."""
+        from kaiweb.cluster import mirror
+
+        return mirror.write_back(self, cycle)
+
+    # -- reconciliation of an interrupted cycle -------------------------------------------------
+
+    def is_bound(self, namespace: str, name: str, uid: str, node: str) -> bool:
+        """Whether that pod incarnation is bound to ``node`` (a recorded bind took effect)."""
+        pod = self.read_pod(namespace, name)
+        if pod is None or (uid and _meta(pod).get("uid") != uid):
+            return False
+        return (pod.get("spec") or {}).get("nodeName") == node
+
+    def is_gone(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether that pod incarnation no longer exists or is terminating (an eviction took effect)."""
+        pod = self.read_pod(namespace, name)
+        if pod is None or (uid and _meta(pod).get("uid") != uid):
+            return True
+        return bool(_meta(pod).get("deletionTimestamp"))

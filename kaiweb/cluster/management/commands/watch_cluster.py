@@ -1,4 +1,5 @@
-"""``manage.py watch_cluster``: keep the cluster mirror current with list + watch (its own process)."""
+"""``manage.py watch_cluster``: keep the database mirror of the cluster current with list + watch
+(its own process; Celery never holds a watch open)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,19 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import close_old_connections
 
+from kaiweb.cluster import mirror
 from kaiweb.cluster.backends.kubernetes import KubernetesGateway, load_configuration
 from kaiweb.cluster.gateway import ClusterError
 from kaiweb.cluster.watch import KINDS, ClusterWatcher, WatchEvent, log_event
 
+log = logging.getLogger(__name__)
+
 
 class Command(BaseCommand):
-    help = "Watch nodes, pods, PodGroups and Queues of the Kubernetes cluster (list + watch, 410 → re-list)."
+    help = ("Watch nodes, pods, PodGroups and Queues of the Kubernetes cluster (list + watch, 410 → re-list) "
+            "and apply every change to the database mirror the scheduling cycle reads.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="list each kind, watch one short pass, exit")
@@ -26,6 +32,11 @@ class Command(BaseCommand):
                             help="server-side length of one watch connection (default 300)")
         parser.add_argument("--host", default=None,
                             help="API server URL (default: in-cluster service account, else KUBECONFIG)")
+        parser.add_argument("--cluster", default=None,
+                            help="name of the kaiweb cluster to mirror into (default: the only Kubernetes one, "
+                                 "created as 'kubernetes' if there is none)")
+        parser.add_argument("--log-only", action="store_true",
+                            help="only log the changes; leave the database alone")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["host"] is None and settings.KAI_CLUSTER_BACKEND != "kubernetes":
@@ -34,17 +45,27 @@ class Command(BaseCommand):
         if options["max_seconds"] is not None and options["max_seconds"] <= 0:
             raise CommandError("--max-seconds must be greater than 0")
         kinds = [k.strip() for k in options["kinds"].split(",") if k.strip()]
+        log_only = options["log_only"]
+        try:
+            cluster = None if log_only else mirror.kubernetes_cluster(options["cluster"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         try:
             from kubernetes import client
 
             configuration = load_configuration(options["host"])
             gateway = KubernetesGateway(client.ApiClient(configuration), scheduler_name=settings.KAI_SCHEDULER_NAME)
-            self.stdout.write(f"watching {', '.join(kinds)} on {gateway.ping()} at {configuration.host}")
+            target = "" if cluster is None else f" into cluster {cluster.name}"
+            self.stdout.write(f"watching {', '.join(kinds)} on {gateway.ping()} at {configuration.host}{target}")
             counts: dict[str, int] = {}
 
             def callback(event: WatchEvent) -> None:
                 counts[event.type] = counts.get(event.type, 0) + 1
                 log_event(event)
+                if cluster is not None:
+                    # Each watch thread has its own connection; a dropped one is replaced.
+                    close_old_connections()
+                    mirror.apply_event(event, cluster, gateway)
                 if options["verbosity"] >= 2:
                     where = f"{event.namespace}/{event.name}" if event.namespace else event.name
                     self.stdout.write(f"{event.type} {event.kind} {where} rv={event.resource_version}")
@@ -54,9 +75,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         except Exception as exc:  # the client's config loaders raise several unrelated types
             raise CommandError(f"cannot configure the Kubernetes client: {exc}") from exc
+        heartbeat = _Heartbeat(cluster, watcher.stop_event)
         if options["once"]:
             watcher.run_once()
+            heartbeat.beat()
         else:
+            heartbeat.start()
             # SIGTERM (a pod being stopped) ends the watch cleanly; handlers only work in the main thread.
             in_main = threading.current_thread() is threading.main_thread()
             previous = signal.signal(signal.SIGTERM, lambda *_: watcher.stop()) if in_main else None
@@ -67,6 +91,32 @@ class Command(BaseCommand):
             finally:
                 if in_main:
                     signal.signal(signal.SIGTERM, previous)
-        logging.getLogger(__name__).info("watch_cluster done: %s", counts)
+                heartbeat.join()
+        log.info("watch_cluster done: %s", counts)
         summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no events"
         self.stdout.write(self.style.SUCCESS(f"watch ended: {summary}"))
+
+
+class _Heartbeat(threading.Thread):
+    """Tells the scheduling cycle the mirror is kept current (so it does not list everything
+    itself), a few times per heartbeat window, while the watch runs."""
+
+    def __init__(self, cluster: Any, stop: threading.Event) -> None:
+        super().__init__(name="watch-heartbeat", daemon=True)
+        self.cluster = cluster
+        self.stop = stop
+
+    def beat(self) -> None:
+        if self.cluster is None:
+            return
+        try:
+            close_old_connections()
+            mirror.record_heartbeat(self.cluster)
+        except Exception:  # noqa: BLE001 - the database may be away for a moment; the next beat retries
+            log.warning("watch heartbeat not recorded", exc_info=True)
+
+    def run(self) -> None:
+        interval = max(1.0, mirror.heartbeat_seconds() / 3)
+        while not self.stop.is_set():
+            self.beat()
+            self.stop.wait(interval)

@@ -1,0 +1,1185 @@
+"""The database mirror of a Kubernetes cluster: filled from the cluster, written back to it.
+
+The scheduling cycle decides from the database (Node, GpuDevice, Workload, Pod, Queue rows). This
+module keeps those rows equal to what the cluster says, and tells the cluster what was decided:
+
+* `sync_full(gateway, cluster)` lists everything (nodes, pods for our scheduler, PodGroups,
+  Queues, PriorityClasses) and creates, updates and deletes rows so the mirror equals the
+  cluster, in a fixed number of queries per kind whatever the cluster's size (bulk operations);
+* `apply_event(event, cluster)` applies one `WatchEvent` of ``manage.py watch_cluster``
+  incrementally, with the same result;
+* `sync_queues(gateway, cluster)` is the two-way Queue CRD sync: the database wins on conflict
+  (each overridden value is logged and written to the audit log), a queue deleted in the
+  database is deleted in the cluster, and a CRD-only queue is imported through the control
+  plane's import service;
+* `write_back(gateway, cycle)` writes each queue's status to its CRD and the why-pending
+  explanation to each pending pod, only when it changed since it was last written.
+
+How pods become workloads (as KAI's podgrouper does): a pod naming a PodGroup (annotation
+``pod-group-name``) belongs to that PodGroup's workload and queue; a pod without one is a
+workload of its own (``pg-<pod>-<uid>``, labelled `IMPLICIT_GROUP_LABEL`) in the queue of its
+``kai.scheduler/queue`` label.
+
+Objects that cannot be used are recorded as `UnreadableObject` rows naming the field and the
+rule, and everything else is still applied: unreadable objects (a malformed ``gpu-fraction``),
+workloads on an unknown queue or on a queue with children, pods whose PodGroup does not exist.
+A workload with such a problem is not mirrored, so it is never scheduled; the last two kinds are
+*deferred*: the watcher keeps the object and applies it as soon as its queue or PodGroup appears.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import yaml
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from kaiweb.cluster.backends.types import (
+    POD_GROUP_ANNOTATION,
+    Listing,
+    ObservedNode,
+    ObservedPod,
+    ObservedPodGroup,
+    ObservedPriorityClass,
+    ObservedQueue,
+    PodRef,
+    QueueResource,
+    QueueSpec,
+    QueueStatusUpdate,
+    ResourceAmounts,
+    Unreadable,
+)
+from kaiweb.cluster.backends.types import PodState as ObservedState
+from kaiweb.cluster.gateway import ClusterError, ClusterRejected
+from kaiweb.cluster.models import Cluster, GpuDevice, MirrorState, Node, PendingReport, UnreadableObject
+from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState, WorkloadState
+from kaiweb.workloads.models import Pod, Workload
+
+log = logging.getLogger(__name__)
+
+IMPLICIT_GROUP_LABEL = "kaiweb.io/implicit-pod-group"
+# How recent a heartbeat of watch_cluster must be for the cycle to trust the mirror it keeps.
+DEFAULT_HEARTBEAT_SECONDS = 30.0
+MB = 1_000_000
+BATCH = 500
+
+_STATE_FROM_OBSERVED = {
+    ObservedState.PENDING: PodState.PENDING,
+    ObservedState.GATED: PodState.GATED,
+    ObservedState.BOUND: PodState.BOUND,
+    ObservedState.RUNNING: PodState.RUNNING,
+    ObservedState.RELEASING: PodState.RELEASING,
+    ObservedState.SUCCEEDED: PodState.SUCCEEDED,
+    ObservedState.FAILED: PodState.FAILED,
+    ObservedState.UNKNOWN: PodState.UNKNOWN,
+}
+_FINISHED = (PodState.SUCCEEDED, PodState.FAILED)
+# Well-known node labels that place a node in the topology (zone, region).
+_TOPOLOGY_LABELS = {"region": "topology.kubernetes.io/region", "zone": "topology.kubernetes.io/zone"}
+_NODE_FIELDS = ("labels", "allocatable_cpu", "allocatable_memory", "allocatable_gpu", "allocatable_pods",
+                "gpu_product", "gpu_memory_mib", "mig_enabled", "topology", "ready", "unschedulable")
+_WORKLOAD_FIELDS = ("uid", "queue_id", "priority_class_id", "preemptibility", "min_member", "min_subgroup",
+                    "subgroups", "topology_constraint", "labels", "submitted_at")
+_POD_FIELDS = ("workload_id", "uid", "subgroup", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices",
+               "mig_profile", "cpu", "memory", "task_priority", "state", "node_id", "gpu_group")
+
+
+# ----------------------------------------------------------------------------------- problems
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An object that is not mirrored (or not fully): which field, which rule."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    field: str
+    rule: str
+    message: str
+    deferred: bool = False
+    raw: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(cls, u: Unreadable, raw: Mapping[str, Any] | None = None) -> Problem:
+        return cls(u.kind, u.namespace, u.name, u.uid, u.field, u.rule, u.message, False, raw)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.kind, self.namespace, self.name)
+
+
+def _problem(kind: str, namespace: str, name: str, uid: str, field_: str, rule: str, *, deferred: bool,
+             what: str = "") -> Problem:
+    ref = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+    tail = "it is applied as soon as that changes" if deferred else "it is skipped until fixed"
+    return Problem(kind, namespace, name, uid, field_, rule, f"{ref}: {field_}{what} {rule}; {tail}", deferred)
+
+
+@dataclass
+class SyncReport:
+    """What a sync did, for commands, logs and tests."""
+
+    nodes: dict[str, int] = field(default_factory=lambda: {"created": 0, "updated": 0, "deleted": 0})
+    workloads: dict[str, int] = field(default_factory=lambda: {"created": 0, "updated": 0, "deleted": 0})
+    pods: dict[str, int] = field(default_factory=lambda: {"created": 0, "updated": 0, "deleted": 0})
+    queues: list[str] = field(default_factory=list)  # one message per queue sync step
+    problems: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"nodes": self.nodes, "workloads": self.workloads, "pods": self.pods, "queues": self.queues,
+                "problems": self.problems}
+
+
+# ----------------------------------------------------------------------------------- rows from objects
+
+
+def node_values(node: ObservedNode) -> dict[str, Any]:
+    """The Node row fields of an observed node."""
+    labels = dict(node.labels)
+    return {
+        "labels": labels,
+        "allocatable_cpu": float(node.allocatable.cpu_millis),
+        "allocatable_memory": int(node.allocatable.memory_bytes),
+        "allocatable_gpu": float(int(node.allocatable.gpus)),
+        "allocatable_pods": int(node.allocatable.pods or 110),
+        "gpu_product": (node.gpu_product or "")[:100],
+        "gpu_memory_mib": int(node.gpu_memory_mib or 0),
+        "mig_enabled": bool(node.mig_enabled),
+        "topology": {level: labels[key] for level, key in _TOPOLOGY_LABELS.items() if key in labels},
+        "ready": bool(node.ready),
+        "unschedulable": bool(node.unschedulable),
+    }
+
+
+def pod_values(pod: ObservedPod) -> dict[str, Any]:
+    """The Pod row fields of an observed pod (without workload and node)."""
+    requests = pod.requests
+    mig = sorted(requests.mig)
+    return {
+        "uid": pod.uid[:64],
+        "subgroup": (pod.sub_group or "")[:63],
+        "gpu": 0.0 if pod.is_fractional else float(requests.gpus),
+        "gpu_fraction": pod.gpu_fraction,
+        "gpu_memory_mib": pod.gpu_memory_mib,
+        "gpu_devices": int(pod.gpu_fraction_num_devices or 1),
+        "mig_profile": mig[0].removeprefix("mig-")[:32] if mig else "",
+        "cpu": float(requests.cpu_millis),
+        "memory": int(requests.memory_bytes),
+        "task_priority": int(pod.priority or 0),
+        "state": _STATE_FROM_OBSERVED.get(pod.state, PodState.UNKNOWN),
+        "gpu_group": (pod.gpu_group or "")[:64],
+    }
+
+
+def implicit_group_name(pod: ObservedPod) -> str:
+    """The workload of a pod without a PodGroup, named as KAI's podgrouper names its PodGroup."""
+    return (f"pg-{pod.name}-{pod.uid}" if pod.uid else f"pg-{pod.name}")[:253]
+
+
+def workload_key(pod: ObservedPod) -> tuple[str, str]:
+    return (pod.namespace, pod.pod_group or implicit_group_name(pod))
+
+
+def _group_values(group: ObservedPodGroup) -> dict[str, Any]:
+    tc = group.topology_constraint
+    return {
+        "uid": group.uid[:64],
+        "preemptibility": group.preemptibility or "",
+        "min_member": group.min_member,
+        "min_subgroup": group.min_sub_group,
+        "subgroups": [{"name": sg.name, "minMember": sg.min_member, "parent": sg.parent} for sg in group.sub_groups],
+        "topology_constraint": ({"topology": tc.topology, "requiredTopologyLevel": tc.required_level,
+                                 "preferredTopologyLevel": tc.preferred_level} if tc else {}),
+    }
+
+
+def _implicit_values(pod: ObservedPod) -> dict[str, Any]:
+    return {"uid": "", "preemptibility": "", "min_member": 1, "min_subgroup": None, "subgroups": [],
+            "topology_constraint": {}}
+
+
+def workload_state(pods: Sequence[Any], min_member: int | None) -> str:
+    """A workload's state from its pods' states (KAI: running once the gang minimum is allocated)."""
+    if pods and all(p.state == PodState.SUCCEEDED for p in pods):
+        return WorkloadState.COMPLETED
+    if pods and all(p.state in _FINISHED for p in pods):
+        return WorkloadState.FAILED
+    active = [p for p in pods if p.state not in _FINISHED]
+    running = sum(1 for p in active if p.state in (*ALLOCATED_POD_STATES, PodState.RELEASING))
+    if running == 0:
+        return WorkloadState.PENDING
+    needed = 1 if min_member is None else min_member
+    return WorkloadState.RUNNING if running >= min(needed, len(active)) else WorkloadState.PARTIAL
+
+
+class _QueueIndex:
+    """Queue names → (id, has children), read in one query."""
+
+    def __init__(self) -> None:
+        from kaiweb.queues.models import Queue
+
+        rows = list(Queue.objects.values_list("name", "pk", "parent_id"))
+        parents = {parent for _, _, parent in rows if parent is not None}
+        self.ids = {name: pk for name, pk, _ in rows}
+        self.with_children = {name for name, pk, _ in rows if pk in parents}
+
+    def check(self, kind: str, namespace: str, name: str, uid: str, queue: str | None, field_: str) -> Problem | None:
+        """None if ``queue`` is a leaf queue; else the problem, deferred (the queue may appear or
+        lose its children)."""
+        if not queue:
+            return _problem(kind, namespace, name, uid, field_, "is required: the name of a leaf queue",
+                            deferred=False)
+        if queue not in self.ids:
+            return _problem(kind, namespace, name, uid, field_,
+                            "must name an existing queue (no queue of that name in kaiweb or the cluster)",
+                            deferred=True, what=f" = {queue!r}")
+        if queue in self.with_children:
+            return _problem(kind, namespace, name, uid, field_,
+                            "must name a leaf queue: only leaf queues hold workloads, this one has child queues",
+                            deferred=True, what=f" = {queue!r}")
+        return None
+
+
+def _class_ids() -> dict[str, int]:
+    from kaiweb.queues.models import PriorityClass
+
+    return dict(PriorityClass.objects.values_list("name", "pk"))
+
+
+# ----------------------------------------------------------------------------------- state
+
+
+def mirror_state(cluster: Cluster) -> MirrorState:
+    state, _ = MirrorState.objects.get_or_create(cluster=cluster)
+    return state
+
+
+def record_heartbeat(cluster: Cluster) -> None:
+    """Mark the watcher of ``cluster`` as alive now (watch_cluster calls it periodically)."""
+    updated = MirrorState.objects.filter(cluster=cluster).update(watcher_heartbeat_at=timezone.now())
+    if not updated:
+        MirrorState.objects.get_or_create(cluster=cluster, defaults={"watcher_heartbeat_at": timezone.now()})
+
+
+def heartbeat_seconds() -> float:
+    return float(getattr(settings, "KAI_WATCH_HEARTBEAT_SECONDS", DEFAULT_HEARTBEAT_SECONDS))
+
+
+def watcher_is_current(cluster: Cluster, max_age: float | None = None) -> bool:
+    """Whether watch_cluster showed life recently enough for the cycle to trust the mirror."""
+    at = MirrorState.objects.filter(cluster=cluster).values_list("watcher_heartbeat_at", flat=True).first()
+    age = heartbeat_seconds() if max_age is None else max_age
+    return at is not None and timezone.now() - at <= timedelta(seconds=age)
+
+
+# ----------------------------------------------------------------------------------- problems in the DB
+
+
+def _store_problems(cluster: Cluster, problems: Iterable[Problem], *, replace_kinds: Iterable[str] = (),
+                    clear: Iterable[tuple[str, str, str]] = ()) -> None:
+    """Upsert ``problems``; delete the other rows of ``replace_kinds`` (a full sync) and the rows
+    of the ``clear`` keys (objects applied or deleted by an event)."""
+    now = timezone.now()
+    wanted = {p.key: p for p in problems}
+    kinds = set(replace_kinds)
+    qs = UnreadableObject.objects.filter(cluster=cluster)
+    keys = set(wanted) | set(clear)
+    if kinds:
+        existing = list(qs.filter(kind__in=kinds | {k for k, _, _ in keys}))
+    elif keys:
+        existing = list(qs.filter(kind__in={k for k, _, _ in keys}, name__in={n for _, _, n in keys}))
+    else:
+        return
+    by_key = {(r.kind, r.namespace, r.name): r for r in existing}
+    doomed = [r.pk for k, r in by_key.items() if k not in wanted and (r.kind in kinds or k in set(clear))]
+    create, update = [], []
+    for key, p in wanted.items():
+        row = by_key.get(key)
+        values = {"uid": p.uid[:64], "field": p.field[:300], "rule": p.rule, "message": p.message,
+                  "deferred": p.deferred, "raw": dict(p.raw) if p.raw is not None else None}
+        if row is None:
+            create.append(UnreadableObject(cluster=cluster, kind=p.kind, namespace=p.namespace[:63],
+                                           name=p.name[:253], first_seen=now, last_seen=now, **values))
+            log.warning("%s", p.message)
+            continue
+        if p.raw is None and row.raw is not None and p.deferred and row.deferred:
+            values["raw"] = row.raw  # a full sync has no raw object: keep the watcher's
+        for k, v in values.items():
+            setattr(row, k, v)
+        row.last_seen = now
+        update.append(row)
+    if doomed:
+        UnreadableObject.objects.filter(pk__in=doomed).delete()
+    UnreadableObject.objects.bulk_create(create, batch_size=BATCH)
+    UnreadableObject.objects.bulk_update(update, ["uid", "field", "rule", "message", "deferred", "raw", "last_seen"],
+                                         batch_size=BATCH)
+
+
+# ----------------------------------------------------------------------------------- nodes
+
+
+def _apply_nodes(cluster: Cluster, observed: Sequence[ObservedNode], *, unreadable: Iterable[str] = (),
+                 deleted: Iterable[str] = (), full: bool, report: SyncReport) -> None:
+    """Create/update the observed nodes; in a full sync delete the others. A node that became
+    unreadable keeps its row (its pods still hold resources) but is marked not ready, so nothing
+    new is placed on it until it can be read again."""
+    now = timezone.now()
+    names = {n.name for n in observed}
+    bad = set(unreadable)
+    qs = Node.objects.filter(cluster=cluster)
+    rows = {n.name: n for n in (qs if full else qs.filter(name__in=names | bad | set(deleted)))}
+    create, update = [], []
+    for obs in observed:
+        values = node_values(obs)
+        row = rows.get(obs.name)
+        if row is None:
+            create.append(Node(cluster=cluster, name=obs.name[:253], observed_at=now, **values))
+            continue
+        if any(getattr(row, k) != v for k, v in values.items()):
+            for k, v in values.items():
+                setattr(row, k, v)
+            update.append(row)
+        row.observed_at = now
+    for name in bad:
+        row = rows.get(name)
+        if row is not None and row.ready:
+            row.ready = False
+            update.append(row)
+    gone = [r.pk for name, r in rows.items() if (full and name not in names and name not in bad)
+            or name in set(deleted)]
+    Node.objects.bulk_create(create, batch_size=BATCH)
+    if create and create[0].pk is None:  # backends without RETURNING: read the ids back
+        ids = dict(Node.objects.filter(cluster=cluster, name__in=[n.name for n in create]).values_list("name", "pk"))
+        for n in create:
+            n.pk = ids[n.name]
+    Node.objects.bulk_update(update, [*_NODE_FIELDS, "observed_at"], batch_size=BATCH)
+    if full:
+        # Seen unchanged: only the observation time moves (one statement for all of them).
+        qs.filter(name__in=names).update(observed_at=now)
+    if gone:
+        Node.objects.filter(pk__in=gone).delete()
+    report.nodes["created"] += len(create)
+    report.nodes["updated"] += len({r.pk for r in update})
+    report.nodes["deleted"] += len(gone)
+    _apply_devices(cluster, [*create, *(rows[n.name] for n in observed if n.name in rows)], observed)
+
+
+def _apply_devices(cluster: Cluster, rows: Sequence[Node], observed: Sequence[ObservedNode]) -> None:
+    """One GpuDevice per whole GPU of each observed node, with its product and memory."""
+    by_name = {o.name: o for o in observed}
+    node_ids = {r.name: r.pk for r in rows if r.pk is not None}
+    existing: dict[int, dict[int, GpuDevice]] = {}
+    for d in GpuDevice.objects.filter(node_id__in=node_ids.values()):
+        existing.setdefault(d.node_id, {})[d.index] = d
+    create, update, doomed = [], [], []
+    for name, node_id in node_ids.items():
+        obs = by_name[name]
+        count = int(obs.allocatable.gpus)
+        product, memory = (obs.gpu_product or "")[:100], int(obs.gpu_memory_mib or 0)
+        have = existing.get(node_id, {})
+        for index in range(count):
+            device = have.get(index)
+            if device is None:
+                create.append(GpuDevice(node_id=node_id, index=index, product=product, memory_mib=memory))
+            elif device.product != product or device.memory_mib != memory:
+                device.product, device.memory_mib = product, memory
+                update.append(device)
+        doomed.extend(d.pk for i, d in have.items() if i >= count)
+    GpuDevice.objects.bulk_create(create, batch_size=BATCH)
+    GpuDevice.objects.bulk_update(update, ["product", "memory_mib"], batch_size=BATCH)
+    if doomed:
+        GpuDevice.objects.filter(pk__in=doomed).delete()
+
+
+# ----------------------------------------------------------------------------------- workloads
+
+
+@dataclass
+class _Plan:
+    """What the mirror of some workloads should be: rows by key, and the problems found."""
+
+    workloads: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    pods: dict[tuple[str, str], tuple[tuple[str, str], dict[str, Any], str | None]] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _plan(groups: Iterable[ObservedPodGroup], pods: Iterable[ObservedPod], queues: _QueueIndex,
+          classes: Mapping[str, int], *, known_groups: Mapping[tuple[str, str], dict[str, Any]] | None = None,
+          raws: Mapping[tuple[str, str, str], Mapping[str, Any]] | None = None) -> _Plan:
+    """Workload and pod rows for the given PodGroups and pods (pure: no queries).
+
+    ``known_groups`` are PodGroup workloads already in the mirror (for incremental events whose
+    PodGroup is not part of the event); ``raws`` the raw objects of the event, kept on deferred
+    problems so the watcher can apply them later."""
+    raws = raws or {}
+    plan = _Plan()
+    blocked: dict[tuple[str, str], Problem] = {}
+    for g in groups:
+        key = (g.namespace, g.name)
+        problem = queues.check("PodGroup", g.namespace, g.name, g.uid, g.queue, "spec.queue")
+        if problem is not None:
+            plan.problems.append(Problem(**{**problem.__dict__, "raw": raws.get(("PodGroup", *key))}))
+            blocked[key] = problem
+            continue
+        values = _group_values(g)
+        values.update(queue_id=queues.ids[g.queue], priority_class_id=classes.get(g.priority_class or ""),
+                      labels={}, submitted_at=g.created_at or timezone.now())
+        plan.workloads[key] = values
+    for p in sorted(pods, key=lambda p: (p.namespace, p.name)):
+        key = workload_key(p)
+        raw = raws.get(("Pod", p.namespace, p.name))
+        if p.pod_group:
+            if key in blocked:
+                cause = blocked[key]
+                plan.problems.append(Problem("Pod", p.namespace, p.name, p.uid, f"metadata.annotations"
+                                             f"[{POD_GROUP_ANNOTATION}]", f"names PodGroup {p.pod_group}, which is "
+                                             f"not scheduled: {cause.field} {cause.rule}",
+                                             f"Pod {p.namespace}/{p.name}: its PodGroup {p.pod_group} is not "
+                                             f"scheduled ({cause.field} {cause.rule}); it waits for that to change",
+                                             True, raw))
+                continue
+            if key not in plan.workloads and key not in (known_groups or {}):
+                plan.problems.append(_problem_with_raw(_problem(
+                    "Pod", p.namespace, p.name, p.uid, f"metadata.annotations[{POD_GROUP_ANNOTATION}]",
+                    "must name an existing PodGroup in the pod's namespace", deferred=True,
+                    what=f" = {p.pod_group!r}"), raw))
+                continue
+        elif key not in plan.workloads:
+            problem = queues.check("Pod", p.namespace, p.name, p.uid, p.queue,
+                                   "metadata.labels[kai.scheduler/queue]")
+            if problem is not None:
+                plan.problems.append(_problem_with_raw(problem, raw))
+                continue
+            values = _implicit_values(p)
+            values.update(queue_id=queues.ids[p.queue or ""], priority_class_id=classes.get(p.priority_class or ""),
+                          labels={**dict(p.labels), IMPLICIT_GROUP_LABEL: "true"},
+                          submitted_at=p.created_at or timezone.now())
+            plan.workloads[key] = values
+        workload = plan.workloads.get(key)
+        if workload is not None and not workload["labels"] and p.labels:
+            # A PodGroup's workload takes its pods' labels (the node pool label places it in a shard).
+            workload["labels"] = {k: v for k, v in p.labels.items() if k != IMPLICIT_GROUP_LABEL}
+        if workload is not None and workload["priority_class_id"] is None and p.priority_class:
+            workload["priority_class_id"] = classes.get(p.priority_class)
+        plan.pods[(p.namespace, p.name)] = (key, pod_values(p), p.node)
+    return plan
+
+
+def _problem_with_raw(problem: Problem, raw: Mapping[str, Any] | None) -> Problem:
+    return Problem(**{**problem.__dict__, "raw": raw})
+
+
+def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport,
+                delete_pods: Iterable[tuple[str, str]] = (), delete_workloads: Iterable[tuple[str, str]] = (),
+                touched_workloads: Iterable[tuple[str, str]] = ()) -> None:
+    """Write a plan: workloads and pods created/updated, states recomputed; in a full sync the
+    rows not in the plan are deleted. A bounded number of queries whatever the plan's size."""
+    now = timezone.now()
+    wqs = Workload.objects.filter(cluster=cluster)
+    pqs = Pod.objects.filter(workload__cluster=cluster)
+    pod_keys = set(plan.pods) | set(delete_pods)
+    work_keys = set(plan.workloads) | set(delete_workloads) | set(touched_workloads) | {w for w, _, _ in
+                                                                                         plan.pods.values()}
+    if full:
+        workloads = {(w.namespace, w.name): w for w in wqs}
+        pods = {(p.workload.namespace, p.name): p for p in pqs.select_related("workload")}
+    else:
+        pods = {(p.workload.namespace, p.name): p for p in pqs.filter(name__in={n for _, n in pod_keys})
+                .select_related("workload") if (p.workload.namespace, p.name) in pod_keys}
+        work_keys |= {(p.workload.namespace, p.workload.name) for p in pods.values()}
+        workloads = {(w.namespace, w.name): w for w in wqs.filter(name__in={n for _, n in work_keys})
+                     if (w.namespace, w.name) in work_keys}
+    node_ids = dict(Node.objects.filter(cluster=cluster).values_list("name", "pk"))
+
+    # Workloads.
+    w_create, w_update = [], []
+    for key, values in plan.workloads.items():
+        row = workloads.get(key)
+        if row is None:
+            row = Workload(cluster=cluster, namespace=key[0][:63], name=key[1][:253], **values)
+            w_create.append(row)
+            workloads[key] = row
+            continue
+        if any(getattr(row, k) != v for k, v in values.items() if k != "submitted_at"):
+            for k, v in values.items():
+                setattr(row, k, v)
+            w_update.append(row)
+    Workload.objects.bulk_create(w_create, batch_size=BATCH)
+    if w_create and w_create[0].pk is None:
+        ids = {(ns, n): pk for ns, n, pk in wqs.filter(name__in=[w.name for w in w_create])
+               .values_list("namespace", "name", "pk")}
+        for w in w_create:
+            w.pk = ids[(w.namespace, w.name)]
+
+    # Pods.
+    p_create, p_update = [], []
+    for key, (wkey, values, node_name) in plan.pods.items():
+        owner = workloads.get(wkey)
+        if owner is None:  # a known PodGroup workload that is not in the mirror after all
+            continue
+        values = dict(values, workload_id=owner.pk, node_id=node_ids.get(node_name) if node_name else None)
+        row = pods.get(key)
+        if row is None:
+            row = Pod(name=key[1][:253], **values)
+            row.workload = owner
+            _stamp_times(row, now)
+            p_create.append(row)
+            pods[key] = row
+            continue
+        changed = any(getattr(row, k) != v for k, v in values.items())
+        if changed:
+            for k, v in values.items():
+                setattr(row, k, v)
+            row.workload = owner
+        if _stamp_times(row, now) or changed:
+            p_update.append(row)
+    plan_pods = set(plan.pods)
+    p_gone = [p.pk for key, p in pods.items() if (full and key not in plan_pods) or key in set(delete_pods)]
+    # Workloads only touched (an unreadable pod that still holds resources) are kept as they are.
+    planned = set(plan.workloads) | set(touched_workloads)
+    w_gone_keys = {key for key in workloads if (full and key not in planned) or key in set(delete_workloads)}
+
+    with transaction.atomic():
+        Pod.objects.bulk_create(p_create, batch_size=BATCH)
+        Pod.objects.bulk_update(p_update, [*_POD_FIELDS, "started_at", "finished_at"], batch_size=BATCH)
+        if p_gone:
+            Pod.objects.filter(pk__in=p_gone).delete()
+        gone_ids = {pods[k].workload_id for k in pods if pods[k].pk in set(p_gone)}
+        # Implicit workloads live only as long as their pod.
+        for key, row in workloads.items():
+            if row.pk in gone_ids and (row.labels or {}).get(IMPLICIT_GROUP_LABEL) and key not in planned:
+                w_gone_keys.add(key)
+        w_gone = [workloads[k].pk for k in w_gone_keys if workloads[k].pk is not None]
+        if w_gone:
+            Workload.objects.filter(pk__in=w_gone).delete()
+        # Workload states from their pods (one query for the pods of the affected workloads).
+        alive = {k: w for k, w in workloads.items() if k not in w_gone_keys}
+        Workload.objects.bulk_update(w_update, list(_WORKLOAD_FIELDS), batch_size=BATCH)
+        _refresh_states(alive if full else {k: w for k, w in alive.items() if k in work_keys}, now)
+    report.workloads["created"] += len(w_create)
+    report.workloads["updated"] += len(w_update)
+    report.workloads["deleted"] += len(w_gone)
+    report.pods["created"] += len(p_create)
+    report.pods["updated"] += len(p_update)
+    report.pods["deleted"] += len(p_gone)
+
+
+def _stamp_times(pod: Pod, now: datetime) -> bool:
+    """started_at when first seen holding resources, finished_at when first seen finished."""
+    changed = False
+    if pod.state in (*ALLOCATED_POD_STATES, PodState.RELEASING) and pod.started_at is None:
+        pod.started_at, changed = now, True
+    if pod.state in _FINISHED and pod.finished_at is None:
+        pod.finished_at, changed = now, True
+    return changed
+
+
+def _refresh_states(workloads: Mapping[tuple[str, str], Workload], now: datetime) -> None:
+    ids = [w.pk for w in workloads.values() if w.pk is not None]
+    if not ids:
+        return
+    by_workload: dict[int, list[tuple[str, datetime | None]]] = {}
+    for wid, state, finished in Pod.objects.filter(workload_id__in=ids).values_list("workload_id", "state",
+                                                                                     "finished_at"):
+        by_workload.setdefault(wid, []).append((state, finished))
+    changed = []
+    for w in workloads.values():
+        pods = [_StateOnly(s) for s, _ in by_workload.get(w.pk, [])]
+        new = workload_state(pods, w.min_member)
+        if new == w.state:
+            continue
+        if w.state == WorkloadState.PENDING and new in (WorkloadState.RUNNING, WorkloadState.PARTIAL):
+            w.last_start_at = now
+        if new in (WorkloadState.COMPLETED, WorkloadState.FAILED):
+            w.finished_at = max((f for _, f in by_workload.get(w.pk, []) if f), default=now)
+        elif w.finished_at is not None:
+            w.finished_at = None
+        w.state = new
+        changed.append(w)
+    Workload.objects.bulk_update(changed, ["state", "last_start_at", "finished_at"], batch_size=BATCH)
+
+
+@dataclass(frozen=True)
+class _StateOnly:
+    state: str
+
+
+# ----------------------------------------------------------------------------------- priority classes
+
+
+def _import_priority_classes(classes: Iterable[ObservedPriorityClass], report: SyncReport) -> None:
+    """PriorityClasses of the cluster that kaiweb does not know are added (KAI reads them from
+    the cluster); those it knows keep kaiweb's values, which decide."""
+    from kaiweb.audit.choices import AuditSource
+    from kaiweb.queues.models import PriorityClass
+    from kaiweb.queues.services import create_priority_class
+
+    known = set(PriorityClass.objects.values_list("name", flat=True))
+    has_default = PriorityClass.objects.filter(global_default=True).exists()
+    for pc in sorted(classes, key=lambda c: c.name):
+        if pc.name in known:
+            continue
+        try:
+            create_priority_class({"name": pc.name, "value": pc.value,
+                                   "global_default": pc.global_default and not has_default},
+                                  source=AuditSource.SYSTEM)
+            has_default = has_default or pc.global_default
+        except Exception as exc:  # noqa: BLE001 - a rule of kaiweb's; reported, the rest goes on
+            report.problems.append(f"PriorityClass {pc.name}: not imported: {exc}")
+
+
+# ----------------------------------------------------------------------------------- queues
+
+
+def queue_spec_of(queue: Any, parent: str | None) -> QueueSpec:
+    """A Queue row as the CRD describes it."""
+
+    def res(r: str) -> QueueResource:
+        return QueueResource(quota=float(getattr(queue, f"{r}_quota")), limit=float(getattr(queue, f"{r}_limit")),
+                             over_quota_weight=float(getattr(queue, f"{r}_over_quota_weight")))
+
+    return QueueSpec(name=queue.name, parent=parent, priority=queue.priority, display_name=queue.display_name or None,
+                     cpu=res("cpu"), memory=res("memory"), gpu=res("gpu"))
+
+
+def _crd_yaml(specs: Iterable[QueueSpec]) -> str:
+    from kaiweb.cluster.backends.kubernetes import QUEUE_GROUP, QUEUE_VERSION, queue_crd_spec
+
+    return yaml.safe_dump_all([{"apiVersion": f"{QUEUE_GROUP}/{QUEUE_VERSION}", "kind": "Queue",
+                                "metadata": {"name": s.name}, "spec": queue_crd_spec(s)} for s in specs],
+                              sort_keys=False)
+
+
+def import_queues(specs: Sequence[QueueSpec]) -> tuple[list[str], list[Problem]]:
+    """Import CRD-only queues through the control plane's YAML import (all its rules apply).
+
+    All at once first; if the batch is refused, one at a time (parents first), so one bad
+    queue does not keep the others out. Returns the imported names and the refused ones."""
+    from kaiweb.audit.choices import AuditSource
+    from kaiweb.queues.yaml_io import QueueImportError
+    from kaiweb.queues.yaml_io import import_queues as import_yaml
+
+    if not specs:
+        return [], []
+    try:
+        result = import_yaml(_crd_yaml(specs), source=AuditSource.SYSTEM)
+        return [*result.created, *result.updated, *result.unchanged], []
+    except QueueImportError:
+        pass
+    done: list[str] = []
+    problems: list[Problem] = []
+    pending = list(specs)
+    while pending:
+        progressed, left = False, []
+        for spec in pending:
+            try:
+                import_yaml(_crd_yaml([spec]), source=AuditSource.SYSTEM)
+                done.append(spec.name)
+                progressed = True
+            except QueueImportError as exc:
+                left.append((spec, exc))
+        if not progressed:
+            for spec, exc in left:
+                for p in exc.problems:
+                    problems.append(_problem("Queue", "", spec.name, "", p.field or "spec",
+                                             f"{p.message} (not imported into kaiweb)", deferred=False))
+            break
+        pending = [s for s, _ in left]
+    return done, problems
+
+
+def _spec_changes(db: QueueSpec, crd: QueueSpec) -> dict[str, tuple[Any, Any]]:
+    """CRD path → (cluster value, database value) for each value that differs."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for path, a, b in (("spec.parentQueue", db.parent, crd.parent), ("spec.priority", db.priority, crd.priority),
+                       ("spec.displayName", db.display_name, crd.display_name)):
+        if a != b:
+            out[path] = (b, a)
+    for r in ("cpu", "memory", "gpu"):
+        for label, attr in (("quota", "quota"), ("limit", "limit"), ("overQuotaWeight", "over_quota_weight")):
+            a, b = getattr(getattr(db, r), attr), getattr(getattr(crd, r), attr)
+            if a != b:
+                out[f"spec.resources.{r}.{label}"] = (b, a)
+    return out
+
+
+def _audit_override(name: str, changes: Mapping[str, tuple[Any, Any]]) -> None:
+    """An audit entry on the queue: the cluster's values (before) replaced by the database's (after)."""
+    from kaiweb.audit import services as audit
+    from kaiweb.audit.choices import AuditAction, AuditSource
+    from kaiweb.queues.models import Queue
+
+    queue = Queue.objects.filter(name=name).first()
+    if queue is None:
+        return
+    audit.record(queue, AuditAction.UPDATE, actor=None, source=AuditSource.SYSTEM,
+                 before={f"cluster {k}": v[0] for k, v in changes.items()},
+                 after={f"cluster {k}": v[1] for k, v in changes.items()})
+
+
+def _database_specs() -> dict[str, QueueSpec]:
+    from kaiweb.queues.models import Queue
+
+    rows = list(Queue.objects.all())
+    names = {q.pk: q.name for q in rows}
+    return {q.name: queue_spec_of(q, names.get(q.parent_id)) for q in rows}
+
+
+def sync_queues(gateway: Any, cluster: Cluster, listing: Listing[ObservedQueue] | None = None) -> tuple[
+        list[str], list[Problem]]:
+    """The two-way Queue CRD sync (see the module docstring). Returns one message per step and
+    the problems (unreadable CRDs, imports refused by kaiweb's rules, writes the cluster refused)."""
+    from kaiweb.cluster.backends.kubernetes import diff_queues
+
+    if listing is None:
+        listing = gateway.list_queues()
+    problems = [Problem.of(u) for u in listing.problems]
+    state = mirror_state(cluster)
+    db = _database_specs()
+    deleted = set(state.synced_queues) - set(db)
+    unreadable = {p.name for p in problems}
+    actions = diff_queues(db.values(), listing.items, deleted_in_database=deleted)
+    observed = {q.name: q for q in listing.items}
+    messages: list[str] = []
+    imports = [a.spec for a in actions if a.op == "import" and a.spec is not None]
+    imported, refused = import_queues(imports)
+    problems.extend(refused)
+    for name in imported:
+        messages.append(f"Queue {name} exists only in the cluster: imported into kaiweb.")
+    for action in actions:
+        if action.op == "import":
+            continue
+        if action.op == "create" and action.name in unreadable:
+            messages.append(f"Queue {action.name}: the cluster's CRD is unreadable; the database's spec replaces it.")
+        try:
+            if action.op in ("create", "update") and action.spec is not None:
+                gateway.upsert_queue(action.spec)
+            elif action.op == "delete":
+                gateway.delete_queue(action.name)
+        except ClusterError as exc:
+            problems.append(_problem("Queue", "", action.name, "", "spec", f"could not be written to the cluster: "
+                                     f"{exc}", deferred=False))
+            continue
+        if action.op == "update" and action.spec is not None:
+            changes = _spec_changes(action.spec, observed[action.name].spec)
+            for path, (was, now) in changes.items():
+                log.warning("Queue %s: %s %r in the cluster overridden by the database's %r", action.name, path, was,
+                            now)
+            _audit_override(action.name, changes)
+        messages.append(action.message)
+    # Queues present on both sides now: a later disappearance from the database is a deletion.
+    in_cluster = (set(observed) | {a.name for a in actions if a.op == "create"}) - {
+        a.name for a in actions if a.op == "delete"}
+    state.synced_queues = sorted((set(db) | set(imported)) & in_cluster)
+    state.save(update_fields=["synced_queues"])
+    return messages, problems
+
+
+# ----------------------------------------------------------------------------------- full sync
+
+
+def _list_optional(operation: Any) -> Listing[Any]:
+    """A listing of a CRD that may not be installed (404): empty, with a log line."""
+    try:
+        return operation()
+    except ClusterRejected as err:
+        if err.status == 404:
+            log.warning("%s; treating it as empty", err)
+            return Listing(())
+        raise
+
+
+def sync_full(gateway: Any, cluster: Cluster) -> SyncReport:
+    """List the whole cluster and make the mirror equal to it (see the module docstring)."""
+    report = SyncReport()
+    nodes = gateway.list_nodes()
+    pods = gateway.list_pods()
+    groups = _list_optional(gateway.list_pod_groups)
+    queues = _list_optional(gateway.list_queues)
+    classes = gateway.list_priority_classes() if hasattr(gateway, "list_priority_classes") else Listing(())
+    problems: list[Problem] = [Problem.of(u) for u in (*nodes.problems, *pods.problems, *groups.problems,
+                                                        *classes.problems)]
+    messages, queue_problems = sync_queues(gateway, cluster, queues)
+    report.queues = messages
+    problems.extend(queue_problems)
+    _import_priority_classes(classes.items, report)
+
+    unreadable_pods = {(p.namespace, p.name) for p in problems if p.kind == "Pod"}
+    with transaction.atomic():
+        _apply_nodes(cluster, nodes.items, unreadable=[p.name for p in problems if p.kind == "Node"], full=True,
+                     report=report)
+        plan = _plan(groups.items, pods.items, _QueueIndex(), _class_ids())
+        problems.extend(plan.problems)
+        # An unreadable pod that still holds resources keeps its last row (its node is in use);
+        # a pending one leaves the mirror, so it is not scheduled until it can be read.
+        kept = _holding_resources(cluster, unreadable_pods)
+        for key, (wkey, values, node) in kept.items():
+            plan.pods[key] = (wkey, values, node)
+        _apply_plan(cluster, plan, full=True, report=report,
+                    touched_workloads={w for w, _, _ in kept.values()})
+        _store_problems(cluster, problems, replace_kinds=("Node", "Pod", "PodGroup", "Queue", "PriorityClass"))
+        state = mirror_state(cluster)
+        state.last_full_sync_at = timezone.now()
+        report.problems.extend(p.message for p in problems)
+        state.last_full_sync = {"nodes": len(nodes), "pods": len(pods), "pod_groups": len(groups),
+                                "queues": len(queues), "problems": len(problems)}
+        state.save(update_fields=["last_full_sync_at", "last_full_sync"])
+    return report
+
+
+def _holding_resources(cluster: Cluster, keys: set[tuple[str, str]]) -> dict[tuple[str, str], Any]:
+    if not keys:
+        return {}
+    out = {}
+    rows = (Pod.objects.filter(workload__cluster=cluster, name__in={n for _, n in keys},
+                               state__in=(*ALLOCATED_POD_STATES, PodState.RELEASING))
+            .select_related("workload", "node"))
+    for p in rows:
+        key = (p.workload.namespace, p.name)
+        if key in keys:
+            values = {f: getattr(p, f) for f in _POD_FIELDS if f not in ("workload_id", "node_id")}
+            out[key] = ((p.workload.namespace, p.workload.name), values, p.node.name if p.node else None)
+    return out
+
+
+def sync_into(gateway: Any, cluster: Cluster) -> dict[str, Any]:
+    """The cycle's observe step: a full sync unless watch_cluster keeps the mirror current, in
+    which case only the Queue CRDs are synced (database changes reach the cluster every cycle)."""
+    if watcher_is_current(cluster):
+        messages, problems = sync_queues(gateway, cluster)
+        if problems:
+            _store_problems(cluster, [p for p in problems if p.kind == "Queue"])
+        return {"mode": "queues", "queues": messages}
+    return {"mode": "full", **sync_full(gateway, cluster).as_json()}
+
+
+# ----------------------------------------------------------------------------------- watch events
+
+
+def apply_event(event: Any, cluster: Cluster, gateway: Any = None) -> None:
+    """Apply one `WatchEvent` to the mirror (the same result as a full sync would give).
+
+    With a ``gateway``, a Queue CRD that differs from the database is overwritten at once (the
+    database wins); without one the next cycle's queue sync does it."""
+    from kaiweb.cluster.watch import DELETED, SYNCED
+
+    if event.type == SYNCED:
+        record_heartbeat(cluster)
+        return
+    report = SyncReport()
+    key = (event.kind, event.namespace, event.name)
+    raw = dict(event.raw) if event.raw else None
+    if event.problem is not None and event.type != DELETED:
+        problem = Problem.of(event.problem)
+        if event.kind == "Node":
+            _apply_nodes(cluster, [], unreadable=[event.name], full=False, report=report)
+        elif event.kind == "Pod":
+            held = _holding_resources(cluster, {(event.namespace, event.name)})
+            if not held:
+                _apply_plan(cluster, _Plan(), full=False, report=report,
+                            delete_pods=[(event.namespace, event.name)])
+        elif event.kind == "PodGroup":
+            _apply_plan(cluster, _Plan(), full=False, report=report,
+                        delete_workloads=[(event.namespace, event.name)])
+        _store_problems(cluster, [problem])
+        return
+    if event.kind == "Node":
+        if event.type == DELETED:
+            _apply_nodes(cluster, [], deleted=[event.name], full=False, report=report)
+        else:
+            _apply_nodes(cluster, [event.obj], full=False, report=report)
+        _store_problems(cluster, [], clear=[key])
+    elif event.kind == "Pod":
+        _apply_pod_event(cluster, event, raw, report)
+    elif event.kind == "PodGroup":
+        _apply_group_event(cluster, event, raw, report)
+    elif event.kind == "Queue":
+        _apply_queue_event(cluster, event, gateway)
+
+
+def _known_groups(cluster: Cluster, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    wanted = set(keys)
+    if not wanted:
+        return {}
+    rows = Workload.objects.filter(cluster=cluster, name__in={n for _, n in wanted}).values("namespace", "name",
+                                                                                            "labels")
+    return {(r["namespace"], r["name"]): r for r in rows if (r["namespace"], r["name"]) in wanted
+            and not (r["labels"] or {}).get(IMPLICIT_GROUP_LABEL)}
+
+
+def _apply_pod_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None, report: SyncReport) -> None:
+    from kaiweb.cluster.watch import DELETED
+
+    key = ("Pod", event.namespace, event.name)
+    if event.type == DELETED:
+        _apply_plan(cluster, _Plan(), full=False, report=report, delete_pods=[(event.namespace, event.name)])
+        _store_problems(cluster, [], clear=[key])
+        return
+    pod: ObservedPod = event.obj
+    groups = _known_groups(cluster, [workload_key(pod)] if pod.pod_group else [])
+    plan = _plan([], [pod], _QueueIndex(), _class_ids(), known_groups=groups, raws={key: raw} if raw else None)
+    if plan.problems:
+        # Not schedulable now: out of the mirror (unless it holds resources), recorded with the reason.
+        if not _holding_resources(cluster, {(pod.namespace, pod.name)}):
+            _apply_plan(cluster, _Plan(), full=False, report=report, delete_pods=[(pod.namespace, pod.name)])
+        _store_problems(cluster, plan.problems)
+        return
+    # A pod that moved to another workload leaves the old one (its state is recomputed too).
+    previous = {(w_ns, w_name) for w_ns, w_name in Pod.objects.filter(
+        workload__cluster=cluster, workload__namespace=pod.namespace, name=pod.name).values_list(
+        "workload__namespace", "workload__name")}
+    _apply_plan(cluster, plan, full=False, report=report, touched_workloads=previous)
+    _drop_empty_implicit(cluster, previous - {workload_key(pod)})
+    _store_problems(cluster, [], clear=[key])
+
+
+def _drop_empty_implicit(cluster: Cluster, keys: Iterable[tuple[str, str]]) -> None:
+    for ns, name in keys:
+        Workload.objects.filter(cluster=cluster, namespace=ns, name=name, pods__isnull=True,
+                                labels__has_key=IMPLICIT_GROUP_LABEL).delete()
+
+
+def _apply_group_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None, report: SyncReport) -> None:
+    from kaiweb.cluster.watch import DELETED
+
+    key = ("PodGroup", event.namespace, event.name)
+    if event.type == DELETED:
+        _apply_plan(cluster, _Plan(), full=False, report=report, delete_workloads=[(event.namespace, event.name)])
+        _store_problems(cluster, [], clear=[key])
+        return
+    group: ObservedPodGroup = event.obj
+    plan = _plan([group], [], _QueueIndex(), _class_ids(), raws={key: raw} if raw else None)
+    if plan.problems:
+        _apply_plan(cluster, _Plan(), full=False, report=report, delete_workloads=[(group.namespace, group.name)])
+        _store_problems(cluster, plan.problems)
+        return
+    current = Workload.objects.filter(cluster=cluster, namespace=group.namespace, name=group.name).first()
+    if current is not None and current.labels:
+        plan.workloads[(group.namespace, group.name)]["labels"] = current.labels
+    _apply_plan(cluster, plan, full=False, report=report)
+    _store_problems(cluster, [], clear=[key])
+    _retry_deferred(cluster, lambda p: p.kind == "Pod" and p.namespace == group.namespace
+                    and _annotation(p.raw, POD_GROUP_ANNOTATION) == group.name)
+
+
+def _apply_queue_event(cluster: Cluster, event: Any, gateway: Any) -> None:
+    from kaiweb.cluster.watch import DELETED
+
+    db = _database_specs()
+    name = event.name
+    if event.type == DELETED:
+        if name in db and gateway is not None:
+            # The database wins: a queue it has is put back.
+            try:
+                gateway.upsert_queue(db[name])
+                log.warning("Queue %s was deleted in the cluster but exists in kaiweb: recreated", name)
+            except ClusterError as exc:
+                log.warning("Queue %s: could not be recreated in the cluster: %s", name, exc)
+        _store_problems(cluster, [], clear=[("Queue", "", name)])
+        return
+    observed: ObservedQueue = event.obj
+    if name not in db:
+        imported, refused = import_queues([observed.spec])
+        _store_problems(cluster, refused, clear=[("Queue", "", name)] if imported else [])
+        if imported:
+            state = mirror_state(cluster)
+            state.synced_queues = sorted(set(state.synced_queues) | {name})
+            state.save(update_fields=["synced_queues"])
+            log.info("Queue %s exists only in the cluster: imported into kaiweb", name)
+            _retry_deferred(cluster, lambda p: p.kind in ("Pod", "PodGroup"))
+        return
+    changes = _spec_changes(db[name], observed.spec)
+    if changes and gateway is not None:
+        try:
+            gateway.upsert_queue(db[name])
+        except ClusterError as exc:
+            log.warning("Queue %s: could not be written to the cluster: %s", name, exc)
+            return
+        for path, (was, now) in changes.items():
+            log.warning("Queue %s: %s %r in the cluster overridden by the database's %r", name, path, was, now)
+        _audit_override(name, changes)
+    _store_problems(cluster, [], clear=[("Queue", "", name)])
+
+
+def _annotation(raw: Mapping[str, Any] | None, key: str) -> str | None:
+    meta = (raw or {}).get("metadata") or {}
+    return (meta.get("annotations") or {}).get(key)
+
+
+def _retry_deferred(cluster: Cluster, wanted: Any) -> None:
+    """Apply again the deferred objects kept from the watcher that ``wanted`` selects
+    (PodGroups first, so their pods find them)."""
+    from kaiweb.cluster.backends.kubernetes import parse_pod, parse_pod_group
+    from kaiweb.cluster.watch import MODIFIED, WatchEvent
+
+    rows = [r for r in UnreadableObject.objects.filter(cluster=cluster, deferred=True, raw__isnull=False)
+            if wanted(r)]
+    for row in sorted(rows, key=lambda r: (r.kind != "PodGroup", r.namespace, r.name)):
+        parse = parse_pod_group if row.kind == "PodGroup" else parse_pod
+        parsed = parse(row.raw)
+        if isinstance(parsed, Unreadable):
+            continue
+        event = WatchEvent(row.kind, MODIFIED, row.namespace, row.name,
+                           str(((row.raw or {}).get("metadata") or {}).get("resourceVersion", "")), parsed, None,
+                           row.raw or {})
+        apply_event(event, cluster)
+
+
+# ----------------------------------------------------------------------------------- write back
+
+
+@dataclass
+class WriteBackReport:
+    queue_statuses: int = 0
+    pending_reports: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _amounts(figures: Mapping[str, Any]) -> ResourceAmounts:
+    """Queue units (millicores, MB, devices) → a `ResourceAmounts`."""
+    return ResourceAmounts(cpu_millis=int(round(float(figures.get("cpu", 0) or 0))),
+                           memory_bytes=int(round(float(figures.get("memory", 0) or 0) * MB)),
+                           gpus=float(figures.get("gpu", 0) or 0))
+
+
+def record_actions(cycle: Any) -> None:
+    """Reflect the applied binds and evictions in the mirror at once, as KAI's cache does: a
+    bound pod is Binding on its node, an evicted one Releasing, until the cluster says more.
+    So the next cycle is right even if the watcher has not caught up yet."""
+    from kaiweb.scheduling.choices import DecisionKind, DecisionStatus
+
+    done = list(cycle.decisions.filter(status=DecisionStatus.APPLIED, pod_id__isnull=False,
+                                       kind__in=(DecisionKind.BIND, DecisionKind.EVICT))
+                .values_list("kind", "pod_id", "node_id", "gpu_group"))
+    binds = [(pod, node, group) for kind, pod, node, group in done if kind == DecisionKind.BIND]
+    evicts = [pod for kind, pod, _, _ in done if kind == DecisionKind.EVICT]
+    pods = {p.pk: p for p in Pod.objects.filter(pk__in=[b[0] for b in binds] + evicts)}
+    changed = []
+    for pod_id, node_id, group in binds:
+        p = pods.get(pod_id)
+        if p is not None and p.state in (PodState.PENDING, PodState.GATED):
+            p.state, p.node_id, p.gpu_group = PodState.BINDING, node_id, (group or "")[:64]
+            changed.append(p)
+    for pod_id in evicts:
+        p = pods.get(pod_id)
+        if p is not None and p.state in ALLOCATED_POD_STATES:
+            p.state = PodState.RELEASING
+            changed.append(p)
+    Pod.objects.bulk_update(changed, ["state", "node_id", "gpu_group"], batch_size=BATCH)
+
+
+def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
+    """After a cycle: queue status to each Queue CRD and the why-pending explanation to each
+    pending pod (and to each unreadable one), each only when it changed since last written."""
+    from kaiweb.queues.models import Queue
+    from kaiweb.scheduling.models import PendingReason, QueueStatus
+
+    report = WriteBackReport()
+    cluster = cycle.shard.cluster
+    state = mirror_state(cluster)
+    record_actions(cycle)
+
+    # Queue status.
+    children: dict[str, list[str]] = {}
+    for name, parent in Queue.objects.filter(parent__isnull=False).values_list("name", "parent__name"):
+        children.setdefault(parent, []).append(name)
+    digests = dict(state.queue_status_digests or {})
+    for st in QueueStatus.objects.filter(cycle=cycle).select_related("queue").order_by("queue__name"):
+        update = QueueStatusUpdate(name=st.queue.name, allocated=_amounts(st.allocated),
+                                   allocated_non_preemptible=_amounts(st.allocated_non_preemptible),
+                                   requested=_amounts(st.requested),
+                                   child_queues=tuple(sorted(children.get(st.queue.name, []))))
+        digest = _digest(update.allocated, update.allocated_non_preemptible, update.requested, update.child_queues)
+        if digests.get(update.name) == digest:
+            continue
+        try:
+            gateway.write_queue_status(update)
+        except ClusterError as exc:
+            report.errors.append(str(exc))
+            log.warning("queue status not written: %s", exc)
+            continue
+        digests[update.name] = digest
+        report.queue_statuses += 1
+    state.queue_status_digests = digests
+    state.save(update_fields=["queue_status_digests"])
+
+    # Why pending: each pending pod of a workload the cycle left pending, and each unreadable pod.
+    wanted: dict[tuple[str, str], tuple[str, str, str]] = {}  # (ns, pod) → (uid, reason, message)
+    reasons = {pr.workload_id: pr for pr in PendingReason.objects.filter(
+        cycle=cycle, is_current=True, workload__cluster=cluster)}
+    for p in Pod.objects.filter(workload_id__in=list(reasons), state=PodState.PENDING).select_related("workload"):
+        pr = reasons[p.workload_id]
+        wanted[(p.workload.namespace, p.name)] = (p.uid, pr.reason, pr.message or pr.reason)
+    for u in UnreadableObject.objects.filter(cluster=cluster, kind="Pod"):
+        wanted[(u.namespace, u.name)] = (u.uid, "Deferred" if u.deferred else "Unreadable", u.message)
+    known = {(r.namespace, r.name): r for r in PendingReport.objects.filter(cluster=cluster)}
+    now = timezone.now()
+    create, update = [], []
+    for (ns, name), (uid, reason, message) in sorted(wanted.items()):
+        digest = _digest(uid, reason, message)
+        row = known.get((ns, name))
+        if row is not None and row.digest == digest:
+            continue
+        try:
+            gateway.report_pending(PodRef(ns, name, uid), reason, message)
+        except ClusterError as exc:
+            report.errors.append(str(exc))
+            log.warning("why-pending not written: %s", exc)
+            continue
+        report.pending_reports += 1
+        if row is None:
+            create.append(PendingReport(cluster=cluster, namespace=ns, name=name, uid=uid, reason=reason[:64],
+                                        digest=digest, reported_at=now))
+        else:
+            row.uid, row.reason, row.digest, row.reported_at = uid, reason[:64], digest, now
+            update.append(row)
+    still_pending = wanted.keys() | set(Pod.objects.filter(workload__cluster=cluster, state=PodState.PENDING)
+                                        .values_list("workload__namespace", "name"))
+    with transaction.atomic():
+        PendingReport.objects.bulk_create(create, batch_size=BATCH)
+        PendingReport.objects.bulk_update(update, ["uid", "reason", "digest", "reported_at"], batch_size=BATCH)
+        stale = [r.pk for k, r in known.items() if k not in still_pending]
+        if stale:
+            PendingReport.objects.filter(pk__in=stale).delete()
+    return report
+
+
+def kubernetes_cluster(name: str | None = None) -> Cluster:
+    """The Cluster row a Kubernetes cluster is mirrored into.
+
+    By name (created if missing); without a name, the only enabled Kubernetes cluster, or a new
+    one called ``kubernetes`` with a default shard (all nodes) when there is none."""
+    from kaiweb.cluster.choices import BackendKind
+    from kaiweb.cluster.models import SchedulingShard
+
+    if name:
+        cluster, _ = Cluster.objects.get_or_create(name=name, defaults={"backend": BackendKind.KUBERNETES})
+        if cluster.backend != BackendKind.KUBERNETES:
+            raise ValueError(f"cluster: {name!r} is a {cluster.backend} cluster; the mirror needs a kubernetes one")
+    else:
+        found = list(Cluster.objects.filter(backend=BackendKind.KUBERNETES, enabled=True).order_by("name")[:2])
+        if len(found) > 1:
+            raise ValueError("cluster: several Kubernetes clusters exist; name one ("
+                             + ", ".join(Cluster.objects.filter(backend=BackendKind.KUBERNETES)
+                                         .values_list("name", flat=True)) + ")")
+        if found:
+            cluster = found[0]
+        else:
+            cluster = Cluster.objects.create(name="kubernetes", backend=BackendKind.KUBERNETES,
+                                             description="Mirrored from the Kubernetes API server.")
+    SchedulingShard.objects.get_or_create(cluster=cluster, name="default", defaults={"partition_label_value": ""})
+    return cluster

@@ -1,0 +1,364 @@
+"""The database mirror of a Kubernetes cluster, filled from the fake API server with the official client."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from kaiweb.audit.models import AuditEntry
+from kaiweb.cluster import mirror
+from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.models import Cluster, GpuDevice, MirrorState, Node, UnreadableObject
+from kaiweb.cluster.watch import ClusterWatcher
+from kaiweb.queues.models import PriorityClass, Queue
+from kaiweb.workloads.choices import PodState, WorkloadState
+from kaiweb.workloads.models import Pod, Workload
+from tests.factories import QueueFactory
+from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.django_db
+
+
+def qspec(gpu_quota: float = 0, *, parent: str | None = None, gpu_limit: float = -1, priority: int = 100) -> dict:
+    """A Queue CRD spec with every value explicit (unset limits would mean a cap of zero)."""
+    spec: dict[str, Any] = {"priority": priority, "resources": {
+        "gpu": {"quota": gpu_quota, "limit": gpu_limit, "overQuotaWeight": 1},
+        "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+        "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+    }}
+    if parent:
+        spec["parentQueue"] = parent
+    return spec
+
+
+@pytest.fixture
+def gateway(kube_apiserver: FakeKubeApiServer) -> KubernetesGateway:  # noqa: F811
+    return KubernetesGateway(kube_apiserver.api_client, request_timeout=2.0, max_attempts=2, sleep=lambda _: None)
+
+
+@pytest.fixture
+def cluster() -> Cluster:
+    return mirror.kubernetes_cluster("k8s")
+
+
+@pytest.fixture
+def server(kube_apiserver: FakeKubeApiServer) -> FakeKubeApiServer:  # noqa: F811
+    """A small cluster: two GPU nodes, a queue tree, a gang, a single pod, a fractional pod."""
+    s = kube_apiserver
+    s.add_node("gpu-1", gpus=4, labels={"nvidia.com/gpu.product": "H100", "nvidia.com/gpu.memory": "81559",
+                                        "topology.kubernetes.io/zone": "a"})
+    s.add_node("gpu-2", gpus=2)
+    s.add_queue("research", qspec(8))
+    s.add_queue("team-a", qspec(4, parent="research"))
+    s.add_pod_group("train", {"queue": "team-a", "minMember": 2, "priorityClassName": "train"})
+    s.add_priority_class("train", 50)
+    for i in range(2):
+        s.add_pod(f"train-{i}", queue=None, pod_group="train", requests={"cpu": "2", "nvidia.com/gpu": "1"})
+    s.add_pod("solo", queue="team-a", requests={"cpu": "500m", "memory": "1Gi"}, node="gpu-2", phase="Running")
+    s.add_pod("half", queue="team-a", annotations={"gpu-fraction": "0.5"})
+    return s
+
+
+def mirror_view(cluster: Cluster) -> dict[str, Any]:
+    """The mirror as plain data, for comparing two ways of filling it."""
+    return {
+        "nodes": sorted(Node.objects.filter(cluster=cluster).values_list(
+            "name", "allocatable_gpu", "allocatable_cpu", "ready", "gpu_product")),
+        "devices": sorted(GpuDevice.objects.filter(node__cluster=cluster).values_list("node__name", "index")),
+        "workloads": sorted(Workload.objects.filter(cluster=cluster).values_list(
+            "namespace", "name", "queue__name", "state", "min_member")),
+        "pods": sorted(Pod.objects.filter(workload__cluster=cluster).values_list(
+            "workload__name", "name", "state", "node__name", "gpu", "gpu_fraction", "cpu")),
+        "problems": sorted(UnreadableObject.objects.filter(cluster=cluster).values_list(
+            "kind", "namespace", "name", "field", "deferred")),
+    }
+
+
+# -- full sync --------------------------------------------------------------------------------
+
+
+def test_sync_full_mirrors_nodes_devices_workloads_and_pods(server: FakeKubeApiServer, gateway: KubernetesGateway,
+                                                            cluster: Cluster) -> None:
+    report = mirror.sync_full(gateway, cluster)
+
+    n1 = Node.objects.get(cluster=cluster, name="gpu-1")
+    assert (n1.allocatable_gpu, n1.allocatable_cpu, n1.gpu_product, n1.gpu_memory_mib) == (4, 64000, "H100", 81559)
+    assert n1.topology == {"zone": "a"}
+    assert list(n1.gpus.values_list("index", "product")) == [(i, "H100") for i in range(4)]
+    assert GpuDevice.objects.filter(node__name="gpu-2").count() == 2
+
+    train = Workload.objects.get(cluster=cluster, name="train")
+    assert (train.queue.name, train.min_member, train.state) == ("team-a", 2, WorkloadState.PENDING)
+    assert train.priority_class == PriorityClass.objects.get(name="train")  # imported from the cluster
+    assert sorted(train.pods.values_list("name", "gpu", "cpu")) == [("train-0", 1.0, 2000.0), ("train-1", 1.0, 2000.0)]
+
+    solo = Workload.objects.get(cluster=cluster, name__startswith="pg-solo-")
+    assert solo.labels[mirror.IMPLICIT_GROUP_LABEL] == "true"
+    assert solo.state == WorkloadState.RUNNING
+    pod = solo.pods.get()
+    assert (pod.state, pod.node.name, pod.memory, pod.started_at is not None) == (PodState.RUNNING, "gpu-2", 2**30,
+                                                                                 True)
+    half = Pod.objects.get(name="half")
+    assert (half.gpu, half.gpu_fraction, half.workload.queue.name) == (0, 0.5, "team-a")
+    assert report.nodes["created"] == 2
+    assert report.pods["created"] == 4
+    assert report.workloads["created"] == 3
+    assert report.problems == []
+
+
+def test_a_second_sync_changes_nothing_and_deletions_in_the_cluster_reach_the_mirror(
+        server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
+    mirror.sync_full(gateway, cluster)
+    again = mirror.sync_full(gateway, cluster)
+    assert again.nodes == again.pods == again.workloads == {"created": 0, "updated": 0, "deleted": 0}
+
+    server.remove("pods", "solo")
+    server.remove("nodes", "gpu-2")
+    server.remove("podgroups", "train")
+    server.add_pod("half", queue="team-a", annotations={"gpu-fraction": "0.5"}, node="gpu-1", phase="Running")
+    report = mirror.sync_full(gateway, cluster)
+
+    assert list(Node.objects.filter(cluster=cluster).values_list("name", flat=True)) == ["gpu-1"]
+    assert not Workload.objects.filter(name__startswith="pg-solo-").exists()
+    assert not Workload.objects.filter(name="train").exists()
+    half = Pod.objects.get(name="half")
+    assert (half.state, half.node.name, half.workload.state) == (PodState.RUNNING, "gpu-1", WorkloadState.RUNNING)
+    # The PodGroup is gone but its pods are not (yet): they wait for it, recorded with the rule.
+    waiting = UnreadableObject.objects.get(cluster=cluster, name="train-0")
+    assert (waiting.field, waiting.deferred) == ("metadata.annotations[pod-group-name]", True)
+    assert "must name an existing PodGroup" in waiting.rule
+    assert report.nodes["deleted"] == 1
+    assert report.workloads["deleted"] == 2
+
+
+def test_unknown_queue_and_queue_with_children_are_problems_on_that_workload_and_the_rest_is_applied(
+        server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
+    server.add_pod_group("lost", {"queue": "nowhere", "minMember": 1})
+    server.add_pod("lost-0", queue=None, pod_group="lost")
+    server.add_pod("on-parent", queue="research")
+
+    mirror.sync_full(gateway, cluster)
+
+    lost = UnreadableObject.objects.get(cluster=cluster, kind="PodGroup", name="lost")
+    assert lost.field == "spec.queue"
+    assert "must name an existing queue" in lost.rule
+    assert "'nowhere'" in lost.message
+    parent = UnreadableObject.objects.get(cluster=cluster, kind="Pod", name="on-parent")
+    assert parent.field == "metadata.labels[kai.scheduler/queue]"
+    assert "must name a leaf queue" in parent.rule
+    member = UnreadableObject.objects.get(cluster=cluster, kind="Pod", name="lost-0")
+    assert "PodGroup lost, which is not scheduled" in member.rule
+    assert not Workload.objects.filter(name="lost").exists()
+    assert not Pod.objects.filter(name__in=["lost-0", "on-parent"]).exists()
+    assert Workload.objects.filter(cluster=cluster).count() == 3  # the others are mirrored
+
+    # The queue appears: the next sync mirrors the workload and forgets the problem.
+    server.add_queue("nowhere", qspec(1))
+    mirror.sync_full(gateway, cluster)
+    assert Workload.objects.get(name="lost").queue.name == "nowhere"
+    assert not UnreadableObject.objects.filter(name__in=["lost", "lost-0"]).exists()
+
+
+def test_an_unreadable_pod_is_recorded_with_field_and_rule_and_left_out_unless_it_holds_resources(
+        server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
+    server.add_pod("broken", queue="team-a", annotations={"gpu-fraction": "half"})
+    mirror.sync_full(gateway, cluster)
+
+    row = UnreadableObject.objects.get(cluster=cluster, kind="Pod", name="broken")
+    assert (row.field, row.rule, row.deferred) == ("metadata.annotations[gpu-fraction]", "must be a number in (0, 1]",
+                                                   False)
+    assert "'half'" in row.message
+    assert not Pod.objects.filter(name="broken").exists()
+    assert Pod.objects.filter(workload__cluster=cluster).count() == 4
+
+    # A running pod that becomes unreadable keeps its last row: its node is still in use.
+    server.add_pod("solo", queue="team-a", node="gpu-2", phase="Running", annotations={"gpu-memory": "-1"})
+    mirror.sync_full(gateway, cluster)
+    assert Pod.objects.get(name="solo").state == PodState.RUNNING
+    assert UnreadableObject.objects.get(name="solo").field == "metadata.annotations[gpu-memory]"
+
+    # Fixed: the record goes away.
+    server.add_pod("broken", queue="team-a", annotations={"gpu-fraction": "0.25"})
+    mirror.sync_full(gateway, cluster)
+    assert not UnreadableObject.objects.filter(name="broken").exists()
+    assert Pod.objects.get(name="broken").gpu_fraction == 0.25
+
+
+def test_an_unreadable_node_is_recorded_and_its_row_is_kept_but_not_ready(
+        server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
+    mirror.sync_full(gateway, cluster)
+    node = server.get("nodes", "gpu-2")
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "lots"
+    server.put("nodes", node)
+
+    mirror.sync_full(gateway, cluster)
+
+    assert Node.objects.get(name="gpu-2").ready is False
+    assert UnreadableObject.objects.get(kind="Node", name="gpu-2").field == "status.allocatable[nvidia.com/gpu]"
+
+
+@pytest.mark.parametrize("size", [3, 40])
+def test_a_full_sync_takes_a_bounded_number_of_queries(kube_apiserver: FakeKubeApiServer,  # noqa: F811
+                                                       gateway: KubernetesGateway, cluster: Cluster,
+                                                       size: int) -> None:
+    kube_apiserver.add_queue("q", qspec(8))
+    for i in range(size):
+        kube_apiserver.add_node(f"n{i}", gpus=8)
+        kube_apiserver.add_pod_group(f"g{i}", {"queue": "q", "minMember": 2})
+        for j in range(2):
+            kube_apiserver.add_pod(f"g{i}-{j}", queue=None, pod_group=f"g{i}", requests={"nvidia.com/gpu": "1"})
+        kube_apiserver.add_pod(f"s{i}", queue="q", node=f"n{i}", phase="Running")
+    mirror.sync_full(gateway, cluster)  # imports the queue (its own audited writes) and creates the rows
+
+    kube_apiserver.add_node(f"n{size}", gpus=8)
+    for i in range(size):
+        kube_apiserver.add_pod(f"g{i}-0", queue=None, pod_group=f"g{i}", node=f"n{i}", phase="Running")
+    with CaptureQueriesContext(connection) as ctx:
+        report = mirror.sync_full(gateway, cluster)
+
+    assert report.pods["updated"] == size
+    assert report.nodes["created"] == 1
+    assert len(ctx.captured_queries) <= 45, [q["sql"][:120] for q in ctx.captured_queries]
+
+
+# -- Queue CRDs both ways ---------------------------------------------------------------------
+
+
+def test_queue_sync_creates_imports_and_the_database_wins_on_conflict(
+        kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:  # noqa: F811
+    QueueFactory(name="db-only", gpu_quota=2)
+    QueueFactory(name="both", gpu_quota=6, gpu_limit=8, cpu_quota=-1, cpu_limit=-1, memory_quota=-1, memory_limit=-1,
+                 cpu_over_quota_weight=1, memory_over_quota_weight=1, gpu_over_quota_weight=1)
+    kube_apiserver.add_queue("both", qspec(3, gpu_limit=8))
+    kube_apiserver.add_queue("crd-only", qspec(5))
+
+    messages, problems = mirror.sync_queues(gateway, cluster)
+
+    assert problems == []
+    assert kube_apiserver.get("queues", "db-only")["spec"]["resources"]["gpu"]["quota"] == 2
+    assert kube_apiserver.get("queues", "both")["spec"]["resources"]["gpu"]["quota"] == 6  # the database won
+    assert Queue.objects.get(name="crd-only").gpu_quota == 5  # imported
+    assert Queue.objects.get(name="both").gpu_quota == 6
+    said = " ".join(messages)
+    assert "resources.gpu.quota 3 → 6" in said
+    assert "crd-only exists only in the cluster: imported" in said
+    override = AuditEntry.objects.get(object_type="queues.queue", object_repr="both")
+    assert override.changes() == {"cluster spec.resources.gpu.quota": (3.0, 6.0)}
+    assert AuditEntry.objects.filter(object_repr="crd-only", action="create").exists()
+
+    # Deleted in the database after both sides had it: deleted in the cluster too.
+    Queue.objects.filter(name="db-only").delete()
+    messages, _ = mirror.sync_queues(gateway, cluster)
+    assert kube_apiserver.get("queues", "db-only") is None
+    assert any("db-only was deleted in the database" in m for m in messages)
+    # A queue the database never had stays an import, never a deletion.
+    assert kube_apiserver.get("queues", "crd-only") is not None
+
+
+def test_a_crd_only_queue_kaiweb_refuses_is_recorded_with_the_field_and_rule(
+        kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:  # noqa: F811
+    kube_apiserver.add_queue("fine", qspec(1))
+    kube_apiserver.add_queue("upside-down", qspec(4, gpu_limit=2))
+
+    mirror.sync_full(gateway, cluster)
+
+    assert Queue.objects.filter(name="fine").exists()
+    assert not Queue.objects.filter(name="upside-down").exists()
+    row = UnreadableObject.objects.get(kind="Queue", name="upside-down")
+    assert row.field == "spec.resources.gpu.limit"
+    assert "not imported" in row.rule
+
+
+# -- watch events -----------------------------------------------------------------------------
+
+
+def test_watch_events_give_the_same_mirror_as_a_full_sync(server: FakeKubeApiServer, gateway: KubernetesGateway,
+                                                         cluster: Cluster) -> None:
+    server.add_pod("broken", queue="team-a", annotations={"gpu-fraction": "2"})
+    server.add_pod_group("late", {"queue": "team-b", "minMember": 1})
+    server.add_pod("late-0", queue=None, pod_group="late")
+    # The pods are handed out before their PodGroups and queues: they wait, then are applied.
+    watcher = ClusterWatcher(gateway, lambda e: mirror.apply_event(e, cluster, gateway),
+                             kinds=("Node", "Pod", "PodGroup", "Queue"))
+    watcher.run_once()
+    assert UnreadableObject.objects.get(name="late").deferred
+    server.add_queue("team-b", qspec(1, parent="research"))
+    watcher.run_once()
+    watched = mirror_view(cluster)
+
+    other = mirror.kubernetes_cluster("k8s-full")
+    mirror.sync_full(gateway, other)
+    assert watched == mirror_view(other)
+    assert Workload.objects.get(cluster=cluster, name="late").pods.get().name == "late-0"
+
+
+def test_a_pod_deleted_and_a_node_added_reach_the_mirror_through_the_watch(
+        server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
+    watcher = ClusterWatcher(gateway, lambda e: mirror.apply_event(e, cluster, gateway))
+    watcher.run_once()
+    assert Pod.objects.filter(workload__cluster=cluster).count() == 4
+
+    server.remove("pods", "solo")
+    server.remove("pods", "train-1")
+    server.add_node("gpu-3", gpus=8)
+    watcher.run_once()
+
+    assert not Workload.objects.filter(name__startswith="pg-solo-").exists()  # its only pod is gone
+    assert list(Workload.objects.get(name="train").pods.values_list("name", flat=True)) == ["train-0"]
+    node = Node.objects.get(cluster=cluster, name="gpu-3")
+    assert node.allocatable_gpu == 8
+    assert node.gpus.count() == 8
+    assert MirrorState.objects.get(cluster=cluster).watcher_heartbeat_at is not None  # SYNCED events beat
+
+
+def test_a_queue_changed_in_the_cluster_is_put_back_by_the_watcher(
+        server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
+    mirror.sync_full(gateway, cluster)
+    watcher = ClusterWatcher(gateway, lambda e: mirror.apply_event(e, cluster, gateway), kinds=("Queue",))
+    watcher.run_once()
+    server.add_queue("team-a", qspec(1, parent="research"))
+
+    watcher.run_once()
+
+    assert server.get("queues", "team-a")["spec"]["resources"]["gpu"]["quota"] == 4
+    entry = AuditEntry.objects.filter(object_repr="team-a", action="update").first()
+    assert entry is not None
+    assert entry.changes() == {"cluster spec.resources.gpu.quota": (1.0, 4.0)}
+
+
+def test_sync_into_lists_only_queues_while_the_watcher_is_alive(
+        server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
+    mirror.record_heartbeat(cluster)
+    before = len(server.requests)
+    assert gateway.sync_into(cluster)["mode"] == "queues"
+    paths = [r.path for r in server.requests[before:] if r.method == "GET"]
+    assert paths
+    assert all("/queues" in p for p in paths)
+
+    MirrorState.objects.filter(cluster=cluster).update(watcher_heartbeat_at=None)
+    assert gateway.sync_into(cluster)["mode"] == "full"
+    assert Pod.objects.filter(workload__cluster=cluster).count() == 4
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def test_sync_cluster_command_mirrors_once(server: FakeKubeApiServer) -> None:
+    out = StringIO()
+    call_command("sync_cluster", "--host", server.url, "--cluster", "prod", stdout=out)
+    assert "cluster prod mirrored: nodes: created 2" in out.getvalue()
+    assert Pod.objects.filter(workload__cluster__name="prod").count() == 4
+
+
+def test_watch_cluster_command_fills_the_mirror(server: FakeKubeApiServer) -> None:
+    out = StringIO()
+    call_command("watch_cluster", "--once", "--host", server.url, "--cluster", "prod", stdout=out)
+    assert "into cluster prod" in out.getvalue()
+    assert Node.objects.filter(cluster__name="prod").count() == 2
+    assert Pod.objects.filter(workload__cluster__name="prod").count() == 4
+    assert mirror.watcher_is_current(Cluster.objects.get(name="prod"))
