@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
@@ -98,6 +100,22 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def to_spec(self) -> Any:
+        """The engine's NodeSpec of this node (one conversion, kept in the scheduling adapter)."""
+        from kaiweb.scheduling.adapters import node_to_spec
+
+        return node_to_spec(self)
+
+    @classmethod
+    def from_spec(cls, spec: Any, cluster: Cluster) -> Node:
+        """An unsaved Node of `cluster` from an engine NodeSpec (for snapshots replayed as a simulated cluster)."""
+        return cls(
+            cluster=cluster, name=spec.name, labels=dict(spec.labels), allocatable_cpu=spec.cpu_millis,
+            allocatable_memory=int(spec.memory_bytes), allocatable_gpu=spec.whole_gpus,
+            allocatable_pods=spec.max_pods, gpu_memory_mib=spec.gpu_memory_mib if spec.gpu_memory_synced else 0,
+            mig_enabled=spec.mig_enabled, ready=spec.ready,
+        )
 
 
 class GpuDevice(models.Model):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
@@ -9,6 +12,9 @@ from django.db import models
 from kaiweb.core.choices import RESOURCES, UNLIMITED
 from kaiweb.core.models import TimeStampedModel
 from kaiweb.queues.choices import DEFAULT_QUEUE_PRIORITY, NON_PREEMPTIBLE_FROM, MembershipRole
+
+# Queue memory is in MB (10^6 bytes) as in the Queue CRD; the engine counts bytes.
+MEMORY_BYTES_PER_MB = 1_000_000.0
 
 # Kubernetes object names (RFC 1123 subdomain, as used by cluster-scoped CRDs).
 k8s_name_validator = RegexValidator(
@@ -103,6 +109,30 @@ class Queue(TimeStampedModel):
 
         validate_queue_fields(self)
 
+    def to_spec(self) -> Any:
+        """The engine's QueueSpec of this queue (one conversion, kept in the scheduling adapter)."""
+        from kaiweb.scheduling.adapters import queue_to_spec
+
+        return queue_to_spec(self, self.parent.name if self.parent_id else None)
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> Queue:
+        """An unsaved Queue from an engine QueueSpec (memory bytes → MB; the parent is looked up by name)."""
+        values: dict[str, Any] = {"name": spec.name, "priority": spec.priority}
+        for r in RESOURCES:
+            res = getattr(spec, r)
+            scale = MEMORY_BYTES_PER_MB if r == "memory" else 1.0
+            values[f"{r}_quota"] = res.quota if res.quota < 0 else res.quota / scale
+            values[f"{r}_limit"] = res.limit if res.limit < 0 else res.limit / scale
+            values[f"{r}_over_quota_weight"] = res.over_quota_weight
+        for attr in ("preempt_min_runtime", "reclaim_min_runtime"):
+            seconds = getattr(spec, f"{attr}_s")
+            values[attr] = None if seconds is None else dt.timedelta(seconds=seconds)
+        queue = cls(**values)
+        if spec.parent:
+            queue.parent = cls.objects.filter(name=spec.parent).first()
+        return queue
+
 
 class QueueMembership(models.Model):
     """A user's role on a queue, inherited by the queue's whole subtree."""
@@ -151,3 +181,15 @@ class PriorityClass(TimeStampedModel):
     def default_preemptible(value: int) -> bool:
         """KAI's default: a priority below 100 is preemptible."""
         return value < NON_PREEMPTIBLE_FROM
+
+    def to_spec(self) -> Any:
+        """The engine's PriorityClass."""
+        from scheduler_core.model import PriorityClass as PriorityClassSpec
+
+        return PriorityClassSpec(name=self.name, value=self.value, preemptible=self.preemptible)
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> PriorityClass:
+        """An unsaved PriorityClass; an unset preemptibility follows KAI's rule (value below 100)."""
+        preemptible = cls.default_preemptible(spec.value) if spec.preemptible is None else spec.preemptible
+        return cls(name=spec.name, value=spec.value, preemptible=preemptible)
