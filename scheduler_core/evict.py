@@ -70,6 +70,9 @@ class VictimJob:
         """One surplus pod (last in task order), else every remaining pod (the whole gang)."""
         if not self.remaining:
             return []
+        members = self.job.root.members
+        if len(members) == 1 and isinstance(members[0], PodSet) and len(self.remaining) <= members[0].min_available:
+            return list(self.remaining)  # one pod set at (or below) its minimum: the whole gang
         ps = self._surplus_member(self.job.root)
         if ps is not None:
             pods = [t for t in self.remaining if t.pod_set is ps]
@@ -291,7 +294,18 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
                     freed[t.node] += t.vec[GPU] + (1.0 if t.shared else 0.0)
         return freed
 
+    base_free = float(np.maximum(s.idle[:, GPU] + s.rel[:, GPU], 0).sum()) + sum(len(ns.groups) for ns in s.nodes)
+    need_total = sum(demand)
+
     def run(chunks: list[list[TaskState]], freed: np.ndarray | None = None) -> bool:
+        if demand and freed is None:
+            # quick reject: all free GPUs plus what these victims free cannot cover the demand
+            total = base_free
+            for c in chunks:
+                for t in c:
+                    total += t.vec[GPU] + (1.0 if t.shared else 0.0)
+            if total + _EPS < need_total:
+                return False
         if freed is None:
             freed = freed_of(chunks)
         if not _greedy_gpu_fit(s, demand, freed, allowed):
@@ -557,14 +571,21 @@ def run_reclaim(s: Session, placer: Placer) -> None:
             q.allocated, q.allocated_np = list(q.allocated), list(q.allocated_np)
         victims: list[JobState] = []
         refused = ""
+        verdicts: dict[str, rc.Verdict] = {}
+        minrts: dict[str, rc.MinRuntime] = {}
         for v in s.jobs:
             if v.queue == job.queue or not v.valid or not v.preemptible or v.active_allocated() == 0:
                 continue
-            f = rc.filter_victim_queue(s.queues, job.queue, v.queue, req)
+            f = verdicts.get(v.queue)
+            if f is None:
+                f = verdicts[v.queue] = rc.filter_victim_queue(s.queues, job.queue, v.queue, req)
             if not f.ok:
                 refused = f.reason
                 continue
-            minrt = rc.reclaim_min_runtime(s.queues, job.queue, v.queue, s.config.default_reclaim_min_runtime_s)
+            minrt = minrts.get(v.queue)
+            if minrt is None:
+                minrt = minrts[v.queue] = rc.reclaim_min_runtime(s.queues, job.queue, v.queue,
+                                                                 s.config.default_reclaim_min_runtime_s)
             if not v.is_elastic() and _protected(s, v, minrt.seconds):
                 refused = f"job {v.uid} is within its minimum runtime of {_fmt(minrt.seconds)}s"
                 continue
