@@ -231,6 +231,9 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         t = time.perf_counter()
         if advance and hasattr(gateway, "advance"):
             gateway.advance()
+        if hasattr(gateway, "sync_into"):
+            # Kubernetes: bring the database mirror up to date (a full list unless watch_cluster runs).
+            gateway.sync_into(shard.cluster)
         phases["observe"] = _ms(t)
 
         t = time.perf_counter()
@@ -258,6 +261,15 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         t = time.perf_counter()
         mark_applied(cycle, to_apply, outcomes)
         phases["record"] += _ms(t)
+
+        if hasattr(gateway, "write_back"):
+            # Kubernetes: queue status and why-pending onto the cluster's objects (only what changed).
+            t = time.perf_counter()
+            try:
+                gateway.write_back(cycle)
+            except Exception:  # noqa: BLE001 - the decisions are applied and recorded; the next cycle writes again
+                log.exception("cycle %s: writing status back to the cluster failed", cycle.pk)
+            phases["write_back"] = _ms(t)
     except Exception as exc:
         _fail(cycle, exc, phases, t0)
         raise

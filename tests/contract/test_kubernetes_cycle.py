@@ -1,0 +1,193 @@
+"""End to end: the scheduling cycle on the Kubernetes backend, against the fake API server.
+
+The cluster lives in the fake server; kaiweb is configured with ``KAI_CLUSTER_BACKEND=kubernetes``
+pointed at it; the cycle runs through the Celery task's own function. What is asserted is what
+reached the API server (Bindings, Evictions, Queue status, pod conditions and events) and what
+the database mirror says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kaiweb.cluster import mirror
+from kaiweb.cluster.models import Cluster, SchedulingShard, UnreadableObject
+from kaiweb.scheduling.choices import CycleStatus, DecisionKind
+from kaiweb.scheduling.models import Decision, SchedulingCycle
+from kaiweb.scheduling.tasks import run_cycle_task
+from kaiweb.workloads.choices import PodState
+from kaiweb.workloads.models import Pod
+from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.django_db
+
+
+def qspec(gpu_quota: float, *, parent: str | None = None, gpu_limit: float = -1) -> dict[str, Any]:
+    spec: dict[str, Any] = {"priority": 100, "resources": {
+        "gpu": {"quota": gpu_quota, "limit": gpu_limit, "overQuotaWeight": 1},
+        "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+        "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+    }}
+    if parent:
+        spec["parentQueue"] = parent
+    return spec
+
+
+@pytest.fixture
+def shard(kube_apiserver: FakeKubeApiServer, settings: Any) -> SchedulingShard:  # noqa: F811
+    """kaiweb configured for the fake server: the Kubernetes backend and a cluster with one shard."""
+    settings.KAI_CLUSTER_BACKEND = "kubernetes"
+    settings.KAI_KUBERNETES_HOST = kube_apiserver.url
+    settings.KAI_KUBERNETES_TIMEOUT = 3.0
+    cluster = mirror.kubernetes_cluster("k8s")
+    return SchedulingShard.objects.get(cluster=cluster, name="default")
+
+
+def run_cycle(shard: SchedulingShard) -> SchedulingCycle:
+    cycle_id = run_cycle_task(shard.pk, "test")
+    cycle = SchedulingCycle.objects.get(pk=cycle_id)
+    assert cycle.status == CycleStatus.SUCCEEDED, cycle.error
+    return cycle
+
+
+def requests_to(server: FakeKubeApiServer, method: str, path_end: str) -> int:
+    return sum(1 for r in server.requests if r.method == method and r.path.endswith(path_end))
+
+
+def test_one_cycle_binds_explains_and_writes_back_then_a_second_changes_nothing(
+        kube_apiserver: FakeKubeApiServer, shard: SchedulingShard) -> None:  # noqa: F811
+    s = kube_apiserver
+    s.add_node("gpu-1", gpus=4, labels={"nvidia.com/gpu.product": "H100", "nvidia.com/gpu.memory": "81559"})
+    s.add_node("gpu-2", gpus=4, labels={"nvidia.com/gpu.product": "H100", "nvidia.com/gpu.memory": "81559"})
+    s.add_queue("org", qspec(8))
+    s.add_queue("team-a", qspec(4, parent="org"))
+    s.add_queue("team-b", qspec(4, parent="org"))
+    s.add_pod_group("train", {"queue": "team-a", "minMember": 2})
+    for i in range(2):
+        s.add_pod(f"train-{i}", queue=None, pod_group="train", requests={"cpu": "4", "nvidia.com/gpu": "1"})
+    s.add_pod("half", queue="team-b", requests={"cpu": "1"}, annotations={"gpu-fraction": "0.5"})
+    s.add_pod("broken", queue="team-b", requests={"cpu": "1"}, annotations={"gpu-fraction": "abc"})
+    s.add_pod("huge", queue="team-b", requests={"cpu": "1", "nvidia.com/gpu": "16"})
+    s.add_pod("elsewhere", queue="team-a", scheduler="default-scheduler")
+
+    cycle = run_cycle(shard)
+
+    # Bindings for the placeable pods, none for the malformed one or another scheduler's pod.
+    bound = {b["name"]: b for b in s.bindings}
+    assert set(bound) == {"train-0", "train-1", "half"}
+    assert all(b["node"] in ("gpu-1", "gpu-2") for b in bound.values())
+    half = s.get("pods", "half")
+    group = half["metadata"]["labels"]["runai-gpu-group"]
+    assert group
+    assert half["metadata"]["annotations"]["runai-gpu-group"] == group
+    assert bound["half"]["annotations"]["kaiweb.io/gpu-portion"] == "0.5"
+    assert cycle.binds == 3
+
+    # The malformed pod: recorded with the field and the rule, and told so on the pod itself.
+    problem = UnreadableObject.objects.get(kind="Pod", name="broken")
+    assert (problem.field, problem.rule) == ("metadata.annotations[gpu-fraction]", "must be a number in (0, 1]")
+    broken = s.get("pods", "broken")
+    condition = next(c for c in broken["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert "gpu-fraction" in condition["message"]
+    assert not Pod.objects.filter(name="broken").exists()
+
+    # The pod that cannot fit anywhere: PodScheduled=False with the engine's reason, and an event.
+    huge = s.get("pods", "huge")
+    condition = next(c for c in huge["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert condition["status"] == "False"
+    assert condition["message"]
+    events = [e for e in s.list("events", "default") if e["involvedObject"]["name"] == "huge"]
+    assert len(events) == 1
+    assert events[0]["type"] == "Warning"
+    assert events[0]["message"] == condition["message"]
+
+    # Queue status written to the CRDs, in the CRD's quantities.
+    team_a = s.get("queues", "team-a")["status"]
+    assert team_a["allocated"]["nvidia.com/gpu"] == "2"
+    assert team_a["requested"]["nvidia.com/gpu"] == "2"
+    assert s.get("queues", "org")["status"]["childQueues"] == ["team-a", "team-b"]
+
+    # The mirror already shows the binds (as KAI's cache does) until the cluster reports more.
+    assert set(Pod.objects.filter(state=PodState.BINDING).values_list("name", flat=True)) == {
+        "train-0", "train-1", "half"}
+
+    status_patches = requests_to(s, "PATCH", "/queues/team-a/status")
+    second = run_cycle(shard)
+
+    assert len(s.bindings) == 3  # nothing bound twice
+    assert second.binds == 0
+    assert requests_to(s, "PATCH", "/pods/huge/status") == 1  # the reason did not change: not written again
+    assert requests_to(s, "PATCH", "/pods/broken/status") == 1
+    assert requests_to(s, "PATCH", "/queues/team-a/status") == status_patches  # same status: not written again
+    assert set(Pod.objects.filter(state=PodState.BOUND).values_list("name", flat=True)) == {
+        "train-0", "train-1", "half"}
+    assert Decision.objects.filter(kind=DecisionKind.BIND).count() == 3
+
+
+def test_a_reclaim_eviction_reaches_the_eviction_api_with_the_grace_period(
+        kube_apiserver: FakeKubeApiServer, shard: SchedulingShard) -> None:  # noqa: F811
+    s = kube_apiserver
+    s.add_node("gpu-1", gpus=4)
+    s.add_queue("borrower", qspec(0))
+    s.add_queue("owner", qspec(4))
+    for i in range(4):
+        s.add_pod(f"borrowed-{i}", queue="borrower", requests={"cpu": "1", "nvidia.com/gpu": "1"}, node="gpu-1",
+                  phase="Running")
+        pod = s.get("pods", f"borrowed-{i}")
+        pod["spec"]["terminationGracePeriodSeconds"] = 45
+        s.put("pods", pod)
+    s.add_pod("owners-job", queue="owner", requests={"cpu": "1", "nvidia.com/gpu": "2"})
+
+    cycle = run_cycle(shard)
+
+    assert cycle.evictions == 2
+    assert len(s.evictions) == 2
+    assert {e["name"] for e in s.evictions} <= {f"borrowed-{i}" for i in range(4)}
+    assert all(e["grace"] == 45 for e in s.evictions)
+    for e in s.evictions:  # terminating for its grace period, and told why
+        assert s.get("pods", e["name"])["metadata"]["deletionGracePeriodSeconds"] == 45
+    assert not s.bindings  # the reclaimer waits for the resources being released
+    evicted = set(Pod.objects.filter(state=PodState.RELEASING).values_list("name", flat=True))
+    assert evicted == {e["name"] for e in s.evictions}
+
+    # Another cycle while the victims terminate: no second eviction.
+    run_cycle(shard)
+    assert len(s.evictions) == 2
+
+    # Once they are gone the reclaimer is bound.
+    s.complete_terminations()
+    run_cycle(shard)
+    assert [b["name"] for b in s.bindings] == ["owners-job"]
+
+
+def test_a_pod_deleted_and_a_node_added_by_watch_events_change_what_the_next_cycle_sees(
+        kube_apiserver: FakeKubeApiServer, shard: SchedulingShard) -> None:  # noqa: F811
+    from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+    from kaiweb.cluster.watch import ClusterWatcher
+
+    s = kube_apiserver
+    s.add_node("small", gpus=1)
+    s.add_queue("q", qspec(8))
+    s.add_pod("blocker", queue="q", requests={"nvidia.com/gpu": "1"}, node="small", phase="Running")
+    s.add_pod("wants-two", queue="q", requests={"nvidia.com/gpu": "2"})
+    cluster: Cluster = shard.cluster
+    gateway = KubernetesGateway(s.api_client, request_timeout=3.0)
+    watcher = ClusterWatcher(gateway, lambda e: mirror.apply_event(e, cluster, gateway))
+    watcher.run_once()
+    assert mirror.watcher_is_current(cluster)  # the cycle trusts the watcher: it lists only queues
+
+    run_cycle(shard)
+    assert not s.bindings
+
+    s.remove("pods", "blocker")
+    s.add_node("big", gpus=8)
+    watcher.run_once()
+    assert not Pod.objects.filter(name="blocker").exists()
+    pods_listed = requests_to(s, "GET", "/pods")
+    run_cycle(shard)
+
+    assert [(b["name"], b["node"]) for b in s.bindings] == [("wants-two", "big")]
+    assert requests_to(s, "GET", "/pods") == pods_listed  # the mirror came from the watch
