@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
 # One palette for queues everywhere (tree, GPU map, stacked charts): a queue keeps its colour.
@@ -51,6 +52,16 @@ def _layout(**extra: Any) -> dict[str, Any]:
     return base
 
 
+def _times(values: Sequence[datetime]) -> list[str]:
+    """UTC times as ISO strings (the pages speak UTC); plotly validates strings much faster."""
+    return [(v.astimezone(UTC) if v.tzinfo else v).replace(tzinfo=None).isoformat(timespec="seconds") for v in values]
+
+
+def _nums(values: Sequence[float | None]) -> np.ndarray:
+    """Numbers as a float array (None → NaN, a gap): plotly ships it as a typed array."""
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
 def to_dict(fig: go.Figure) -> dict[str, Any]:
     return json.loads(fig.to_json())
 
@@ -66,15 +77,16 @@ def allocation_over_time(gpu: list[tuple[datetime, float]], cpu_cores: list[tupl
     fig = go.Figure()
     if gpu:
         fig.add_trace(go.Scatter(
-            x=[t for t, _ in gpu], y=[100 * v / gpu_total if gpu_total else 0 for _, v in gpu],
-            customdata=[round(v, 2) for _, v in gpu], name="GPU", mode="lines", line={"color": ACCENT, "width": 2},
+            x=_times([t for t, _ in gpu]), y=_nums([100 * v / gpu_total if gpu_total else 0 for _, v in gpu]),
+            customdata=_nums([round(v, 2) for _, v in gpu]), name="GPU", mode="lines", line={"color": ACCENT, "width": 2},
             hovertemplate="%{y:.1f}% (%{customdata} GPUs)<extra>GPU</extra>", fill="tozeroy",
             fillcolor="rgba(47,111,222,.08)",
         ))
     if cpu_cores:
         fig.add_trace(go.Scatter(
-            x=[t for t, _ in cpu_cores], y=[100 * v / cpu_total_cores if cpu_total_cores else 0 for _, v in cpu_cores],
-            customdata=[round(v, 1) for _, v in cpu_cores], name="CPU", mode="lines",
+            x=_times([t for t, _ in cpu_cores]),
+            y=_nums([100 * v / cpu_total_cores if cpu_total_cores else 0 for _, v in cpu_cores]),
+            customdata=_nums([round(v, 1) for _, v in cpu_cores]), name="CPU", mode="lines",
             line={"color": GOOD, "width": 1.5, "dash": "dot"},
             hovertemplate="%{y:.1f}% (%{customdata} cores)<extra>CPU</extra>",
         ))
@@ -89,7 +101,7 @@ def pending_by_queue(rows: list[tuple[str, int]]) -> dict[str, Any]:
         return EMPTY
     rows.sort(key=lambda r: (r[1], r[0]))
     fig = go.Figure(go.Bar(
-        x=[n for _, n in rows], y=[q for q, _ in rows], orientation="h",
+        x=_nums([n for _, n in rows]), y=[q for q, _ in rows], orientation="h",
         marker={"color": [queue_colour(q) for q, _ in rows]},
         hovertemplate="%{y}: %{x} pending<extra></extra>",
     ))
@@ -102,14 +114,14 @@ def queue_share_history(history: list[Any], resource: str, scale: float = 1.0, u
     """One queue: allocated vs fair share (and requested) per recorded cycle."""
     if not history:
         return EMPTY
-    xs = [h.recorded_at for h in history]
+    xs = _times([h.recorded_at for h in history])
 
-    def series(attr: str) -> list[float | None]:
+    def series(attr: str) -> np.ndarray:
         out = []
         for h in history:
             v = (getattr(h, attr) or {}).get(resource)
             out.append(None if v is None else round(float(v) / scale, 3))
-        return out
+        return _nums(out)
 
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=xs, y=series("requested"), name="requested", mode="lines",
@@ -133,7 +145,7 @@ def preemption_timeline(events: list[dict[str, Any]]) -> dict[str, Any]:
         if not evs:
             continue
         fig.add_trace(go.Scatter(
-            x=[e["at"] for e in evs], y=[action] * len(evs), mode="markers", name=action,
+            x=_times([e["at"] for e in evs]), y=[action] * len(evs), mode="markers", name=action,
             marker={"color": colours[action], "size": 9, "symbol": "line-ns-open", "line": {"width": 2}},
             text=[f"{e['victim']} ← {e['preemptor'] or '—'}" for e in evs],
             hovertemplate="%{x|%H:%M:%S} %{text}<extra>" + action + "</extra>",
@@ -148,10 +160,10 @@ def cycle_phases(cycles: list[Any], phases: Sequence[str]) -> dict[str, Any]:
     if not cycles:
         return EMPTY
     fig = go.Figure()
-    xs = [c.started_at for c in cycles]
+    xs = _times([c.started_at for c in cycles])
     for i, phase in enumerate(phases):
-        ys = [round(float((c.phase_durations or {}).get(phase) or 0) * 1000, 2) for c in cycles]
-        if not any(ys):
+        ys = _nums([round(float((c.phase_durations or {}).get(phase) or 0) * 1000, 2) for c in cycles])
+        if not ys.any():
             continue
         fig.add_trace(go.Bar(x=xs, y=ys, name=phase, marker={"color": PALETTE[i % len(PALETTE)]},
                              hovertemplate="%{y:.1f} ms<extra>" + phase + "</extra>"))
@@ -163,11 +175,11 @@ def cycle_decisions(cycles: list[Any]) -> dict[str, Any]:
     """Binds, evictions, pipelined and pending per cycle."""
     if not cycles:
         return EMPTY
-    xs = [c.started_at for c in cycles]
+    xs = _times([c.started_at for c in cycles])
     fig = go.Figure()
     for attr, colour, kind in (("binds", GOOD, "bar"), ("evictions", BAD, "bar"), ("pipelined", ACCENT, "bar"),
                                ("pending", MUTED, "line")):
-        ys = [getattr(c, attr) for c in cycles]
+        ys = _nums([getattr(c, attr) for c in cycles])
         if kind == "bar":
             fig.add_trace(go.Bar(x=xs, y=ys, name=attr, marker={"color": colour}))
         else:
@@ -187,7 +199,8 @@ def usage_stacked(series: dict[str, list[tuple[datetime, float]]], unit: str) ->
         if not pts:
             continue
         fig.add_trace(go.Scatter(
-            x=[t for t, _ in pts], y=[round(v, 3) for _, v in pts], name=name, mode="lines", stackgroup="one",
+            x=_times([t for t, _ in pts]), y=_nums([round(v, 3) for _, v in pts]), name=name, mode="lines",
+            stackgroup="one",
             line={"width": 0.5, "color": queue_colour(name)},
             hovertemplate="%{y:.2f} " + unit + "<extra>" + name + "</extra>",
         ))

@@ -1,12 +1,9 @@
-"""Tables of the scheduling pages: preemption events and cycles."""
+"""Tables of the scheduling pages: preemption events and cycles (columns and sorting; rows in templates)."""
 
 from __future__ import annotations
 
 import django_tables2 as tables
-from django.urls import reverse
-from django.utils.html import format_html
 
-from kaiweb.dashboard.formatting import fmt_duration
 from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADGE
 from kaiweb.scheduling.models import PreemptionEvent, SchedulingCycle
 
@@ -31,29 +28,8 @@ class PreemptionTable(tables.Table):
         empty_text = "No preemption matches these filters."
         order_by = ("-at",)
 
-    def render_at(self, record: PreemptionEvent) -> str:
-        return format_html('<a href="{}">{}</a>', reverse("scheduling:preemption", args=[record.pk]),
-                           record.at.strftime("%Y-%m-%d %H:%M:%S"))
-
-    def render_action(self, record: PreemptionEvent) -> str:
-        return format_html('<span class="badge {}">{}</span>', PREEMPTION_ACTION_BADGE.get(record.action, "gray"),
-                           record.get_action_display())
-
-    def render_victim_ref(self, record: PreemptionEvent) -> str:
-        if record.victim_id:
-            return format_html('<a href="{}">{}</a>', reverse("workloads:detail", args=[record.victim_id]), record.victim_ref)
-        return record.victim_ref
-
-    def render_preemptor_ref(self, record: PreemptionEvent) -> str:
-        if not record.preemptor_ref:
-            return format_html('<span class="faint">{}</span>', "none (stale gang)" if record.action == "stale-gang" else "—")
-        if record.preemptor_id:
-            return format_html('<a href="{}">{}</a>', reverse("workloads:detail", args=[record.preemptor_id]),
-                               record.preemptor_ref)
-        return record.preemptor_ref
-
-    def render_message(self, value: str) -> str:
-        return format_html('<span class="muted">{}</span>', value if len(value) <= 140 else value[:140] + "…")
+    row_template = "scheduling/rows/preemption.html"
+    action_badge = PREEMPTION_ACTION_BADGE
 
 
 class CycleTable(tables.Table):
@@ -80,15 +56,5 @@ class CycleTable(tables.Table):
         empty_text = "No cycle matches these filters."
         order_by = ("-started_at",)
 
-    def render_id(self, record: SchedulingCycle) -> str:
-        return format_html('<a href="{}">#{}</a>', reverse("scheduling:cycle", args=[record.pk]), record.pk)
-
-    def render_shard(self, record: SchedulingCycle) -> str:
-        return record.shard.name if record.shard else "—"
-
-    def render_status(self, record: SchedulingCycle) -> str:
-        return format_html('<span class="badge {}">{}</span>', CYCLE_STATUS_BADGE.get(record.status, "gray"),
-                           record.get_status_display())
-
-    def render_duration_seconds(self, value: float) -> str:
-        return fmt_duration(value)
+    row_template = "scheduling/rows/cycle.html"
+    status_badge = CYCLE_STATUS_BADGE
