@@ -16,7 +16,13 @@ import math
 import numpy as np
 
 from scheduler_core import model as m
-from scheduler_core.ordering import JobsOrder, batch_request, is_candidate, tasks_to_allocate
+from scheduler_core.ordering import (
+    JobsOrder,
+    _member_order_key,
+    batch_request,
+    is_candidate,
+    tasks_to_allocate,
+)
 from scheduler_core.proportion import QueueAttrs
 from scheduler_core.session import (
     CPU,
@@ -459,13 +465,62 @@ def topology_subsets(s: Session, tasks: list[TaskState], tc: m.TopologyConstrain
     return [np.array(sorted(x[2]), dtype=int) for x in subsets], extra, None
 
 
-def _job_topology(job: JobState) -> m.TopologyConstraint | None:
-    if job.root.topology is not None:
-        return job.root.topology
-    for ps in job.pod_sets.values():
-        if ps.topology is not None:
-            return ps.topology
-    return None
+def _has_topology(job: JobState) -> bool:
+    def walk(x: PodSet | SubGroupSet) -> bool:
+        if x.topology is not None:
+            return True
+        return isinstance(x, SubGroupSet) and any(walk(y) for y in x.members)
+
+    return walk(job.root)
+
+
+def _member_tasks(x: PodSet | SubGroupSet, tasks: list[TaskState]) -> list[TaskState]:
+    if isinstance(x, PodSet):
+        return [t for t in tasks if t.pod_set is x]
+    out: list[TaskState] = []
+    for y in x.members:
+        out.extend(_member_tasks(y, tasks))
+    return out
+
+
+def _place_member(s: Session, placer: Placer, stmt: Statement, x: PodSet | SubGroupSet, tasks: list[TaskState],
+                  cand: np.ndarray, extra: np.ndarray | None, pipeline_only: bool,
+                  failure: list[TaskState | m.Reason]) -> bool:
+    """Place the tasks of one member of the gang tree inside ``cand`` (§2.6 step 3): a member with
+    a topology constraint tries its ordered node sets one by one (checkpoint / rollback); its
+    children are placed recursively inside the chosen set, each with its own constraint."""
+    mine = _member_tasks(x, tasks)
+    if not mine:
+        return True
+    subsets: list[np.ndarray] = [cand]
+    sub_extra_full = extra
+    if x.topology is not None:
+        subsets, own_extra, problem = topology_subsets(s, mine, x.topology, cand)
+        if problem is not None:
+            failure.append(problem)
+            return False
+        if own_extra is not None:
+            sub_extra_full = own_extra
+    pos = {int(c): k for k, c in enumerate(cand)} if sub_extra_full is not None else {}
+    for subset in subsets:
+        sub_extra = None if sub_extra_full is None else np.array([sub_extra_full[pos[int(i)]] for i in subset])
+        cp = stmt.checkpoint()
+        ok = True
+        if isinstance(x, PodSet):
+            for t in mine:
+                if not placer.place(stmt, t, subset, pipeline_only, sub_extra):
+                    failure.append(t)
+                    ok = False
+                    break
+        else:
+            for y in sorted(x.members, key=_member_order_key):
+                if not _place_member(s, placer, stmt, y, mine, subset, sub_extra, pipeline_only, failure):
+                    ok = False
+                    break
+        if ok:
+            return True
+        stmt.rollback(cp)
+    return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -493,38 +548,31 @@ def allocate_job(s: Session, placer: Placer, stmt: Statement, job: JobState, pip
             s.pending_reasons[job.uid] = problem
         return False
     cand = placer.all_nodes
-    tc = _job_topology(job)
-    if tc is None:
-        subsets, extra, topo_problem = [cand], None, None
-    else:
-        subsets, extra, topo_problem = topology_subsets(s, tasks, tc, cand)
-    if topo_problem is not None:
-        if record:
-            s.pending_reasons[job.uid] = topo_problem
-        return False
     cp = stmt.checkpoint()
-    failed: TaskState | None = None
-    for subset in subsets:
-        sub_extra = None
-        if extra is not None:
-            pos = {int(c): k for k, c in enumerate(cand)}
-            sub_extra = np.array([extra[pos[int(i)]] for i in subset])
+    failure: list[TaskState | m.Reason] = []
+    if _has_topology(job):
+        ok = _place_member(s, placer, stmt, job.root, tasks, cand, None, pipeline_only, failure)
+    else:
         ok = True
         for t in tasks:
-            if not placer.place(stmt, t, subset, pipeline_only, sub_extra):
+            if not placer.place(stmt, t, cand, pipeline_only):
                 ok = False
-                failed = t
+                failure.append(t)
                 break
-        if ok:
-            if should_pipeline_job(job):
-                for t in job.tasks:
-                    if t.status == m.ALLOCATED:
-                        if t.shared:
-                            stmt.place_shared(t, m.PIPELINED, t.node, t.groups, t.mem_per_device, t.portion)  # type: ignore[arg-type]
-                        else:
-                            stmt.move(t, m.PIPELINED, t.node, t.groups)
-            return True
-        stmt.rollback(cp)
+    if ok:
+        if should_pipeline_job(job):
+            for t in job.tasks:
+                if t.status == m.ALLOCATED:
+                    if t.shared:
+                        stmt.place_shared(t, m.PIPELINED, t.node, t.groups, t.mem_per_device, t.portion)  # type: ignore[arg-type]
+                    else:
+                        stmt.move(t, m.PIPELINED, t.node, t.groups)
+        return True
+    stmt.rollback(cp)
+    failed = next((f for f in failure if isinstance(f, TaskState)), None)
+    topo_problem = next((f for f in failure if isinstance(f, m.Reason)), None)
+    if record and failed is None and topo_problem is not None:
+        s.pending_reasons[job.uid] = topo_problem
     if record and failed is not None:
         s.pending_reasons[job.uid] = fit_failure_reason(s, job, tasks, failed)
     for t in tasks:
