@@ -22,8 +22,32 @@ ERRORS = {
 }
 
 
+# Integer bounds Django derives from the database backend (SQLite: 64 bits for every integer column;
+# Postgres: 16/32/64 by column type). They say nothing about the API, and left in they would make the
+# schema depend on the database it was generated with. The API still enforces the real ones.
+_DB_INT_MAX = {2**15 - 1, 2**31 - 1, 2**63 - 1}
+_DB_INT_MIN = {-(2**15), -(2**31), -(2**63)}
+
+
+def _drop_database_bounds(node: Any) -> None:
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            if node.get("maximum") in _DB_INT_MAX:
+                if node.pop("maximum") == 2**63 - 1 and node.get("format") == "int64":
+                    node.pop("format")
+            if node.get("minimum") in _DB_INT_MIN:
+                node.pop("minimum")
+        for value in node.values():
+            _drop_database_bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            _drop_database_bounds(value)
+
+
 def add_error_responses(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
-    """Add the error responses to every operation that does not already document them."""
+    """Add the error responses to every operation that does not already document them (and drop the
+    integer bounds that come from the database backend, not from the API)."""
+    _drop_database_bounds(result.get("components", {}))
     components = result.setdefault("components", {}).setdefault("schemas", {})
     components.setdefault("Error", ERROR_SCHEMA)
     ref = {"$ref": "#/components/schemas/Error"}
