@@ -87,12 +87,15 @@ def main() -> int:
     from kaiweb.scheduling.models import SchedulingCycle
 
     last_id = SchedulingCycle.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
-    procs = [
-        start([PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"]),
-        start([PY, "-m", "celery", "-A", "kaiweb", "worker", "-l", "warning", "--concurrency", "1",
-               "-Q", "celery", "--without-gossip", "--without-mingle", "--without-heartbeat"]),
-        start([PY, "-m", "celery", "-A", "kaiweb", "beat", "-l", "warning"]),
-    ]
+    commands = {
+        "web": [PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"],
+        "worker": [PY, "-m", "celery", "-A", "kaiweb", "worker", "-l", "warning", "--concurrency", "1",
+                   "-Q", "celery", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        "beat": [PY, "-m", "celery", "-A", "kaiweb", "beat", "-l", "warning"],
+    }
+    running = {name: start(cmd) for name, cmd in commands.items()}
+    restarts: dict[str, list[float]] = {name: [] for name in commands}
+    procs = list(running.values())
     print(f"\nkaiweb is up: http://{HOST}:{PORT}/  (API: http://{HOST}:{PORT}/api/v1/, "
           f"docs: http://{HOST}:{PORT}/api/v1/docs/, metrics: http://{HOST}:{PORT}/metrics)")
     print(login)
@@ -108,7 +111,22 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         next_poll = 0.0
-        while not stopping and all(p.poll() is None for p in procs):
+        while not stopping:
+            # A service that dies (e.g. the worker when the broker restarts) is started again, as
+            # a process supervisor would; one that keeps dying stops the launcher.
+            for name, proc in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                recent = [t for t in restarts[name] if t > time.time() - 60] + [time.time()]
+                restarts[name] = recent
+                if len(recent) > 3:
+                    print(f"{name} exited {len(recent)} times in a minute (code {proc.returncode}); stopping.",
+                          flush=True)
+                    stopping = True
+                    break
+                print(f"{name} exited (code {proc.returncode}); starting it again.", flush=True)
+                running[name] = start(commands[name])
+                procs.append(running[name])
             if time.time() >= next_poll:
                 try:
                     last_id, lines = cycle_lines(last_id)
