@@ -436,30 +436,53 @@ def _commit(s: Session, stmt: Statement, job: JobState, attempt: Attempt, action
 
 
 class _Signatures:
-    """Skip a job identical to one that already failed in the same queue (§2.10 signatures)."""
+    """KAI's scheduling signatures (§2.10): per scope (a queue, or the whole cluster for
+    consolidation), remember the smallest job that failed for each set of scheduling constraints;
+    a later job with the same constraints is skipped unless it is "easier": fewer pending pods,
+    or, comparing both jobs' pending-pod requests sorted ascending, some position where the new
+    request is ≤ the remembered one in every resource and differs from it."""
 
     def __init__(self) -> None:
-        self.failed: dict[tuple, tuple[int, list[tuple]]] = {}
+        self.failed: dict[tuple, tuple[int, list[tuple[float, float, float]]]] = {}
 
     @staticmethod
-    def _sig(job: JobState) -> tuple:
-        out = []
+    def _key(scope: str, job: JobState) -> tuple:
+        cons = []
         for t in job.tasks:
             if t.status != m.PENDING:
                 continue
             r = t.spec.request
-            out.append((r.cpu_millis, r.memory_bytes, r.gpu_kind, r.gpus, r.gpu_fraction, r.gpu_memory_mib,
-                        r.gpu_devices, tuple(sorted(r.mig.items())), t.spec.node_affinity or (),
-                        tuple(sorted(t.spec.node_selector.items()))))
-        return tuple(sorted(out))
+            cons.append((r.gpu_kind, tuple(sorted(r.mig)), t.spec.node_affinity or (),
+                         tuple(sorted(t.spec.node_selector.items()))))
+        return (scope, job.priority, job.preemptible, tuple(sorted(cons)))
+
+    @staticmethod
+    def _requests(job: JobState) -> list[tuple[float, float, float]]:
+        return sorted((t.req_qvec[0], t.req_qvec[1], t.req_qvec[2]) for t in job.tasks if t.status == m.PENDING)
+
+    @staticmethod
+    def _easier(new: tuple[int, list], old: tuple[int, list]) -> bool:
+        if new[0] < old[0]:
+            return True
+        for a, b in zip(new[1], old[1]):
+            if all(x <= y for x, y in zip(a, b)) and a != b:
+                return True
+        return False
 
     def skip(self, scope: str, job: JobState) -> bool:
-        key = (scope, job.priority, job.preemptible, self._sig(job))
-        return key in self.failed
+        old = self.failed.get(self._key(scope, job))
+        if old is None:
+            return False
+        reqs = self._requests(job)
+        return not self._easier((len(reqs), reqs), old)
 
     def fail(self, scope: str, job: JobState) -> None:
-        key = (scope, job.priority, job.preemptible, self._sig(job))
-        self.failed[key] = (len(job.pending_tasks()), [])
+        key = self._key(scope, job)
+        reqs = self._requests(job)
+        new = (len(reqs), reqs)
+        old = self.failed.get(key)
+        if old is None or self._easier(new, old):
+            self.failed[key] = new
 
 
 # --------------------------------------------------------------------------------------------
