@@ -107,6 +107,17 @@ def _dominant(q: QueueAttrs, alloc: list[float], total: list[float], add: list[f
     return best
 
 
+def _dom3(u0: float, u1: float, u2: float, cap: tuple[float, float, float]) -> float:
+    """Dominant share of a usage vector against per-resource caps (0 cap: × penalty)."""
+    c0, c1, c2 = cap
+    a = u0 * _ZERO_SHARE_PENALTY if c0 == 0 else u0 / c0
+    b = u1 * _ZERO_SHARE_PENALTY if c1 == 0 else u1 / c1
+    c = u2 * _ZERO_SHARE_PENALTY if c2 == 0 else u2 / c2
+    best = a if a > b else b
+    best = best if best > c else c
+    return best if best > 0.0 else 0.0
+
+
 def _le_cap(v: float, cap: float) -> bool:
     return cap == _UNL or v <= cap
 
@@ -120,6 +131,15 @@ class QueueComparator:
     def __init__(self, total: list[float]) -> None:
         self.total = total
         self._alloc: dict[str, list[float]] = {}
+        self._cap: dict[str, tuple[float, float, float]] = {}
+
+    def _caps(self, q: QueueAttrs, alloc: list[float], total: list[float]) -> tuple[float, float, float]:
+        got = self._cap.get(q.name)
+        if got is None or total is not self.total:
+            got = tuple(total[r] if alloc[r] == _UNL else alloc[r] for r in (0, 1, 2))  # type: ignore[assignment]
+            if total is self.total:
+                self._cap[q.name] = got  # type: ignore[assignment]
+        return got  # type: ignore[return-value]
 
     def allocatable(self, q: QueueAttrs) -> list[float]:
         got = self._alloc.get(q.name)
@@ -153,15 +173,20 @@ class QueueComparator:
             return -1 if left.priority > right.priority else 1
         lal, ral = self.allocatable(left), self.allocatable(right)
         # 4. zero-share penalty
-        lz = any(lal[r] == 0 and la[r] + lreq[r] > 0 for r in (0, 1, 2))
-        rz = any(ral[r] == 0 and ra[r] + rreq[r] > 0 for r in (0, 1, 2))
+        lz = ((lal[0] == 0 and la[0] + lreq[0] > 0) or (lal[1] == 0 and la[1] + lreq[1] > 0)
+              or (lal[2] == 0 and la[2] + lreq[2] > 0))
+        rz = ((ral[0] == 0 and ra[0] + rreq[0] > 0) or (ral[1] == 0 and ra[1] + rreq[1] > 0)
+              or (ral[2] == 0 and ra[2] + rreq[2] > 0))
         if lz != rz:
             return 1 if lz else -1
         # 5. dominant share with the job, 6. without
-        a, b = _dominant(left, lal, total, lreq), _dominant(right, ral, total, rreq)
+        lc, rc = self._caps(left, lal, total), self._caps(right, ral, total)
+        a = _dom3(la[0] + lreq[0], la[1] + lreq[1], la[2] + lreq[2], lc)
+        b = _dom3(ra[0] + rreq[0], ra[1] + rreq[1], ra[2] + rreq[2], rc)
         if a != b:
             return -1 if a < b else 1
-        a, b = _dominant(left, lal, total, None), _dominant(right, ral, total, None)
+        a = _dom3(la[0], la[1], la[2], lc)
+        b = _dom3(ra[0], ra[1], ra[2], rc)
         if a != b:
             return -1 if a < b else 1
         # 7. smaller allocatable share (≤ everywhere, < somewhere)
