@@ -6,7 +6,7 @@ import django_filters
 from django.db.models import Q, QuerySet
 
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, PreemptionAction
-from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, SchedulingCycle
+from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
 
 
 class SchedulingCycleFilterSet(django_filters.FilterSet):
@@ -64,3 +64,15 @@ class PendingReasonFilterSet(django_filters.FilterSet):
     class Meta:
         model = PendingReason
         fields = ("id", "workload", "cycle", "reason", "is_current")
+
+
+class QueueStatusFilterSet(django_filters.FilterSet):
+    """Recorded queue figures by queue name, cycle and time."""
+
+    queue = django_filters.CharFilter(field_name="queue__name")
+    since = django_filters.IsoDateTimeFilter(field_name="recorded_at", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="recorded_at", lookup_expr="lt")
+
+    class Meta:
+        model = QueueStatus
+        fields = ("id", "cycle")

@@ -30,6 +30,7 @@ from kaiweb.queues import selectors, services, yaml_io
 from kaiweb.queues.api import serializers as s
 from kaiweb.queues.filtersets import PriorityClassFilterSet, QueueFilterSet, QueueMembershipFilterSet
 from kaiweb.queues.models import PriorityClass, Queue, QueueMembership
+from kaiweb.scheduling.filtersets import QueueStatusFilterSet
 from kaiweb.scheduling.models import QueueStatus
 
 DRY_RUN = OpenApiParameter("dry_run", OpenApiTypes.BOOL, description="Check and report, change nothing.")
@@ -190,7 +191,7 @@ class QueueStatusViewSet(viewsets.ReadOnlyModelViewSet):
     """Queue figures recorded by the scheduling cycles (history; the tree shows the latest)."""
 
     serializer_class = s.QueueStatusSerializer
-    filterset_fields = {"queue__name": ["exact"], "cycle": ["exact"], "recorded_at": ["gte", "lt"]}
+    filterset_class = QueueStatusFilterSet
     ordering_fields = ("recorded_at", "id")
     ordering = ("-recorded_at", "-id")
 

@@ -92,3 +92,19 @@ def test_memberships_are_managed_by_platform_admins(admin_api, queue_admin_api, 
 def test_health_needs_no_login(client):
     assert client.get("/healthz").status_code == 200
     assert client.get("/api/v1/queues/").status_code in (401, 403)
+
+
+def test_me_lists_roles_and_issues_a_token(queue_admin_api, queue_admin, queue_tree):
+    me = queue_admin_api.get("/api/v1/me/").json()
+    assert me == {
+        "username": "queue-admin", "is_platform_admin": False,
+        "administered_queues": ["department-a", "team-inference", "team-research-a"],
+    }
+    first = queue_admin_api.post("/api/v1/me/token/").json()["token"]
+    second = queue_admin_api.post("/api/v1/me/token/").json()["token"]
+    assert first != second
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {first}")
+    assert client.get("/api/v1/me/").status_code in (401, 403)  # rotated away
+    client.credentials(HTTP_AUTHORIZATION=f"Token {second}")
+    assert client.get("/api/v1/me/").json()["username"] == "queue-admin"
