@@ -86,6 +86,10 @@ class VictimJob:
         self.taken += 1
 
     def elastic_state(self) -> int:
+        members = self.job.root.members
+        if len(members) == 1 and isinstance(members[0], PodSet):
+            n, mn = len(self.remaining), members[0].min_available
+            return 0 if n < mn else (2 if n > mn else 1)
         above = False
         for ps in self.job.pod_sets.values():
             n = self._count(ps)
@@ -97,8 +101,12 @@ class VictimJob:
 
     def order_key(self) -> tuple:
         """Reversed JobOrder: lowest priority, above-min before at-min before below-min, newest."""
-        s = self.job.spec
-        return (self.job.priority, -self.elastic_state(), -s.creation, -s.build_order, _neg(self.job.uid))
+        j = self.job
+        static = j.victim_key
+        if static is None:
+            s = j.spec
+            static = j.victim_key = (-s.creation, -s.build_order, _neg(j.uid))
+        return (j.priority, -self.elastic_state(), static[0], static[1], static[2])
 
 
 def _neg(name: str) -> tuple[int, ...]:
@@ -533,8 +541,12 @@ def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[Jo
     held: dict[str, float] = {}
     largest: dict[str, float] = {}
     rstar: dict[str, str] = {}
+    levels: dict[str, tuple[str, str]] = {}
     for v in victims:
-        r_name, v_name = rc.leveled_queues(s.queues, job.queue, v.queue)
+        lv = levels.get(v.queue)
+        if lv is None:
+            lv = levels[v.queue] = rc.leveled_queues(s.queues, job.queue, v.queue)
+        r_name, v_name = lv
         rstar[v_name] = r_name
         active = [t for t in v.tasks if t.status in m.ACTIVE_ALLOCATED_STATES]
         g = sum(t.qvec[GPU] for t in active)

@@ -183,7 +183,7 @@ class JobState:
     """A job's live state: tasks, gang tree, flags."""
 
     __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
-                 "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending")
+                 "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending", "victim_key")
 
     def __init__(self, index: int, spec: m.JobSpec) -> None:
         self.index = index
@@ -201,6 +201,7 @@ class JobState:
         self.preemptible = spec.preemptible
         self.evicted_by: str | None = None
         self.n_pending = 0  # tasks in Pending, kept by Session._charge
+        self.victim_key: tuple | None = None  # static part of the victim order (evict.VictimJob)
 
     # ---- gang state -------------------------------------------------------------------------
     def pending_tasks(self) -> list[TaskState]:
@@ -210,6 +211,9 @@ class JobState:
         return self.n_pending > 0
 
     def active_allocated(self) -> int:
+        if len(self.pod_sets) == 1:
+            for ps in self.pod_sets.values():
+                return ps.active_allocated
         return sum(ps.active_allocated for ps in self.pod_sets.values())
 
     def allocated_count(self) -> int:
