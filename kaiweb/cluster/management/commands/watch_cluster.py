@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from kaiweb.cluster import mirror
 from kaiweb.cluster.backends.kubernetes import KubernetesGateway, load_configuration
@@ -63,8 +63,7 @@ class Command(BaseCommand):
                 counts[event.type] = counts.get(event.type, 0) + 1
                 log_event(event)
                 if cluster is not None:
-                    # Each watch thread has its own connection; a dropped one is replaced.
-                    close_old_connections()
+                    _fresh_connection()
                     mirror.apply_event(event, cluster, gateway)
                 if options["verbosity"] >= 2:
                     where = f"{event.namespace}/{event.name}" if event.namespace else event.name
@@ -97,6 +96,13 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"watch ended: {summary}"))
 
 
+def _fresh_connection() -> None:
+    """Each watch thread keeps its own database connection for days: one that broke (a database
+    restart) is replaced before the next change is written. Never inside a transaction (tests)."""
+    if not connection.in_atomic_block:
+        close_old_connections()
+
+
 class _Heartbeat(threading.Thread):
     """Tells the scheduling cycle the mirror is kept current (so it does not list everything
     itself), a few times per heartbeat window, while the watch runs."""
@@ -110,7 +116,7 @@ class _Heartbeat(threading.Thread):
         if self.cluster is None:
             return
         try:
-            close_old_connections()
+            _fresh_connection()
             mirror.record_heartbeat(self.cluster)
         except Exception:  # noqa: BLE001 - the database may be away for a moment; the next beat retries
             log.warning("watch heartbeat not recorded", exc_info=True)
