@@ -1,41 +1,67 @@
-/* Small behaviours shared by every page: collapsible queue tree rows, confirm buttons. */
+/* Small behaviours shared by every page: collapsible queue tree rows (kept across the
+ * periodic htmx refresh of the tree), confirm buttons. */
 (function () {
   "use strict";
 
-  // A tree row has data-path="/root/child/" ; collapsing a row hides every row whose path starts with it.
-  function setExpanded(button, expanded) {
-    var row = button.closest("tr");
-    var table = row.closest("table");
-    var path = row.dataset.path;
-    button.setAttribute("aria-expanded", expanded ? "true" : "false");
-    table.querySelectorAll("tr[data-path]").forEach(function (other) {
-      if (other === row || other.dataset.path.indexOf(path) !== 0) { return; }
-      if (!expanded) { other.classList.add("collapsed-hidden"); return; }
-      // Re-show a descendant only if none of its ancestors between here and it is collapsed.
-      var hidden = false;
-      table.querySelectorAll("tr[data-path] .toggle[aria-expanded='false']").forEach(function (b) {
-        var p = b.closest("tr").dataset.path;
-        if (p !== path && other.dataset.path.indexOf(p) === 0 && other.dataset.path !== p) { hidden = true; }
-      });
-      other.classList.toggle("collapsed-hidden", hidden);
+  var STORE = "kaiweb.collapsedQueues";
+
+  function collapsedPaths() {
+    try { return JSON.parse(window.sessionStorage.getItem(STORE) || "[]"); } catch (e) { return []; }
+  }
+
+  function saveCollapsed() {
+    var paths = [];
+    document.querySelectorAll(".qtree .toggle[aria-expanded='false']").forEach(function (b) {
+      paths.push(b.closest("tr").dataset.path);
+    });
+    try { window.sessionStorage.setItem(STORE, JSON.stringify(paths)); } catch (e) { /* private mode */ }
+  }
+
+  // A row is hidden when any ancestor row (a path that prefixes its own) is collapsed.
+  function applyCollapsed(table) {
+    var closed = [];
+    table.querySelectorAll("tr[data-path] .toggle").forEach(function (b) {
+      if (b.getAttribute("aria-expanded") === "false") { closed.push(b.closest("tr").dataset.path); }
+    });
+    table.querySelectorAll("tr[data-path]").forEach(function (row) {
+      var p = row.dataset.path;
+      var hidden = closed.some(function (c) { return c !== p && p.indexOf(c) === 0; });
+      row.classList.toggle("collapsed-hidden", hidden);
     });
   }
+
+  function restore(root) {
+    var closed = collapsedPaths();
+    (root || document).querySelectorAll(".qtree").forEach(function (table) {
+      table.querySelectorAll("tr[data-path] .toggle").forEach(function (b) {
+        var open = closed.indexOf(b.closest("tr").dataset.path) === -1;
+        b.setAttribute("aria-expanded", open ? "true" : "false");
+      });
+      applyCollapsed(table);
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { restore(document); });
+  document.addEventListener("htmx:afterSettle", function (evt) { restore(evt.target); });
 
   document.addEventListener("click", function (evt) {
     var toggle = evt.target.closest(".qtree .toggle");
     if (toggle) {
       evt.preventDefault();
-      setExpanded(toggle, toggle.getAttribute("aria-expanded") !== "true");
+      toggle.setAttribute("aria-expanded", toggle.getAttribute("aria-expanded") === "true" ? "false" : "true");
+      applyCollapsed(toggle.closest("table"));
+      saveCollapsed();
       return;
     }
     var all = evt.target.closest("[data-tree-all]");
     if (all) {
       evt.preventDefault();
       var expand = all.dataset.treeAll === "expand";
-      document.querySelectorAll(".qtree .toggle").forEach(function (b) { b.setAttribute("aria-expanded", expand ? "true" : "false"); });
-      document.querySelectorAll(".qtree tr[data-path]").forEach(function (r) {
-        r.classList.toggle("collapsed-hidden", !expand && r.dataset.depth !== "0");
+      document.querySelectorAll(".qtree .toggle").forEach(function (b) {
+        b.setAttribute("aria-expanded", expand ? "true" : "false");
       });
+      document.querySelectorAll(".qtree").forEach(applyCollapsed);
+      saveCollapsed();
       return;
     }
     var confirmBtn = evt.target.closest("[data-confirm]");
