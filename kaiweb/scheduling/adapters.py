@@ -479,13 +479,18 @@ def _record_pending_reasons(cycle: SchedulingCycle, result: m.CycleResult, index
     current = {pr.workload_id: pr for pr in PendingReason.objects.filter(
         is_current=True, workload_id__in=list(index.workloads.values()))}
     to_update: list[PendingReason] = []
+    to_touch: list[int] = []
     to_retire: list[int] = []
     to_create: list[PendingReason] = []
     for wid, reason in reasons.items():
         old = current.get(wid)
         if old is not None and old.reason == reason.code[:64]:
-            old.message, old.details, old.cycle, old.recorded_at = reason.message, reason.details, cycle, at
-            to_update.append(old)
+            details = _jsonable(reason.details)
+            if old.message == reason.message and old.details == details:
+                to_touch.append(old.pk)  # same words and numbers: only "as of this cycle" moves
+            else:
+                old.message, old.details, old.cycle, old.recorded_at = reason.message, details, cycle, at
+                to_update.append(old)
             continue
         if old is not None:
             to_retire.append(old.pk)
@@ -495,10 +500,10 @@ def _record_pending_reasons(cycle: SchedulingCycle, result: m.CycleResult, index
     to_retire.extend(pr.pk for wid, pr in current.items() if wid not in reasons)
     if to_retire:
         PendingReason.objects.filter(pk__in=to_retire).update(is_current=False)
+    if to_touch:
+        PendingReason.objects.filter(pk__in=to_touch).update(cycle=cycle, recorded_at=at)
     if to_update:
-        for pr in to_update:
-            pr.details = _jsonable(pr.details)
-        PendingReason.objects.bulk_update(to_update, ["message", "details", "cycle", "recorded_at"])
+        PendingReason.objects.bulk_update(to_update, ["message", "details", "cycle", "recorded_at"], batch_size=500)
     PendingReason.objects.bulk_create(to_create)
 
 
