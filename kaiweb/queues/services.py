@@ -65,12 +65,17 @@ def find_cycle(parents: Mapping[Any, Any], start: Any) -> list[Any] | None:
     return None
 
 
-def check_tree(queue: Queue, parent: Queue | None) -> None:
-    """Rules that need the rest of the tree: no cycle, and only leaf queues hold workloads."""
+def check_tree(queue: Queue, parent: Queue | None, *, lock: bool = False) -> None:
+    """Rules that need the rest of the tree: no cycle, and only leaf queues hold workloads.
+
+    With `lock` (inside a transaction) the queue rows are locked while the tree is read, so two
+    concurrent moves cannot each pass the cycle check and together make a loop.
+    """
     if parent is None:
         return
     if queue.pk is not None:
-        rows = list(Queue.objects.values_list("pk", "parent_id", "name"))
+        rows_qs = Queue.objects.select_for_update() if lock else Queue.objects.all()
+        rows = list(rows_qs.values_list("pk", "parent_id", "name"))
         parents: dict[Any, Any] = {pk: parent_id for pk, parent_id, _ in rows}
         names = {pk: name for pk, _, name in rows}
         names[queue.pk] = queue.name  # the queue may be renamed in this change
@@ -166,7 +171,7 @@ def update_queue(
             raise ValidationError({"name": f"a queue named {queue.name!r} already exists; queue names are unique"})
         _validate(queue)
         if "parent" in data:
-            check_tree(queue, parent)
+            check_tree(queue, parent, lock=True)
         queue.save()
         after = audit.snapshot(queue)
         if after != before:
