@@ -30,15 +30,22 @@ TREE: list[tuple[str, str | None, int, float, float, float]] = [
     ("team-nlp", "department-b", 100, 8, -1, 1),
 ]
 
+# The engine's reason codes and message shapes (scheduler_core.allocate / evict).
 PENDING_REASONS = [
-    ("OverLimit", "queue {queue} is at its GPU limit of {limit:g}: {alloc:g} allocated, the job asks {req:g} more",
-     lambda q, alloc, req: {"limit": q["limit"], "allocated": alloc, "requested": req}),
-    ("NotEnoughResources", "gang of {n} × {g:g} GPUs: only {free} nodes have {g:g} free GPUs",
-     lambda q, alloc, req: {"gang": 4, "free_nodes": 1}),
-    ("OverFairShare", "queue {queue} is above its fair share of {fair:g} GPUs ({alloc:g} allocated); reclaim is not allowed",
-     lambda q, alloc, req: {"fair_share": q["fair"], "allocated": alloc}),
-    ("NonPreemptibleOverQuota", "non-preemptible workload is over quota: queue {queue} quota {quota:g} GPUs, "
-     "{alloc:g} non-preemptible allocated, asks {req:g}", lambda q, alloc, req: {"quota": q["quota"], "requested": req}),
+    ("queue-over-limit", "queue {queue} is at its GPU limit of {limit:g}: {alloc:g} GPUs allocated + {req:g} GPUs "
+     "requested would exceed it",
+     lambda q, alloc, req: {"queue": q["name"], "resource": "gpu", "limit": q["limit"], "allocated": alloc,
+                            "requested": req}),
+    ("no-node-fits", "gang of {n} × {g:g} GPUs: only {free} node(s) have {g:g} free GPUs",
+     lambda q, alloc, req: {"pods": 4, "gpus_per_pod": 8, "nodes_with_room": 1}),
+    ("reclaim-reclaimer-over-fair-share", "reclaim: queue {queue} would hold {over:g} GPUs (allocated {alloc:g} + "
+     "job {req:g}) > its fair share {fair:g}",
+     lambda q, alloc, req: {"queue": q["name"], "resource": "gpu", "allocated": alloc, "request": req,
+                            "fair_share": q["fair"]}),
+    ("non-preemptible-over-quota", "non-preemptible job would take queue {queue} over its GPU quota of {quota:g}: "
+     "{alloc:g} already used by non-preemptible jobs + {req:g} requested",
+     lambda q, alloc, req: {"queue": q["name"], "resource": "gpu", "quota": q["quota"],
+                            "allocated_non_preemptible": alloc, "requested": req}),
 ]
 
 
@@ -285,14 +292,15 @@ def build_dataset(
     reasons = []
     for i, w in enumerate(pending):
         code, template, details = PENDING_REASONS[i % len(PENDING_REASONS)]
-        q = {"limit": w.queue.gpu_limit if w.queue.gpu_limit >= 0 else 32, "fair": 12.0, "quota": w.queue.gpu_quota}
-        msg = template.format(queue=w.queue.name, n=4, g=8, free=1, alloc=16, req=8, **q)
+        q = {"name": w.queue.name, "limit": w.queue.gpu_limit if w.queue.gpu_limit >= 0 else 32, "fair": 12.0,
+             "quota": w.queue.gpu_quota}
+        msg = template.format(queue=w.queue.name, n=4, g=8, free=1, alloc=16, req=8, over=24, **q)
         if last is not None:
             reasons.append(PendingReason(workload=w, cycle=last, recorded_at=last.started_at, reason=code,
                                          message=msg, details=details(q, 16, 8), is_current=True))
             if i % 2 == 0 and len(cycle_objs) > 1:
                 reasons.append(PendingReason(workload=w, cycle=cycle_objs[-2], recorded_at=cycle_objs[-2].started_at,
-                                             reason="NotEnoughResources", message="no node has enough free GPUs",
+                                             reason="no-node-fits", message="1 pod(s) asking 8 GPUs each: no node has 8 free GPUs",
                                              details={}, is_current=False))
     PendingReason.objects.bulk_create(reasons, batch_size=2000)
 

@@ -137,6 +137,13 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render_page(request, "workloads/detail.html", context)
 
 
+def _number(value: Any) -> Any:
+    """Floats as short as they can be (16.0 → 16, 0.3333333 → 0.333)."""
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if not value.is_integer() else f"{int(value):,}"
+    return value
+
+
 def _history(workload: Workload, reasons: list[Any], decisions: list[Any], preemptions: list[Any]) -> list[dict[str, Any]]:
     """Submission, starts, evictions, why-pending changes and decisions as one timeline, newest first."""
     events: list[dict[str, Any]] = [{"at": workload.submitted_at, "colour": "blue", "what": "Submitted",
@@ -165,18 +172,40 @@ def _history(workload: Workload, reasons: list[Any], decisions: list[Any], preem
     return events
 
 
-# Plain-words headlines for the engine's reason codes; the engine's own message carries the numbers.
+# Plain-words headlines for the engine's reason codes (and KAI's, as a Kubernetes mirror reports
+# them); the engine's own message, shown under the headline, carries the numbers.
 REASON_HEADLINES = {
+    "queue-over-limit": "Its queue (or a parent) is at its limit",
+    "non-preemptible-over-quota": "A non-preemptible workload may only use its queue's quota",
+    "no-node-fits": "No node has room for its pods",
+    "topology-unsatisfied": "No topology domain has room for the whole gang",
+    "not-ready": "Not all of its pods exist yet",
+    "not-attempted": "The scheduler did not get to it in this cycle",
+    "invalid": "The scheduler could not read this workload",
+    "InvalidObject": "The scheduler could not read this workload",
+    "preemption-delay": "It waits for its preemption delay before it may evict others",
+    "session-cap": "The cycle reached its limit of binds or evictions",
     "OverLimit": "Its queue is at its limit",
     "NonPreemptibleOverQuota": "A non-preemptible workload may only use its queue's quota",
-    "NotEnoughResources": "No set of nodes has room for the whole gang",
-    "OverFairShare": "Its queue is above its fair share, so it cannot take resources from others",
-    "NotReady": "The workload is not ready: not all of its pods exist yet",
+    "NotReady": "Not all of its pods exist yet",
     "QueueDoesNotExist": "Its queue does not exist",
-    "InvalidObject": "The scheduler could not read this workload",
-    "PreemptionDelayNotElapsed": "It was evicted recently and waits for its preemption delay",
     "PodSchedulingErrors": "Some pods cannot be placed",
 }
+PREFIX_HEADLINES = (
+    ("reclaim-", "It could not take resources back from queues above their fair share"),
+    ("preempt-", "No lower-priority workload in its queue could make room"),
+    ("consolidation-", "Moving other workloads would not make room either"),
+)
+
+
+def headline(code: str) -> str:
+    """The plain-words headline of a reason code."""
+    if code in REASON_HEADLINES:
+        return REASON_HEADLINES[code]
+    for prefix, text in PREFIX_HEADLINES:
+        if code.startswith(prefix):
+            return text
+    return code.replace("-", " ").replace("_", " ").capitalize()
 
 
 def explain(reason: Any, workload: Workload) -> dict[str, Any]:
@@ -186,10 +215,17 @@ def explain(reason: Any, workload: Workload) -> dict[str, Any]:
     for key, value in sorted(details.items()):
         if isinstance(value, (dict, list)):
             continue
-        numbers.append((key.replace("_", " "), value))
-    nested = {k: v for k, v in details.items() if isinstance(v, dict)}
+        numbers.append((key.replace("_", " "), _number(value)))
+    nested = {k.replace("_", " "): {kk.replace("_", " "): _number(vv) for kk, vv in v.items()
+                                    if not isinstance(vv, (dict, list))}
+              for k, v in details.items() if isinstance(v, dict)}
+    # Further attempts (e.g. reclaim after allocate failed) come as a list of {code, message, ...}.
+    also = [{"headline": headline(str(item.get("code", ""))), "message": item.get("message", "")}
+            for value in details.values() if isinstance(value, list)
+            for item in value if isinstance(item, dict) and item.get("message")]
     return {
-        "headline": REASON_HEADLINES.get(reason.reason, reason.reason.replace("_", " ")),
+        "headline": headline(reason.reason),
+        "also": also,
         "code": reason.reason,
         "message": reason.message,
         "numbers": numbers,

@@ -85,15 +85,35 @@ def test_list_query_count_does_not_grow_with_the_data(client, viewer, ui_data, d
 
 
 def test_detail_explains_why_pending_in_words_with_the_numbers(client, viewer, ui_data):
-    reason = PendingReason.objects.filter(is_current=True, reason="OverLimit").select_related("workload").first()
+    reason = PendingReason.objects.filter(is_current=True, reason="queue-over-limit").select_related("workload").first()
     client.force_login(viewer)
     html = client.get(f"/workloads/{reason.workload_id}/").content.decode()
     why = html[html.index('id="why-pending"'):]
-    assert "Its queue is at its limit" in why
+    assert "Its queue (or a parent) is at its limit" in why
     assert reason.message in why
     numbers = why[why.index('id="why-numbers"'):]
     assert "limit" in numbers
     assert "allocated" in numbers
+
+
+def test_reason_codes_read_as_plain_words():
+    from kaiweb.workloads.views import headline
+
+    assert headline("no-node-fits") == "No node has room for its pods"
+    assert headline("reclaim-reclaimer-over-fair-share").startswith("It could not take resources back")
+    assert headline("preempt-no-victims").startswith("No lower-priority workload")
+    assert headline("some-new-code") == "Some new code"
+
+
+def test_detail_lists_the_other_attempts_of_a_reason(client, viewer, ui_data):
+    reason = PendingReason.objects.filter(is_current=True).first()
+    reason.details = {**reason.details, "evictions": [
+        {"code": "reclaim-reclaimer-over-fair-share", "message": "reclaim: queue x would hold 20 > its fair share 12"}]}
+    reason.save()
+    client.force_login(viewer)
+    html = client.get(f"/workloads/{reason.workload_id}/").content.decode()
+    assert "Also tried: it could not take resources back" in html
+    assert "reclaim: queue x would hold 20 &gt; its fair share 12" in html
 
 
 def test_detail_shows_pods_placement_and_history(client, viewer, ui_data):
