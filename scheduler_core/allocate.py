@@ -329,7 +329,7 @@ class Placer:
         # pipelining an evicted task back onto its own node (and GPU groups) cancels the eviction
         if status == m.PIPELINED and t.status == m.RELEASING and t.node == i and t.orig_status != m.RELEASING \
                 and (not groups or tuple(groups) == tuple(t.groups)):
-            stmt.move(t, t.orig_status if t.orig_status in m.ACTIVE_USED_STATES else m.RUNNING, i, t.groups)
+            stmt.move(t, t.pre_evict or m.RUNNING, i, t.groups)
             return
         if t.status == m.RELEASING:
             _leave_ghost(stmt, t)
@@ -351,7 +351,7 @@ class Placer:
         if t.status == m.RELEASING and t.node == i and t.orig_status != m.RELEASING and not on_idle:
             own = set(t.groups)
             if all(o[1] in own for o in chosen if o[1] is not None) and new_groups == 0 and len(own) == n:
-                stmt.move(t, m.RUNNING, i, t.groups)
+                stmt.move(t, t.pre_evict or m.RUNNING, i, t.groups)
                 return True
         groups = tuple(o[1] if o[1] is not None else s.new_group_name(t, k) for k, o in enumerate(chosen))
         if t.status == m.RELEASING:
@@ -630,6 +630,13 @@ def run_allocate(s: Session, placer: Placer) -> None:
         stmt = Statement(s)
         had_alloc = job.allocated_count() > 0
         if allocate_job(s, placer, stmt, job, pipeline_only=False):
+            delta = s.statement_delta(stmt)
+            over = s.cap_problem(delta)
+            if over is not None:
+                stmt.discard()
+                s.pending_reasons[job.uid] = over
+                continue
+            s.add_counts(delta)
             touched = stmt.commit()
             pipelined = any(t.status == m.PIPELINED for t in touched)
             for t in touched:

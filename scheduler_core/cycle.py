@@ -69,9 +69,11 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
                                         t.portion if t.shared else 0.0))
         elif t.status == m.PIPELINED and (t.orig_status != m.PIPELINED or t.spec.node != node):
             action = s.pipeline_actions.get(t.index, "allocate")
-            moved = t.spec.node if t.orig_status in m.ACTIVE_USED_STATES and t.spec.node != node else None
-            pipelined.append(m.PipelineDecision(t.job.uid, t.name, node or "", action, tuple(t.groups), moved))
-        if t.status == m.RELEASING and t.orig_status != m.RELEASING or t.index in s.eviction_reasons:
+            src = t.spec.node if t.orig_status in m.ACTIVE_USED_STATES and t.spec.node != node else None
+            pipelined.append(m.PipelineDecision(t.job.uid, t.name, node or "", action, tuple(t.groups), src))
+        moved = (t.status == m.PIPELINED and t.orig_status in m.ACTIVE_USED_STATES and t.orig_status != m.PIPELINED
+                 and t.index in s.eviction_reasons)
+        if (t.status == m.RELEASING and t.orig_status != m.RELEASING) or moved:
             info = s.eviction_reasons.get(t.index)
             action, preemptor, reason = info if info else ("unknown", None, m.Reason("evicted", "evicted", {}))
             evictions.append(m.EvictionDecision(t.job.uid, t.name, t.spec.node or node or "", action,

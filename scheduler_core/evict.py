@@ -43,6 +43,16 @@ def _fmt(x: float) -> str:
 # Victim granularity (§2.10 GetTasksToEvict)
 
 
+def _evictable(t: TaskState) -> bool:
+    """A pod an eviction may take: active (allocated, bound, running or pipelined), including
+    pods placed earlier in this cycle, as in KAI."""
+    return t.status in m.ACTIVE_ALLOCATED_STATES
+
+
+def _has_evictable(job: JobState) -> bool:
+    return job.active_allocated() > 0 and any(_evictable(t) for t in job.tasks)
+
+
 class VictimJob:
     """A candidate victim job with the tasks not yet taken by the search."""
 
@@ -50,7 +60,7 @@ class VictimJob:
 
     def __init__(self, job: JobState) -> None:
         self.job = job
-        self.remaining = [t for t in job.tasks if t.status in m.ACTIVE_ALLOCATED_STATES]
+        self.remaining = [t for t in job.tasks if _evictable(t)]
         self.taken = 0
 
     def _count(self, ps: PodSet) -> int:
@@ -244,7 +254,7 @@ def _greedy_gpu_fit(s: Session, demand: list[float], freed: np.ndarray, allowed:
 
 
 def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks: list[list[TaskState]],
-              validate: Validator, attempt: Attempt, move_all: bool = False) -> bool:
+              validate: Validator, attempt: Attempt, move_all: bool = False, replace_victims: bool = True) -> bool:
     """Evict ``chunks``, re-place preemptor and victims pipeline-only, validate; roll back on failure."""
     cp = stmt.checkpoint()
     before = job.active_allocated()
@@ -255,7 +265,8 @@ def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks
             victim_jobs[t.job.index] = t.job
     # victims that lost only elastic surplus stay gang-satisfied and are not re-placed
     # (reclaim / preempt); consolidation tries to move every victim
-    replace = [j for j in sorted(victim_jobs.values(), key=lambda j: j.index) if move_all or not j.gang_satisfied()]
+    replace = [j for j in sorted(victim_jobs.values(), key=lambda j: j.index)
+               if replace_victims and (move_all or not j.gang_satisfied())]
     order = JobsOrder(s, [job, *replace], simulation=True)
     while True:
         j = order.pop()
@@ -280,7 +291,8 @@ def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks
 
 
 def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: list[JobState],
-          validate: Validator, max_victim_jobs: int | None = None, move_all: bool = False) -> Attempt:
+          validate: Validator, max_victim_jobs: int | None = None, move_all: bool = False,
+          replace_victims: bool = True) -> Attempt:
     """Find the first victim set (node-local scenarios first, then multi-node ones) whose simulation
     places the job and passes ``validate``. Bounded by ``config.max_victim_scenarios``."""
     attempt = Attempt()
@@ -323,7 +335,7 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
             return False
         tried.add(key)
         attempt.scenarios += 1
-        return _simulate(s, placer, stmt, job, chunks, validate, attempt, move_all)
+        return _simulate(s, placer, stmt, job, chunks, validate, attempt, move_all, replace_victims)
 
     # generator 1: node-local greedy: for each node of the newest victim, the victims on that node
     acc: list[list[TaskState]] = []
@@ -432,7 +444,15 @@ def _queue_numbers(q: QueueAttrs) -> dict[str, float | int | str]:
 
 
 def _commit(s: Session, stmt: Statement, job: JobState, attempt: Attempt, action: str,
-            reason_for: Callable[[TaskState], m.Reason]) -> None:
+            reason_for: Callable[[TaskState], m.Reason]) -> bool:
+    """Keep a solved scenario, unless it would break a per-session cap (then discard it)."""
+    delta = s.statement_delta(stmt)
+    over = s.cap_problem(delta)
+    if over is not None:
+        stmt.discard()
+        _note(s, job, over)
+        return False
+    s.add_counts(delta)
     touched = stmt.commit()
     for t in attempt.evicted:
         s.eviction_reasons[t.index] = (action, job.uid, reason_for(t))
@@ -441,6 +461,7 @@ def _commit(s: Session, stmt: Statement, job: JobState, attempt: Attempt, action
         if t.status == m.PIPELINED and t.index >= 0:
             s.pipeline_actions[t.index] = action
     s.pending_reasons.pop(job.uid, None)
+    return True
 
 
 class _Signatures:
@@ -609,7 +630,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
         verdicts: dict[str, rc.Verdict] = {}
         minrts: dict[str, rc.MinRuntime] = {}
         for v in s.jobs:
-            if v.queue == job.queue or not v.valid or not v.preemptible or v.active_allocated() == 0:
+            if v.queue == job.queue or not v.valid or not v.preemptible or not _has_evictable(v):
                 continue
             f = verdicts.get(v.queue)
             if f is None:
@@ -659,7 +680,8 @@ def run_reclaim(s: Session, placer: Placer) -> None:
             return True
 
         stmt = Statement(s)
-        attempt = solve(s, placer, stmt, job, victims, validate)
+        attempt = solve(s, placer, stmt, job, victims, validate,
+                        replace_victims=s.config.allow_consolidating_reclaim)
         if attempt.ok:
             rq = s.queues[job.queue]
 
@@ -712,7 +734,7 @@ def run_preempt(s: Session, placer: Placer) -> None:
         for v in s.jobs:
             if v.queue != job.queue or not v.valid or not v.preemptible or v.priority >= job.priority:
                 continue
-            if v.active_allocated() == 0:
+            if not _has_evictable(v):
                 continue
             minrt = rc.preempt_min_runtime(s.queues, v.queue, s.config.default_preempt_min_runtime_s).seconds
             if not v.is_elastic() and _protected(s, v, minrt):
@@ -788,7 +810,7 @@ def run_consolidation(s: Session, placer: Placer) -> None:
             continue
         if not _enough_gpus_in_cluster(s, tasks):
             continue
-        victims = [v for v in s.jobs if v is not job and v.valid and v.preemptible and v.active_allocated() > 0]
+        victims = [v for v in s.jobs if v is not job and v.valid and v.preemptible and _has_evictable(v)]
         if not victims:
             continue
 
@@ -801,6 +823,13 @@ def run_consolidation(s: Session, placer: Placer) -> None:
         stmt = Statement(s)
         attempt = solve(s, placer, stmt, job, victims, validate, max_victim_jobs=max_jobs, move_all=True)
         if attempt.ok and attempt.moved:
+            delta = s.statement_delta(stmt)
+            over = s.cap_problem(delta)
+            if over is not None:
+                stmt.discard()
+                _note(s, job, over)
+                continue
+            s.add_counts(delta)
             touched = stmt.commit()
             for t in attempt.moved:
                 s.eviction_reasons[t.index] = ("consolidation", job.uid, m.Reason(
@@ -811,10 +840,9 @@ def run_consolidation(s: Session, placer: Placer) -> None:
                     s.pipeline_actions[t.index] = "consolidation"
             s.pending_reasons.pop(job.uid, None)
         else:
-            if attempt.ok:
-                stmt.commit()
-                continue
             stmt.discard()
+            if attempt.ok:
+                continue  # it fits without moving anything: allocate places it in a later cycle
             sigs.fail("*", job)
             _note(s, job, m.Reason("consolidation-failed", "consolidation: " + (attempt.verdict or
                                    "running pods cannot be moved to open room"), {}))
@@ -854,6 +882,13 @@ def run_stale_gangs(s: Session, placer: Placer) -> None:
                  if ps.active_used < ps.min_available]
         for t in victims:
             stmt.evict(t)
+        delta = s.statement_delta(stmt)
+        over = s.cap_problem(delta)
+        if over is not None:
+            stmt.discard()
+            continue
+        s.add_counts(delta)
+        for t in victims:
             s.eviction_reasons[t.index] = ("stalegangeviction", None, m.Reason(
                 "stale-gang", f"job {job.uid} has been below its gang minimum ({', '.join(short)}) for "
                 f"{_fmt(s.now - job.stale_since)}s, longer than its grace period of {_fmt(grace)}s",

@@ -123,7 +123,7 @@ class TaskState:
 
     __slots__ = ("index", "job", "spec", "name", "status", "node", "groups", "pod_set", "vec", "qvec",
                  "req_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
-                 "orig_groups", "was_cleared", "shape", "q_counted")
+                 "orig_groups", "was_cleared", "shape", "q_counted", "pre_evict")
 
     def __init__(self, index: int, job: JobState, spec: m.TaskSpec) -> None:
         self.index = index
@@ -162,6 +162,7 @@ class TaskState:
         self.orig_groups = tuple(spec.gpu_groups)
         self.was_cleared = False
         self.q_counted = False  # whether the queue accounting currently holds this task
+        self.pre_evict: str | None = None  # status before its latest eviction (for un-evict)
         # what placement depends on: the request and the node constraints
         self.shape = (r.cpu_millis, r.memory_bytes, r.gpu_kind, r.gpus, r.gpu_fraction, r.gpu_memory_mib,
                       r.gpu_devices, tuple(sorted(r.mig.items())), spec.node_affinity,
@@ -664,6 +665,39 @@ class Session:
                 elif status == m.PIPELINED:
                     ns.mig_releasing[p] = ns.mig_releasing.get(p, 0.0) - sign * c
 
+    # ---- per-session caps (CycleConfig.max_binds / max_pipelines / max_evictions) -----------
+    def statement_delta(self, stmt: Statement) -> dict[str, int]:
+        """New binds, pipelined pods and evictions a statement would commit."""
+        seen: set[int] = set()
+        out = {"binds": 0, "pipelined": 0, "evictions": 0}
+        for op in stmt.ops:
+            t = op[0]
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            if t.status == m.ALLOCATED:
+                out["binds"] += 1
+            elif t.status == m.PIPELINED:
+                out["pipelined"] += 1
+            elif t.status == m.RELEASING:
+                out["evictions"] += 1
+        return out
+
+    def cap_problem(self, delta: dict[str, int]) -> m.Reason | None:
+        """The cap a commit would break, as a pending reason; None when within every cap."""
+        caps = {"binds": self.config.max_binds, "pipelined": self.config.max_pipelines,
+                "evictions": self.config.max_evictions}
+        for key, cap in caps.items():
+            if cap is not None and delta[key] and self.counts[key] + delta[key] > cap:
+                return m.Reason("session-cap", f"this cycle's cap of {cap} {key} is reached "
+                                f"({self.counts[key]} done, {delta[key]} more needed)",
+                                {"cap": key, "limit": cap, "done": self.counts[key], "needed": delta[key]})
+        return None
+
+    def add_counts(self, delta: dict[str, int]) -> None:
+        for key, n in delta.items():
+            self.counts[key] += n
+
     def make_ghost(self, t: TaskState) -> TaskState:
         """A stand-in for a victim's old pod, left releasing on its node while the task itself is
         re-placed elsewhere (consolidation / re-pipelined victims). It counts on the node only."""
@@ -727,6 +761,7 @@ class Statement:
         if t.status == m.PIPELINED:
             self.move(t, m.PENDING, None, ())
         else:
+            t.pre_evict = t.status
             self.move(t, m.RELEASING, t.node, t.groups)
 
     def rollback(self, cp: int) -> None:

@@ -333,3 +333,27 @@ def test_stale_gang_is_evicted_after_its_grace_period_only():
     result = run_cycle(snap(120), cfg)
     assert [(e.task, e.action) for e in result.evictions] == [("g-0", "stalegangeviction")]
     assert "grace period of 60s" in result.evictions[0].reason.message
+
+
+def test_session_caps_stop_binds_and_evictions_with_a_reason():
+    jobs = [job(f"p{i}", "q", age=10 - i) for i in range(4)]
+    result = run_cycle(snapshot([node("a", 8)], [queue("q", gpu_quota=8)], jobs), m.CycleConfig(max_binds=2))
+    assert len(result.binds) == 2
+    assert result.pending["p2"].code == "session-cap"
+    assert "cap of 2 binds" in result.pending["p2"].message
+    capped = run_cycle(_reclaim_example(), m.CycleConfig(max_evictions=1))
+    assert capped.evictions == ()
+    assert "cap of 1 evictions" in capped.pending["b"].message
+
+
+def test_without_consolidating_reclaim_victims_are_not_moved():
+    # qA's job on n1 could move to n2, but without consolidating reclaim it is simply evicted
+    qs = [queue("qA", gpu_quota=0), queue("qB", gpu_quota=4, creation=1)]
+    jobs = [job("a", "qA", running_on=["n1"], gpus=2), job("b", "qB", gpus=4)]
+    nodes = [node("n1", 4), node("n2", 2)]
+    snap = snapshot(nodes, qs, jobs)
+    moved = run_cycle(snap, m.CycleConfig(actions=("reclaim",)))
+    assert status_of(moved)["a-0"] == (m.PIPELINED, "n2")
+    plain = run_cycle(snap, m.CycleConfig(actions=("reclaim",), allow_consolidating_reclaim=False))
+    assert status_of(plain)["a-0"] == (m.RELEASING, "n1")
+    assert status_of(plain)["b-0"] == (m.PIPELINED, "n1")
