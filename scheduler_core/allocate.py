@@ -20,10 +20,8 @@ from scheduler_core.ordering import (
     JobsOrder,
     _member_order_key,
     batch_request,
-    is_candidate,
     tasks_to_allocate,
 )
-from scheduler_core.proportion import QueueAttrs
 from scheduler_core.session import (
     CPU,
     GPU,
@@ -657,5 +655,5 @@ def job_batch_request(job: JobState) -> list[float]:
 
 __all__ = [
     "Placer", "allocate_job", "run_allocate", "queue_capacity_problem", "should_pipeline_job",
-    "topology_subsets", "job_batch_request", "is_candidate", "PodSet", "SubGroupSet", "QueueAttrs",
+    "topology_subsets", "job_batch_request",
 ]

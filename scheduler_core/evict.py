@@ -897,4 +897,4 @@ def run_stale_gangs(s: Session, placer: Placer) -> None:
 
 
 __all__ = ["run_reclaim", "run_preempt", "run_consolidation", "run_stale_gangs", "solve", "VictimOrder",
-           "is_stale", "within_preemption_delay", "math"]
+           "is_stale", "within_preemption_delay"]

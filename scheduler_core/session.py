@@ -318,11 +318,9 @@ class Session:
         count = len(nodes)
         self.cap = np.zeros((count, 4))
         for i, n in enumerate(nodes):
-            gpu_mem = float(n.gpu_memory_mib)
             self.cap[i] = (n.cpu_millis, n.memory_bytes, float(n.whole_gpus), float(n.max_pods))
             self.nodes[i].mig_idle = {p: float(c) for p, c in n.mig_instances.items()}
             self.nodes[i].mig_releasing = {p: 0.0 for p in n.mig_instances}
-            del gpu_mem
         self.idle = self.cap.copy()
         self.rel = np.zeros((count, 4))
         self.gpu_mem = np.array([float(n.gpu_memory_mib) for n in nodes]) if nodes else np.zeros(0)
