@@ -857,8 +857,8 @@ def sync_into(gateway: Any, cluster: Cluster) -> dict[str, Any]:
     which case only the Queue CRDs are synced (database changes reach the cluster every cycle)."""
     if watcher_is_current(cluster):
         messages, problems = sync_queues(gateway, cluster)
-        if problems:
-            _store_problems(cluster, [p for p in problems if p.kind == "Queue"])
+        # The Queue listing is complete: its problems replace the recorded ones (fixed CRDs drop out).
+        _store_problems(cluster, [p for p in problems if p.kind == "Queue"], replace_kinds=("Queue",))
         return {"mode": "queues", "queues": messages}
     return {"mode": "full", **sync_full(gateway, cluster).as_json()}
 

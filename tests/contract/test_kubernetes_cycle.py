@@ -191,3 +191,31 @@ def test_a_pod_deleted_and_a_node_added_by_watch_events_change_what_the_next_cyc
 
     assert [(b["name"], b["node"]) for b in s.bindings] == [("wants-two", "big")]
     assert requests_to(s, "GET", "/pods") == pods_listed  # the mirror came from the watch
+
+
+def test_an_interrupted_cycle_is_reconciled_against_the_api_server(
+        kube_apiserver: FakeKubeApiServer, shard: SchedulingShard) -> None:  # noqa: F811
+    from django.utils import timezone
+
+    from kaiweb.scheduling.choices import DecisionStatus
+
+    s = kube_apiserver
+    s.add_node("gpu-1", gpus=2)
+    s.add_queue("q", qspec(2))
+    took = s.add_pod("took-effect", queue="q", requests={"nvidia.com/gpu": "1"}, node="gpu-1")
+    lost = s.add_pod("never-applied", queue="q", requests={"nvidia.com/gpu": "1"})
+    # A worker died between recording these binds and marking them: one reached the cluster.
+    dead = SchedulingCycle.objects.create(shard=shard, started_at=timezone.now(), status=CycleStatus.RUNNING)
+    for pod in (took, lost):
+        meta = pod["metadata"]
+        Decision.objects.create(cycle=dead, kind=DecisionKind.BIND, status=DecisionStatus.PLANNED,
+                                workload_ref=f"default/pg-{meta['name']}", pod_name=meta["name"], node_name="gpu-1",
+                                reason="Allocated", idempotency_key=f"bind:{meta['uid']}:gpu-1")
+
+    run_cycle(shard)
+
+    statuses = dict(Decision.objects.filter(cycle=dead).values_list("pod_name", "status"))
+    assert statuses == {"took-effect": DecisionStatus.APPLIED, "never-applied": DecisionStatus.FAILED}
+    assert SchedulingCycle.objects.get(pk=dead.pk).status == CycleStatus.FAILED
+    # Decided afresh and bound once; the pod already bound is not bound again.
+    assert [b["name"] for b in s.bindings] == ["never-applied"]
