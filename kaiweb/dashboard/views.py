@@ -14,6 +14,22 @@ from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADG
 OVERVIEW_QUEUES = 14
 
 
+def group_preemptions(events: list) -> list:
+    """One line per (cycle, action, victim, preemptor): a gang's pods are evicted together and
+    recorded one event per pod; `count` says how many."""
+    out: list = []
+    seen: dict[tuple, object] = {}
+    for e in events:
+        key = (e.cycle_id, e.action, e.victim_ref, e.preemptor_ref)
+        if key in seen:
+            seen[key].count += 1
+            continue
+        e.count = 1
+        seen[key] = e
+        out.append(e)
+    return out
+
+
 def overview(request: HttpRequest) -> HttpResponse:
     """Everything a platform team checks first; the panels refresh themselves while visible."""
     from kaiweb.scheduling.models import PreemptionEvent, SchedulingCycle
@@ -24,8 +40,8 @@ def overview(request: HttpRequest) -> HttpResponse:
     tree = queries.queue_tree(request.user)
     leaves = [row for row in tree if row.is_leaf]
     cycles = list(SchedulingCycle.objects.select_related("shard").order_by("-started_at", "-id")[:10])
-    preemptions = list(PreemptionEvent.objects.select_related("preemptor_queue", "victim_queue")
-                       .order_by("-at", "-id")[:8])
+    preemptions = group_preemptions(list(PreemptionEvent.objects.select_related("preemptor_queue", "victim_queue")
+                                         .order_by("-at", "-id")[:40]))[:8]
     preemptions_24h = PreemptionEvent.objects.filter(at__gte=day_ago).count()
     pending_total = sum(row.pending_workloads for row in tree if row.depth == 0)
     running_total = sum(row.running_workloads for row in tree if row.depth == 0)

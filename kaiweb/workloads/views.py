@@ -90,7 +90,8 @@ def workload_list(request: HttpRequest) -> HttpResponse:
                          choices={"queue": [(n, n) for n in leaf_names],
                                   "priority_class": [(n, n) for n in PriorityClass.objects.order_by("-value")
                                                      .values_list("name", flat=True)]},
-                         labels={"q": "Search", "priority_class": "Priority", "pending_reason": "Why-pending code"}),
+                         labels={"q": "Search", "queue": "Queue", "priority_class": "Priority",
+                                 "pending_reason": "Why-pending code"}),
         "filtered": active_filters(filterset),
         "counts": counts,
         "total": sum(counts.values()),

@@ -48,6 +48,12 @@ def get(mapping: Any, key: Any) -> Any:
 
 
 @register.filter
+def first_clause(text: Any) -> str:
+    """The engine joins what each action found with "; ": the first clause is the main reason."""
+    return str(text or "").split("; ", 1)[0]
+
+
+@register.filter
 def ms(seconds: Any) -> str:
     """Seconds as milliseconds, for cycle phase timings."""
     if seconds in (None, ""):

@@ -102,3 +102,17 @@ def test_static_assets_are_served_locally(client, viewer):
     assert "/static/django-htmx/" in html or "htmx" in html
     assert "cdn" not in html.lower()
     assert "<script>" not in html  # no inline scripts
+
+
+def test_overview_groups_a_gangs_evictions_into_one_line(client, viewer, ui_data):
+    from kaiweb.scheduling.models import PreemptionEvent
+
+    event = PreemptionEvent.objects.order_by("-at", "-id").first()
+    for _ in range(3):  # three more pods of the same victim, same cycle, same preemptor
+        PreemptionEvent.objects.create(cycle=event.cycle, at=event.at, action=event.action, victim_ref=event.victim_ref,
+                                       preemptor_ref=event.preemptor_ref, reason=event.reason)
+    client.force_login(viewer)
+    html = client.get("/").content.decode()
+    panel = html[html.index("Recent preemptions"):html.index("Last cycles")]
+    assert panel.count(f">{event.victim_ref}</a>") == 1
+    assert "× 4 pods" in panel
