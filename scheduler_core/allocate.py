@@ -264,7 +264,7 @@ class Placer:
         key = None
         if (extra_score is None and cand is self.all_nodes and r.gpu_kind == m.GPU_WHOLE
                 and not self.node_gpu_spread):
-            key = (t.shape, pipeline_only)
+            key = (t.shape_id, pipeline_only) if t.shape_id >= 0 else (t.shape, pipeline_only)
             last = self._last.get(key) if t.status == m.PENDING else None
             if last is not None and last[1] == s.node_version:
                 i = last[0]

@@ -123,7 +123,7 @@ class TaskState:
 
     __slots__ = ("index", "job", "spec", "name", "status", "node", "groups", "pod_set", "vec", "qvec",
                  "req_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
-                 "orig_groups", "was_cleared", "shape", "q_counted", "pre_evict")
+                 "orig_groups", "was_cleared", "shape", "shape_id", "q_counted", "pre_evict")
 
     def __init__(self, index: int, job: JobState, spec: m.TaskSpec) -> None:
         self.index = index
@@ -167,6 +167,7 @@ class TaskState:
         self.shape = (r.cpu_millis, r.memory_bytes, r.gpu_kind, r.gpus, r.gpu_fraction, r.gpu_memory_mib,
                       r.gpu_devices, tuple(sorted(r.mig.items())), spec.node_affinity,
                       tuple(sorted(spec.node_selector.items())))
+        self.shape_id = -1  # small integer per distinct shape, set by the session
 
     @property
     def request(self) -> m.TaskRequest:
@@ -407,6 +408,7 @@ class Session:
     def _build_jobs(self) -> None:
         self.jobs: list[JobState] = []
         self.tasks: list[TaskState] = []
+        shape_ids: dict[tuple, int] = {}
         seen: set[str] = set()
         for spec in self.snapshot.jobs:
             job = JobState(len(self.jobs), spec)
@@ -420,6 +422,7 @@ class Session:
                 job.valid = False
             for ts in spec.tasks:
                 t = TaskState(len(self.tasks), job, ts)
+                t.shape_id = shape_ids.setdefault(t.shape, len(shape_ids))
                 self.tasks.append(t)
                 job.tasks.append(t)
                 if t.status == m.PENDING:
