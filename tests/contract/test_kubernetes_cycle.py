@@ -219,3 +219,28 @@ def test_an_interrupted_cycle_is_reconciled_against_the_api_server(
     assert SchedulingCycle.objects.get(pk=dead.pk).status == CycleStatus.FAILED
     # Decided afresh and bound once; the pod already bound is not bound again.
     assert [b["name"] for b in s.bindings] == ["never-applied"]
+
+
+def test_an_unreachable_api_server_fails_the_cycle_clearly_and_changes_nothing(
+        kube_apiserver: FakeKubeApiServer, shard: SchedulingShard) -> None:  # noqa: F811
+    from kaiweb.cluster.gateway import ClusterUnavailable
+
+    s = kube_apiserver
+    s.add_node("gpu-1", gpus=2)
+    s.add_queue("q", qspec(2))
+    s.add_pod("p", queue="q", requests={"nvidia.com/gpu": "1"})
+    s.fail_next(10, status=503, path_contains="/pods")
+
+    with pytest.raises(ClusterUnavailable, match="list pods"):
+        run_cycle_task(shard.pk, "test")
+
+    cycle = SchedulingCycle.objects.get(shard=shard)
+    assert cycle.status == CycleStatus.FAILED
+    assert "list pods" in cycle.error
+    assert "503" in cycle.error
+    assert not Decision.objects.exists()
+    assert not s.bindings
+
+    s.clear_faults()  # the server is back: the next cycle binds
+    run_cycle(shard)
+    assert [b["name"] for b in s.bindings] == ["p"]

@@ -310,6 +310,11 @@ class FakeKubeApiServer:
             self._faults.append(_Fault(count, "hang", seconds=seconds, path_contains=path_contains,
                                        method=method.upper()))
 
+    def clear_faults(self) -> None:
+        """Forget every fault not yet taken: the server answers normally again."""
+        with self._lock:
+            self._faults.clear()
+
     def break_next_watch(self, after_events: int = 0) -> None:
         """The next watch stream is cut (no closing chunk) after sending ``after_events`` events."""
         with self._lock:
