@@ -155,19 +155,27 @@ def preemption_timeline(events: list[dict[str, Any]]) -> dict[str, Any]:
     return to_dict(fig)
 
 
+def _cycle_axis(cycles: list[Any]) -> tuple[list[str], list[str]]:
+    """Cycles as evenly spaced categories ("#42"), their start times for the hover text."""
+    return [f"#{c.pk}" for c in cycles], _times([c.started_at for c in cycles])
+
+
 def cycle_phases(cycles: list[Any], phases: Sequence[str]) -> dict[str, Any]:
-    """Stacked bars: each cycle's duration split by phase (ms), oldest left."""
+    """Stacked bars: each cycle's duration split by phase (ms), oldest left, one bar per cycle."""
     if not cycles:
         return EMPTY
     fig = go.Figure()
-    xs = _times([c.started_at for c in cycles])
+    xs, when = _cycle_axis(cycles)
     for i, phase in enumerate(phases):
         ys = _nums([round(float((c.phase_durations or {}).get(phase) or 0) * 1000, 2) for c in cycles])
         if not ys.any():
             continue
-        fig.add_trace(go.Bar(x=xs, y=ys, name=phase, marker={"color": PALETTE[i % len(PALETTE)]},
+        fig.add_trace(go.Bar(x=xs, y=ys, name=phase, marker={"color": PALETTE[i % len(PALETTE)]}, customdata=when,
                              hovertemplate="%{y:.1f} ms<extra>" + phase + "</extra>"))
-    fig.update_layout(**_layout(barmode="stack", bargap=0.15, yaxis={"title": {"text": "ms"}}))
+    fig.update_layout(**_layout(barmode="stack", bargap=0.15, yaxis={"title": {"text": "ms"}},
+                                xaxis={"type": "category", "nticks": 12}, hovermode="x unified",
+                                legend={"orientation": "v", "x": 1.02, "y": 1, "font": {"size": 10}},
+                                margin={"l": 48, "r": 150, "t": 8, "b": 36}))
     return to_dict(fig)
 
 
@@ -175,7 +183,7 @@ def cycle_decisions(cycles: list[Any]) -> dict[str, Any]:
     """Binds, evictions, pipelined and pending per cycle."""
     if not cycles:
         return EMPTY
-    xs = _times([c.started_at for c in cycles])
+    xs, _when = _cycle_axis(cycles)
     fig = go.Figure()
     for attr, colour, kind in (("binds", GOOD, "bar"), ("evictions", BAD, "bar"), ("pipelined", ACCENT, "bar"),
                                ("pending", MUTED, "line")):
@@ -184,7 +192,8 @@ def cycle_decisions(cycles: list[Any]) -> dict[str, Any]:
             fig.add_trace(go.Bar(x=xs, y=ys, name=attr, marker={"color": colour}))
         else:
             fig.add_trace(go.Scatter(x=xs, y=ys, name=attr, mode="lines", line={"color": colour, "dash": "dot"}))
-    fig.update_layout(**_layout(barmode="group", bargap=0.2, yaxis={"title": {"text": "count"}}))
+    fig.update_layout(**_layout(barmode="group", bargap=0.2, yaxis={"title": {"text": "count"}},
+                                xaxis={"type": "category", "nticks": 12}))
     return to_dict(fig)
 
 

@@ -27,7 +27,22 @@ from kaiweb.scheduling.tables import CycleTable, PreemptionTable
 TIMELINE_MAX = 1000
 FIGURE_LABEL = {"allocated": "Allocated", "fair_share": "Fair share", "quota": "Quota", "limit": "Limit"}
 CHART_CYCLES = 200
-PHASES = ("snapshot", "allocate", "consolidate", "reclaim", "preempt", "stale-gang", "apply", "record")
+# The order phases happen in; a cycle records "engine" and, inside it, "engine.<action>".
+PHASES = ("observe", "snapshot", "usage", "engine", "engine.open_session", "engine.fair_share", "engine.allocate",
+          "engine.consolidation", "engine.reclaim", "engine.preempt", "engine.stalegangeviction", "allocate",
+          "consolidate", "reclaim", "preempt", "stale-gang", "reconcile", "apply", "record", "write_back")
+
+
+def phase_order(names: set[str] | list[str]) -> list[str]:
+    """Known phases in cycle order, then the others by name."""
+    known = [p for p in PHASES if p in names]
+    return known + sorted(n for n in names if n not in PHASES)
+
+
+def leaf_phases(names: set[str] | list[str]) -> list[str]:
+    """Phases to stack: an aggregate ("engine") is left out when its parts ("engine.allocate") are there."""
+    names = set(names)
+    return [p for p in phase_order(names) if not any(o.startswith(p + ".") for o in names)]
 
 
 def _preemption_filterset() -> Any:
@@ -43,7 +58,8 @@ def _cycle_filterset() -> Any:
 
 
 def preemption_queryset() -> Any:
-    return PreemptionEvent.objects.select_related("victim_queue", "preemptor_queue")
+    # The decision carries the evicted pod's name: one event per pod of a gang.
+    return PreemptionEvent.objects.select_related("victim_queue", "preemptor_queue", "decision")
 
 
 def preemption_list(request: HttpRequest) -> HttpResponse:
@@ -83,7 +99,8 @@ class _Echo:
         return value
 
 
-CSV_COLUMNS = ("at", "action", "reason", "victim", "victim_queue", "preemptor", "preemptor_queue", "cycle", "message")
+CSV_COLUMNS = ("at", "action", "reason", "victim", "victim_pod", "victim_queue", "preemptor", "preemptor_queue", "cycle",
+               "message")
 
 
 def preemption_csv(request: HttpRequest) -> HttpResponse:
@@ -98,7 +115,8 @@ def preemption_csv(request: HttpRequest) -> HttpResponse:
         yield writer.writerow(CSV_COLUMNS)
         for e in qs.order_by("-at", "-id").iterator(chunk_size=2000):
             yield writer.writerow([
-                e.at.isoformat(), e.action, e.reason, e.victim_ref, e.victim_queue.name if e.victim_queue else "",
+                e.at.isoformat(), e.action, e.reason, e.victim_ref, e.decision.pod_name if e.decision else "",
+                e.victim_queue.name if e.victim_queue else "",
                 e.preemptor_ref, e.preemptor_queue.name if e.preemptor_queue else "", e.cycle_id, e.message,
             ])
 
@@ -128,8 +146,7 @@ def cycle_list(request: HttpRequest) -> HttpResponse:
     filterset, qs = filter_queryset(request, _cycle_filterset(), SchedulingCycle.objects.select_related("shard"))
     recent = list(qs.order_by("-started_at", "-id")[:CHART_CYCLES])
     recent.reverse()
-    phases = [p for p in PHASES if any((c.phase_durations or {}).get(p) for c in recent)]
-    extra = sorted({k for c in recent for k in (c.phase_durations or {}) if k not in PHASES})
+    seen = {k for c in recent for k, v in (c.phase_durations or {}).items() if v}
     table = CycleTable(qs)
     from kaiweb.cluster.models import SchedulingShard
 
@@ -142,7 +159,7 @@ def cycle_list(request: HttpRequest) -> HttpResponse:
                          labels={"shard": "Shard", "with_evictions": "With evictions",
                                  "started_after": "Since (ISO time)", "started_before": "Until (ISO time)"}),
         "filtered": active_filters(filterset),
-        "phase_chart": charts.cycle_phases(recent, [*phases, *extra]),
+        "phase_chart": charts.cycle_phases(recent, leaf_phases(seen)),
         "decision_chart": charts.cycle_decisions(recent),
         "chart_count": len(recent),
         "any": SchedulingCycle.objects.exists(),
@@ -158,11 +175,13 @@ def cycle_detail(request: HttpRequest, pk: int) -> HttpResponse:
     if kind in ("bind", "pipeline", "evict"):
         decisions = decisions.filter(kind=kind)
     page = paginate(request, decisions, default=50)
-    phases = sorted((cycle.phase_durations or {}).items(), key=lambda kv: PHASES.index(kv[0]) if kv[0] in PHASES else 99)
-    total = sum(float(v or 0) for _, v in phases) or 0.0
+    durations = cycle.phase_durations or {}
+    phases = [(name, durations[name]) for name in phase_order(list(durations))]
+    total = float(cycle.duration_seconds or 0) or sum(float(durations[p] or 0) for p in leaf_phases(list(durations)))
     context = {
         "cycle": cycle,
-        "phases": [{"name": k, "seconds": v, "pct": (100.0 * float(v or 0) / total) if total else 0} for k, v in phases],
+        "phases": [{"name": k, "seconds": v, "sub": "." in k, "pct": min(100.0, 100.0 * float(v or 0) / total) if total else 0}
+                   for k, v in phases],
         "page_obj": page,
         "kind": kind,
         "kind_counts": dict(Decision.objects.filter(cycle=cycle).values_list("kind").annotate(n=Count("id"))),

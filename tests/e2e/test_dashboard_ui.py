@@ -137,6 +137,6 @@ def test_filters_the_preemption_log_and_exports_csv(page, live_server, ui_data, 
         page.get_by_role("link", name="Export CSV").click()
     path = download_info.value.path()
     lines = open(path, encoding="utf-8").read().strip().splitlines()
-    assert lines[0].startswith("at,action,reason,victim")
+    assert lines[0].startswith("at,action,reason,victim,victim_pod")
     assert len(lines) - 1 == rows.count()
     assert all(",reclaim," in line for line in lines[1:])

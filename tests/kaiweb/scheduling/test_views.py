@@ -56,8 +56,8 @@ def test_preemptions_csv_export_uses_the_same_filters(client, viewer, ui_data):
     assert response["Content-Type"].startswith("text/csv")
     assert "attachment" in response["Content-Disposition"]
     rows = _csv(response)
-    assert rows[0] == ["at", "action", "reason", "victim", "victim_queue", "preemptor", "preemptor_queue", "cycle",
-                       "message"]
+    assert rows[0] == ["at", "action", "reason", "victim", "victim_pod", "victim_queue", "preemptor", "preemptor_queue",
+                       "cycle", "message"]
     assert len(rows) - 1 == PreemptionEvent.objects.filter(action="preempt").count()
     assert {r[1] for r in rows[1:]} == {"preempt"}
 
@@ -136,3 +136,21 @@ def test_unknown_cycle_and_preemption_are_404(client, viewer, db):
     client.force_login(viewer)
     assert client.get("/cycles/424242/").status_code == 404
     assert client.get("/preemptions/424242/").status_code == 404
+
+
+def test_phase_chart_stacks_the_parts_of_an_aggregate_phase_once(client, viewer, queue_tree):
+    from django.utils import timezone
+
+    SchedulingCycle.objects.create(started_at=timezone.now(), status="succeeded", duration_seconds=0.5,
+                                   phase_durations={"observe": 0.1, "engine": 0.3, "engine.allocate": 0.2,
+                                                    "engine.reclaim": 0.1, "apply": 0.1})
+    from kaiweb.scheduling.views import leaf_phases
+
+    assert leaf_phases(["apply", "engine", "engine.reclaim", "observe", "engine.allocate"]) == [
+        "observe", "engine.allocate", "engine.reclaim", "apply"]
+    client.force_login(viewer)
+    html = client.get("/cycles/").content.decode()
+    figure = html[html.index('id="phase-chart"'):]
+    figure = figure[:figure.index("</script>")]
+    assert '"name": "engine.allocate"' in figure
+    assert '"name": "engine"' not in figure
