@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import schemathesis
 import yaml
+from django.core import signals
+from django.db import close_old_connections
 from hypothesis import HealthCheck, Phase, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
@@ -32,6 +34,17 @@ from tests.factories import (
 ROOT = Path(__file__).resolve().parents[2]
 schema = schemathesis.openapi.from_dict(yaml.safe_load((ROOT / "deploy" / "openapi.yaml").read_text()))
 schema.app = application
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_test_connection_open():
+    """The WSGI handler closes "old" connections around each request; inside the test's transaction
+    that would close the test database connection (Postgres). Django's own test client does the same."""
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    yield
+    signals.request_started.connect(close_old_connections)
+    signals.request_finished.connect(close_old_connections)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 
 from kaiweb.accounts import roles
 from kaiweb.accounts.api.serializers import MeSerializer, TokenSerializer
+from kaiweb.core.api.schema import SingleObjectSchema
 from kaiweb.queues.models import Queue
 
 
@@ -21,6 +22,7 @@ class MeViewSet(viewsets.GenericViewSet):
     """Who am I, what may I change; and my token for automation."""
 
     permission_classes = [IsAuthenticated]  # any signed-in user may manage their own token
+    schema = SingleObjectSchema()
     serializer_class = MeSerializer
     pagination_class = None
     filter_backends: list[Any] = []

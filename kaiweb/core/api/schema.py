@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.openapi import AutoSchema
+
 ERROR_SCHEMA = {
     "type": "object",
     "description": "`{field: [messages]}` for invalid input, `{detail: message}` otherwise.",
@@ -60,3 +62,10 @@ def add_error_responses(result: dict[str, Any], generator: Any, request: Any, pu
                     code, {"description": description, "content": {"application/json": {"schema": ref}}}
                 )
     return result
+
+
+class SingleObjectSchema(AutoSchema):
+    """Schema of a viewset whose `list` answers one object (the caller, a settings row), not a list."""
+
+    def _is_list_view(self, serializer: Any = None) -> bool:
+        return False
