@@ -180,7 +180,7 @@ def cycle_detail(request: HttpRequest, pk: int) -> HttpResponse:
     total = float(cycle.duration_seconds or 0) or sum(float(durations[p] or 0) for p in leaf_phases(list(durations)))
     context = {
         "cycle": cycle,
-        "phases": [{"name": k, "seconds": v, "sub": "." in k, "pct": min(100.0, 100.0 * float(v or 0) / total) if total else 0}
+        "phases": [{"name": k, "label": k.split(".", 1)[-1], "seconds": v, "sub": "." in k, "pct": min(100.0, 100.0 * float(v or 0) / total) if total else 0}
                    for k, v in phases],
         "page_obj": page,
         "kind": kind,
