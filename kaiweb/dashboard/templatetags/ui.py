@@ -54,6 +54,14 @@ def first_clause(text: Any) -> str:
 
 
 @register.filter
+def pod_suffix(pod_name: Any, workload_ref: Any) -> str:
+    """A pod's name without its workload's name in front ("train-7-2" of "ns/train-7" → "-2")."""
+    pod, ref = str(pod_name or ""), str(workload_ref or "")
+    base = ref.split("/", 1)[-1]
+    return pod[len(base):] if base and pod.startswith(base) and len(pod) > len(base) else pod
+
+
+@register.filter
 def ms(seconds: Any) -> str:
     """Seconds as milliseconds, for cycle phase timings."""
     if seconds in (None, ""):

@@ -116,3 +116,11 @@ def test_overview_groups_a_gangs_evictions_into_one_line(client, viewer, ui_data
     panel = html[html.index("Recent preemptions"):html.index("Last cycles")]
     assert panel.count(f">{event.victim_ref}</a>") == 1
     assert "× 4 pods" in panel
+
+
+def test_pod_suffix_strips_the_workload_name():
+    from kaiweb.dashboard.templatetags.ui import pod_suffix
+
+    assert pod_suffix("train-7-2", "ns/train-7") == "-2"
+    assert pod_suffix("other-0", "ns/train-7") == "other-0"
+    assert pod_suffix("", "ns/x") == ""
