@@ -411,6 +411,7 @@ class _Plan:
     workloads: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     pods: dict[tuple[str, str], tuple[tuple[str, str], dict[str, Any], str | None]] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    raws: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)  # pod key → raw (watch events)
 
 
 def _plan(groups: Iterable[ObservedPodGroup], pods: Iterable[ObservedPod], queues: _QueueIndex,
@@ -472,6 +473,8 @@ def _plan(groups: Iterable[ObservedPodGroup], pods: Iterable[ObservedPod], queue
         if workload is not None and workload["priority_class_id"] is None and p.priority_class:
             workload["priority_class_id"] = classes.get(p.priority_class)
         plan.pods[(p.namespace, p.name)] = (key, pod_values(p), p.node)
+        if raw is not None:
+            plan.raws[(p.namespace, p.name)] = raw
     return plan
 
 
@@ -481,9 +484,12 @@ def _problem_with_raw(problem: Problem, raw: Mapping[str, Any] | None) -> Proble
 
 def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport,
                 delete_pods: Iterable[tuple[str, str]] = (), delete_workloads: Iterable[tuple[str, str]] = (),
-                touched_workloads: Iterable[tuple[str, str]] = ()) -> None:
+                touched_workloads: Iterable[tuple[str, str]] = ()) -> list[Problem]:
     """Write a plan: workloads and pods created/updated, states recomputed; in a full sync the
-    rows not in the plan are deleted. A bounded number of queries whatever the plan's size."""
+    rows not in the plan are deleted. A bounded number of queries whatever the plan's size.
+
+    Returns the pods left out because the node they are bound to is not in the mirror (yet):
+    they wait for it, so that a pod is never counted without the node it uses."""
     now = timezone.now()
     wqs = Workload.objects.filter(cluster=cluster)
     pqs = Pod.objects.filter(workload__cluster=cluster)
@@ -523,9 +529,16 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
 
     # Pods.
     p_create, p_update = [], []
+    waiting: list[Problem] = []
     for key, (wkey, values, node_name) in plan.pods.items():
         owner = workloads.get(wkey)
         if owner is None:  # a known PodGroup workload that is not in the mirror after all
+            continue
+        if node_name and node_name not in node_ids:
+            waiting.append(_problem_with_raw(_problem(
+                "Pod", key[0], key[1], values.get("uid", ""), "spec.nodeName",
+                "must name a node of the cluster (the node is not known yet)", deferred=True,
+                what=f" = {node_name!r}"), plan.raws.get(key)))
             continue
         values = dict(values, workload_id=owner.pk, node_id=node_ids.get(node_name) if node_name else None)
         row = pods.get(key)
@@ -543,8 +556,10 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
             row.workload = owner
         if _stamp_times(row, now) or changed:
             p_update.append(row)
-    plan_pods = set(plan.pods)
-    p_gone = [p.pk for key, p in pods.items() if (full and key not in plan_pods) or key in set(delete_pods)]
+    plan_pods = set(plan.pods) - {(w.namespace, w.name) for w in waiting}
+    left_out = {(w.namespace, w.name) for w in waiting}
+    p_gone = [p.pk for key, p in pods.items()
+              if (full and key not in plan_pods) or key in set(delete_pods) or key in left_out]
     # Workloads only touched (an unreadable pod that still holds resources) are kept as they are.
     planned = set(plan.workloads) | set(touched_workloads)
     w_gone_keys = {key for key in workloads if (full and key not in planned) or key in set(delete_workloads)}
@@ -572,6 +587,7 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
     report.pods["created"] += len(p_create)
     report.pods["updated"] += len(p_update)
     report.pods["deleted"] += len(p_gone)
+    return waiting
 
 
 def _stamp_times(pod: Pod, now: datetime) -> bool:
@@ -825,8 +841,8 @@ def sync_full(gateway: Any, cluster: Cluster) -> SyncReport:
         kept = _holding_resources(cluster, unreadable_pods)
         for key, (wkey, values, node) in kept.items():
             plan.pods[key] = (wkey, values, node)
-        _apply_plan(cluster, plan, full=True, report=report,
-                    touched_workloads={w for w, _, _ in kept.values()})
+        problems.extend(_apply_plan(cluster, plan, full=True, report=report,
+                                    touched_workloads={w for w, _, _ in kept.values()}))
         _store_problems(cluster, problems, replace_kinds=("Node", "Pod", "PodGroup", "Queue", "PriorityClass"))
         state = mirror_state(cluster)
         state.last_full_sync_at = timezone.now()
@@ -899,6 +915,9 @@ def apply_event(event: Any, cluster: Cluster, gateway: Any = None) -> None:
         else:
             _apply_nodes(cluster, [event.obj], full=False, report=report)
         _store_problems(cluster, [], clear=[key])
+        if event.type != DELETED:
+            _retry_deferred(cluster, lambda p: p.kind == "Pod"
+                            and ((p.raw or {}).get("spec") or {}).get("nodeName") == event.name)
     elif event.kind == "Pod":
         _apply_pod_event(cluster, event, raw, report)
     elif event.kind == "PodGroup":
@@ -938,9 +957,9 @@ def _apply_pod_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None, r
     previous = {(w_ns, w_name) for w_ns, w_name in Pod.objects.filter(
         workload__cluster=cluster, workload__namespace=pod.namespace, name=pod.name).values_list(
         "workload__namespace", "workload__name")}
-    _apply_plan(cluster, plan, full=False, report=report, touched_workloads=previous)
+    waiting = _apply_plan(cluster, plan, full=False, report=report, touched_workloads=previous)
     _drop_empty_implicit(cluster, previous - {workload_key(pod)})
-    _store_problems(cluster, [], clear=[key])
+    _store_problems(cluster, waiting, clear=[] if waiting else [key])
 
 
 def _drop_empty_implicit(cluster: Cluster, keys: Iterable[tuple[str, str]]) -> None:

@@ -299,6 +299,24 @@ def test_watch_events_give_the_same_mirror_as_a_full_sync(server: FakeKubeApiSer
     assert Workload.objects.get(cluster=cluster, name="late").pods.get().name == "late-0"
 
 
+def test_a_pod_seen_before_its_node_waits_for_the_node(server: FakeKubeApiServer, gateway: KubernetesGateway,
+                                                      cluster: Cluster) -> None:
+    def apply(e: Any) -> None:
+        mirror.apply_event(e, cluster, gateway)
+
+    ClusterWatcher(gateway, apply, kinds=("Pod", "PodGroup", "Queue")).run_once()
+    row = UnreadableObject.objects.get(name="solo")
+    assert (row.field, row.deferred) == ("spec.nodeName", True)
+    assert "'gpu-2'" in row.message
+    assert not Pod.objects.filter(name="solo").exists()  # never counted without the node it uses
+    assert Pod.objects.filter(workload__cluster=cluster).count() == 3
+
+    ClusterWatcher(gateway, apply, kinds=("Node",)).run_once()
+
+    assert Pod.objects.get(name="solo").node.name == "gpu-2"
+    assert not UnreadableObject.objects.filter(cluster=cluster).exists()
+
+
 def test_a_pod_deleted_and_a_node_added_reach_the_mirror_through_the_watch(
         server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
     watcher = ClusterWatcher(gateway, lambda e: mirror.apply_event(e, cluster, gateway))
