@@ -99,6 +99,10 @@ def queue_capacity_problem(s: Session, job: JobState, tasks: list[TaskState]) ->
 class Placer:
     """Scores and fits tasks on nodes for one session."""
 
+    #: reuse the last node order for tasks of the same shape while no other node changed
+    #: (off only to check that it changes no decision)
+    fast_paths = True
+
     def __init__(self, s: Session) -> None:
         self.s = s
         cfg = s.config
@@ -113,8 +117,9 @@ class Placer:
         self.use_placement = cfg.has_plugin("nodeplacement") or cfg.plugins is None
         self._affinity_cache: dict[tuple, np.ndarray] = {}
         self.all_nodes = np.arange(len(s.nodes))
-        # last choice per task shape: (node, node_version after placing); see place()
-        self._last: dict[tuple, tuple[int, int]] = {}
+        # per task shape: the node order of the last full scoring, its idle-fit flags, the position
+        # of the last choice and the node version after placing it; see place()
+        self._last: dict[tuple, tuple[list[int], list[bool], int, int]] = {}
         self._failed: dict[tuple, int] = {}
 
     # ---- predicates -------------------------------------------------------------------------
@@ -259,22 +264,28 @@ class Placer:
         # Fast path for identical tasks placed one after another (the common burst of equal
         # pods): if no node changed since the last task of the same shape went to node i, node i
         # is still the best (its score only rose: less free room, other nodes unchanged) as long
-        # as it still fits on idle. Only for scores that are monotone in free room (whole-GPU
+        # as it still fits on idle, and after it the previous order still holds for the nodes
+        # that did not change. Only for scores that are monotone in free room (whole-GPU
         # binpack, no topology term, no sharing bonus).
         key = None
-        if (extra_score is None and cand is self.all_nodes and r.gpu_kind == m.GPU_WHOLE
+        if (self.fast_paths and extra_score is None and cand is self.all_nodes and r.gpu_kind == m.GPU_WHOLE
                 and not self.node_gpu_spread):
             key = (t.shape_id, pipeline_only) if t.shape_id >= 0 else (t.shape, pipeline_only)
             last = self._last.get(key) if t.status == m.PENDING else None
-            if last is not None and last[1] == s.node_version:
-                i = last[0]
+            if last is not None and last[3] == s.node_version:
+                # walk the previous order from the last choice: nodes after it are unchanged, so
+                # the first one that still fits on idle is the best
+                nodes, fits, p = last[0], last[1], last[2]
                 v = t.vec.tolist()
-                idle = s.idle[i].tolist()
-                rel = s.rel[i].tolist()
-                if all(idle[x] + _EPS >= v[x] and idle[x] + rel[x] + _EPS >= v[x] for x in (0, 1, 2, 3)):
-                    self._commit_move(stmt, t, m.PIPELINED if pipeline_only else m.ALLOCATED, i, ())
-                    self._last[key] = (i, s.node_version)
-                    return True
+                while p < len(nodes) and fits[p]:
+                    i = nodes[p]
+                    idle = s.idle[i].tolist()
+                    rel = s.rel[i].tolist()
+                    if all(idle[x] + _EPS >= v[x] and idle[x] + rel[x] + _EPS >= v[x] for x in (0, 1, 2, 3)):
+                        self._commit_move(stmt, t, m.PIPELINED if pipeline_only else m.ALLOCATED, i, ())
+                        self._last[key] = (nodes, fits, p, s.node_version)
+                        return True
+                    p += 1
         if key is not None and self._failed.get(key) == s.node_version:
             return False  # the same shape found no node and nothing changed since
         static = self._static_mask(t)[cand]
@@ -308,7 +319,7 @@ class Placer:
             return False
         score = self.scores(t, cand, fit_idle, extra_score)
         order = np.lexsort((cand, -score))
-        for k in order:
+        for pos, k in enumerate(order):
             if not fit_any[k]:
                 continue
             i = int(cand[k])
@@ -318,8 +329,8 @@ class Placer:
                 continue
             on_idle = bool(fit_idle[k]) and not pipeline_only
             self._commit_move(stmt, t, m.ALLOCATED if on_idle else m.PIPELINED, i, ())
-            if key is not None and fit_idle[k] and t.status in (m.ALLOCATED, m.PIPELINED) and not t.shared:
-                self._last[key] = (i, s.node_version)
+            if key is not None and fit_idle[k] and t.status in (m.ALLOCATED, m.PIPELINED):
+                self._last[key] = (cand[order].tolist(), fit_idle[order].tolist(), pos, s.node_version)
             return True
         return False
 
@@ -463,15 +474,6 @@ def topology_subsets(s: Session, tasks: list[TaskState], tc: m.TopologyConstrain
     return [np.array(sorted(x[2]), dtype=int) for x in subsets], extra, None
 
 
-def _has_topology(job: JobState) -> bool:
-    def walk(x: PodSet | SubGroupSet) -> bool:
-        if x.topology is not None:
-            return True
-        return isinstance(x, SubGroupSet) and any(walk(y) for y in x.members)
-
-    return walk(job.root)
-
-
 def _member_tasks(x: PodSet | SubGroupSet, tasks: list[TaskState]) -> list[TaskState]:
     if isinstance(x, PodSet):
         return [t for t in tasks if t.pod_set is x]
@@ -548,7 +550,7 @@ def allocate_job(s: Session, placer: Placer, stmt: Statement, job: JobState, pip
     cand = placer.all_nodes
     cp = stmt.checkpoint()
     failure: list[TaskState | m.Reason] = []
-    if _has_topology(job):
+    if job.has_topology:
         ok = _place_member(s, placer, stmt, job.root, tasks, cand, None, pipeline_only, failure)
     else:
         ok = True

@@ -268,14 +268,25 @@ def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks
     replace = [j for j in sorted(victim_jobs.values(), key=lambda j: j.index)
                if replace_victims and (move_all or not j.gang_satisfied())]
     order = JobsOrder(s, [job, *replace], simulation=True)
+    # A batch that found no room fails again for any batch of the same shape in the same queue as
+    # long as no node changed: remember (shape, node version) to skip the repeats.
+    no_room: dict[tuple, int] = {}
     while True:
         j = order.pop()
         if j is None:
             break
+        sig = None
+        if j is not job and not j.has_topology:
+            batch = tasks_to_allocate(j, simulation=True)
+            sig = (j.queue, j.preemptible, tuple(t.shape_id for t in batch))
+            if no_room.get(sig) == s.node_version:
+                continue
         sub = stmt.checkpoint()
         # each job gets one attempt (its next batch), as in KAI's scenario simulation
         if not allocate_job(s, placer, stmt, j, pipeline_only=True, simulation=True, record=False):
             stmt.rollback(sub)
+            if sig is not None:
+                no_room[sig] = s.node_version
     placed = job.gang_satisfied() and job.active_allocated() > before
     if placed:
         still = [[t for t in c if t.status == m.RELEASING] for c in chunks]

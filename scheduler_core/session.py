@@ -185,7 +185,7 @@ class JobState:
     """A job's live state: tasks, gang tree, flags."""
 
     __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
-                 "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending", "victim_key")
+                 "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending", "victim_key", "has_topology")
 
     def __init__(self, index: int, spec: m.JobSpec) -> None:
         self.index = index
@@ -204,6 +204,7 @@ class JobState:
         self.evicted_by: str | None = None
         self.n_pending = 0  # tasks in Pending, kept by Session._charge
         self.victim_key: tuple | None = None  # static part of the victim order (evict.VictimJob)
+        self.has_topology = False  # some member of the gang tree has a topology constraint
 
     # ---- gang state -------------------------------------------------------------------------
     def pending_tasks(self) -> list[TaskState]:
@@ -484,6 +485,7 @@ class Session:
             return node
 
         job.root = build(tree, None)
+        job.has_topology = _tree_has_topology(tree)
         added_default = False
         for t in job.tasks:
             name = t.spec.subgroup or "default"
@@ -713,6 +715,12 @@ class Session:
     def node_gpu_counts(self, i: int) -> tuple[float, float]:
         """(idle, releasing) whole GPUs of a node as the harness counts them (A.10)."""
         return float(self.idle[i, GPU]), float(self.rel[i, GPU])
+
+
+def _tree_has_topology(sg: m.SubGroupSpec) -> bool:
+    if sg.topology_constraint is not None or any(p.topology_constraint is not None for p in sg.pod_sets):
+        return True
+    return any(_tree_has_topology(c) for c in sg.subgroups)
 
 
 def _all_pod_sets(sg: m.SubGroupSpec) -> list[m.PodSetSpec]:

@@ -149,3 +149,37 @@ def test_reclaim_never_leaves_the_reclaimer_above_its_fair_share(snap):
         job = next(j for j in snap.jobs if j.name == name)
         q = result.queues[job.queue]
         assert q.allocated[2] <= q.fair_share[2] + 1e-9
+
+
+@st.composite
+def bursts(draw):
+    """Nodes with random usage and a burst of equal pending jobs in a few queues."""
+    n_nodes = draw(st.integers(1, 6))
+    nodes = [node(f"n{i}", draw(st.sampled_from([2, 4, 8]))) for i in range(n_nodes)]
+    jobs = []
+    for i, nd in enumerate(nodes):
+        used = draw(st.integers(0, nd.gpus))
+        if used:
+            jobs.append(m.JobSpec(f"r{i}", "q0", tasks=(gpu_task(f"r{i}-0", used, m.RUNNING, nd.name),),
+                                  creation=NOW - 500))
+    gpus = draw(st.sampled_from([1, 2, 4]))
+    n_queues = draw(st.integers(1, 3))
+    queues = [queue(f"q{k}", gpu_quota=draw(st.integers(0, 8)), creation=k) for k in range(n_queues)]
+    for j in range(draw(st.integers(1, 20))):
+        jobs.append(m.JobSpec(f"p{j}", f"q{j % n_queues}", tasks=(gpu_task(f"p{j}-0", gpus),), creation=NOW - 100 + j))
+    return m.ClusterSnapshot(nodes=tuple(nodes), queues=tuple(queues), jobs=tuple(jobs), now=NOW)
+
+
+@SETTINGS
+@given(bursts())
+def test_the_placement_fast_path_makes_the_same_decisions_as_full_scoring(snap):
+    from scheduler_core.allocate import Placer
+
+    fast = run_cycle(snap, m.CycleConfig(actions=("allocate",)))
+    Placer.fast_paths = False
+    try:
+        slow = run_cycle(snap, m.CycleConfig(actions=("allocate",)))
+    finally:
+        Placer.fast_paths = True
+    assert fast.binds == slow.binds
+    assert fast.pipelined == slow.pipelined
