@@ -20,6 +20,9 @@ TRAIN = "train"
 BUILD = "build"
 INFERENCE = "inference"
 
+# Jobs of a deliberate burst carry this label; the simulated cluster never drops them.
+BURST_LABEL = "kaiweb.io/burst"
+
 DEMO_PRIORITY_CLASSES: tuple[tuple[str, int, bool], ...] = (
     (TRAIN, 50, True),
     (BUILD, 100, False),
@@ -57,6 +60,7 @@ class QueueRole:
     kinds: tuple[str, ...]
     rate: float  # mean jobs per tick once started
     flood_gpus: int = 0  # GPUs of training gangs submitted at tick 0
+    burst_gpus: int = 0  # GPUs of long preemptible batch jobs submitted at the start tick
 
 
 # The demo tree (deploy/examples/queues.yaml) plus the best-effort queue seed_demo adds:
@@ -65,7 +69,8 @@ DEMO_ROLES: tuple[QueueRole, ...] = (
     QueueRole("best-effort", 0, ("training",), 0.5, flood_gpus=112),
     QueueRole("team-training", 0, ("training",), 0.5, flood_gpus=24),
     QueueRole("team-research-b", 0, ("training", "batch"), 0.4, flood_gpus=16),
-    QueueRole("team-inference", 2, ("batch", "batch", "inference"), 0.5),
+    # Fills its limit with batch work first; the inference that follows preempts it by priority.
+    QueueRole("team-inference", 2, ("batch", "inference", "inference"), 0.6, burst_gpus=16),
     QueueRole("team-research-a", 3, ("training", "batch"), 0.6),
 )
 
@@ -94,6 +99,9 @@ class WorkloadGenerator:
         for role in self.roles:
             if tick < role.start_tick:
                 continue
+            if tick == role.start_tick and role.burst_gpus:
+                jobs.extend(self._burst(rng, role))
+                continue
             count = self._arrivals(rng, role.rate * (3 if tick == role.start_tick else 1))
             for i in range(count):
                 kind = role.kinds[rng.randrange(len(role.kinds))]
@@ -111,6 +119,17 @@ class WorkloadGenerator:
                 total += job.gpus
                 n += 1
         return jobs
+
+    def _burst(self, rng: random.Random, role: QueueRole) -> list[JobSpec]:
+        # Long single-pod batch jobs of 2 GPUs, preemptible, up to the role's burst size.
+        return [
+            JobSpec(
+                name=f"{role.queue}-batch-burst-{n}", queue=role.queue, priority_class=TRAIN, pods=1, min_member=1,
+                gpu_per_pod=2.0, cpu_millis_per_pod=8000, memory_mb_per_pod=32_000,
+                duration_seconds=rng.randrange(1800, 3600, 60), kind="batch", labels={BURST_LABEL: "true"},
+            )
+            for n in range(role.burst_gpus // 2)
+        ]
 
     @staticmethod
     def _arrivals(rng: random.Random, mean: float) -> int:

@@ -35,7 +35,7 @@ from kaiweb.cluster.backends.types import (
 )
 from kaiweb.cluster.backends.types import PodState as ObservedState
 from kaiweb.cluster.models import Cluster, Node
-from kaiweb.cluster.workload_generator import JobSpec, WorkloadGenerator
+from kaiweb.cluster.workload_generator import BURST_LABEL, JobSpec, WorkloadGenerator
 from kaiweb.queues.models import PriorityClass, Queue
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
@@ -186,7 +186,7 @@ class SimulatedGateway:
         for job in jobs:
             if job.queue not in queues:
                 continue
-            if tick > 0 and pending.get(job.queue, 0) >= cap:
+            if tick > 0 and pending.get(job.queue, 0) >= cap and BURST_LABEL not in job.labels:
                 continue
             pending[job.queue] = pending.get(job.queue, 0) + 1
             accepted.append(job)
