@@ -434,7 +434,7 @@ def _plan(groups: Iterable[ObservedPodGroup], pods: Iterable[ObservedPod], queue
             continue
         values = _group_values(g)
         values.update(queue_id=queues.ids[g.queue], priority_class_id=classes.get(g.priority_class or ""),
-                      labels={}, submitted_at=g.created_at or timezone.now())
+                      labels=dict(g.labels), submitted_at=g.created_at or timezone.now())
         plan.workloads[key] = values
     for p in sorted(pods, key=lambda p: (p.namespace, p.name)):
         key = workload_key(p)
@@ -466,12 +466,6 @@ def _plan(groups: Iterable[ObservedPodGroup], pods: Iterable[ObservedPod], queue
                           labels={**dict(p.labels), IMPLICIT_GROUP_LABEL: "true"},
                           submitted_at=p.created_at or timezone.now())
             plan.workloads[key] = values
-        workload = plan.workloads.get(key)
-        if workload is not None and not workload["labels"] and p.labels:
-            # A PodGroup's workload takes its pods' labels (the node pool label places it in a shard).
-            workload["labels"] = {k: v for k, v in p.labels.items() if k != IMPLICIT_GROUP_LABEL}
-        if workload is not None and workload["priority_class_id"] is None and p.priority_class:
-            workload["priority_class_id"] = classes.get(p.priority_class)
         plan.pods[(p.namespace, p.name)] = (key, pod_values(p), p.node)
         if raw is not None:
             plan.raws[(p.namespace, p.name)] = raw
@@ -982,9 +976,6 @@ def _apply_group_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None,
         _apply_plan(cluster, _Plan(), full=False, report=report, delete_workloads=[(group.namespace, group.name)])
         _store_problems(cluster, plan.problems)
         return
-    current = Workload.objects.filter(cluster=cluster, namespace=group.namespace, name=group.name).first()
-    if current is not None and current.labels:
-        plan.workloads[(group.namespace, group.name)]["labels"] = current.labels
     _apply_plan(cluster, plan, full=False, report=report)
     _store_problems(cluster, [], clear=[key])
     _retry_deferred(cluster, lambda p: p.kind == "Pod" and p.namespace == group.namespace

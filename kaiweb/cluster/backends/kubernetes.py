@@ -386,6 +386,7 @@ def parse_pod_group(raw: Mapping[str, Any]) -> ObservedPodGroup | Unreadable:
             mark_unschedulable=spec.get("markUnschedulable", True) is not False,
             created_at=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
             resource_version=str(meta.get("resourceVersion", "")),
+            labels=dict(meta.get("labels") or {}),
         )
     except _Bad as bad:
         return _unreadable("PodGroup", raw, bad)

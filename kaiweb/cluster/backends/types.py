@@ -204,6 +204,7 @@ class ObservedPodGroup:
     mark_unschedulable: bool
     created_at: datetime | None
     resource_version: str
+    labels: Mapping[str, str] = field(default_factory=dict)  # e.g. the node-pool label that places it in a shard
 
 
 @dataclass(frozen=True)

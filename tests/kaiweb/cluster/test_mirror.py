@@ -443,3 +443,19 @@ def test_write_back_writes_only_what_changed_since_the_last_cycle(cluster: Clust
     Pod.objects.filter(name="waiting").update(state=PodState.PENDING)
     mirror.write_back(gateway, cycle("NotEnoughResources", "no node has 1 free GPU", 3))
     assert len(gateway.pending) == 3
+
+
+def test_a_podgroup_carries_its_own_labels_into_the_shard(kube_apiserver: FakeKubeApiServer,  # noqa: F811
+                                                          gateway: KubernetesGateway, cluster: Cluster) -> None:
+    kube_apiserver.add_queue("q", qspec(1))
+    kube_apiserver.put("podgroups", {"metadata": {"name": "pooled", "namespace": "default",
+                                                  "labels": {"kai.scheduler/node-pool": "a100"}},
+                                     "spec": {"queue": "q", "minMember": 1}})
+    kube_apiserver.add_pod("pooled-0", queue=None, pod_group="pooled", labels={"app": "x"})
+
+    mirror.sync_full(gateway, cluster)
+    assert Workload.objects.get(name="pooled").labels == {"kai.scheduler/node-pool": "a100"}
+
+    watched = mirror.kubernetes_cluster("k8s-watched")
+    ClusterWatcher(gateway, lambda e: mirror.apply_event(e, watched, gateway), kinds=("Pod", "PodGroup")).run_once()
+    assert Workload.objects.get(cluster=watched, name="pooled").labels == {"kai.scheduler/node-pool": "a100"}
