@@ -6,6 +6,16 @@ The scheduling cycle only talks to a `ClusterGateway`. Reads return a `Listing` 
 it is returned in ``.problems`` as an `Unreadable` naming the field and the rule, and the other
 objects are still returned. Actions are idempotent: repeating a bind or an evict that already
 took effect succeeds with ``ALREADY_BOUND`` / ``ALREADY_GONE``. Failures raise a `ClusterError`.
+
+Optional hooks the scheduling cycle calls when a backend has them:
+
+* ``sync_into(cluster)`` in the observe step: bring the database mirror (Node, GpuDevice,
+  Workload, Pod, Queue rows) up to date; the Kubernetes backend lists everything unless
+  ``manage.py watch_cluster`` keeps the mirror current (see `kaiweb.cluster.mirror`);
+* ``write_back(cycle)`` after apply: queue status and why-pending onto the cluster's objects;
+* ``is_bound(namespace, name, uid, node)`` / ``is_gone(namespace, name, uid)``: whether a
+  recorded action took effect, to reconcile a cycle that was interrupted;
+* ``advance()`` / ``now()`` / ``apply(binds, evicts)``: the simulated backend's clock and bulk apply.
 """
 
 from __future__ import annotations
