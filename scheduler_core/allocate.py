@@ -119,7 +119,7 @@ class Placer:
         self.all_nodes = np.arange(len(s.nodes))
         # per task shape: the node order of the last full scoring, its idle-fit flags, the position
         # of the last choice and the node version after placing it; see place()
-        self._last: dict[tuple, tuple[list[int], list[bool], int, int]] = {}
+        self._last: dict[tuple, tuple[list[int], list[bool], list[bool], int, int, bool]] = {}
         self._failed: dict[tuple, int] = {}
 
     # ---- predicates -------------------------------------------------------------------------
@@ -272,18 +272,32 @@ class Placer:
                 and not self.node_gpu_spread):
             key = (t.shape_id, pipeline_only) if t.shape_id >= 0 else (t.shape, pipeline_only)
             last = self._last.get(key) if t.status == m.PENDING else None
-            if last is not None and last[3] == s.node_version:
-                # walk the previous order from the last choice: nodes after it are unchanged, so
-                # the first one that still fits on idle is the best
-                nodes, fits, p = last[0], last[1], last[2]
+            if last is not None and last[4] == s.node_version:
+                # Walk the previous order from the last choice. Nodes after it are unchanged; the
+                # ones we filled only lost room, so they either keep their place, drop out, or
+                # (no longer fitting on idle) move down into the releasing-only part of the
+                # order, which then has to be scored again.
+                nodes, fits_idle, fits_any, p, moved_down = last[0], last[1], last[2], last[3], last[5]
                 v = t.vec.tolist()
-                while p < len(nodes) and fits[p]:
+                while p < len(nodes):
+                    if not fits_idle[p] and moved_down:
+                        break
+                    if not fits_any[p]:
+                        p += 1
+                        continue
                     i = nodes[p]
                     idle = s.idle[i].tolist()
                     rel = s.rel[i].tolist()
-                    if all(idle[x] + _EPS >= v[x] and idle[x] + rel[x] + _EPS >= v[x] for x in (0, 1, 2, 3)):
-                        self._commit_move(stmt, t, m.PIPELINED if pipeline_only else m.ALLOCATED, i, ())
-                        self._last[key] = (nodes, fits, p, s.node_version)
+                    any_now = all(idle[x] + rel[x] + _EPS >= v[x] for x in (0, 1, 2, 3))
+                    idle_now = any_now and all(idle[x] + _EPS >= v[x] for x in (0, 1, 2, 3))
+                    if fits_idle[p] and not idle_now:
+                        moved_down = moved_down or any_now
+                        p += 1
+                        continue
+                    if any_now:
+                        self._commit_move(stmt, t, m.ALLOCATED if idle_now and not pipeline_only else m.PIPELINED,
+                                          i, ())
+                        self._last[key] = (nodes, fits_idle, fits_any, p, s.node_version, moved_down)
                         return True
                     p += 1
         if key is not None and self._failed.get(key) == s.node_version:
@@ -329,8 +343,9 @@ class Placer:
                 continue
             on_idle = bool(fit_idle[k]) and not pipeline_only
             self._commit_move(stmt, t, m.ALLOCATED if on_idle else m.PIPELINED, i, ())
-            if key is not None and fit_idle[k] and t.status in (m.ALLOCATED, m.PIPELINED):
-                self._last[key] = (cand[order].tolist(), fit_idle[order].tolist(), pos, s.node_version)
+            if key is not None and t.status in (m.ALLOCATED, m.PIPELINED):
+                self._last[key] = (cand[order].tolist(), fit_idle[order].tolist(), fit_any[order].tolist(), pos,
+                                   s.node_version, False)
             return True
         return False
 

@@ -160,7 +160,9 @@ def bursts(draw):
     for i, nd in enumerate(nodes):
         used = draw(st.integers(0, nd.gpus))
         if used:
-            jobs.append(m.JobSpec(f"r{i}", "q0", tasks=(gpu_task(f"r{i}-0", used, m.RUNNING, nd.name),),
+            # some pods are releasing, so later pods get pipelined onto them
+            state = draw(st.sampled_from([m.RUNNING, m.RUNNING, m.RELEASING]))
+            jobs.append(m.JobSpec(f"r{i}", "q0", tasks=(gpu_task(f"r{i}-0", used, state, nd.name),),
                                   creation=NOW - 500))
     gpus = draw(st.sampled_from([1, 2, 4]))
     n_queues = draw(st.integers(1, 3))
