@@ -881,11 +881,20 @@ def apply_event(event: Any, cluster: Cluster, gateway: Any = None) -> None:
 
     With a ``gateway``, a Queue CRD that differs from the database is overwritten at once (the
     database wins); without one the next cycle's queue sync does it."""
-    from kaiweb.cluster.watch import DELETED, SYNCED
+    from kaiweb.cluster.watch import SYNCED
 
     if event.type == SYNCED:
         record_heartbeat(cluster)
         return
+    # One event, one transaction: a failure leaves the mirror as it was, and the watcher
+    # hands the same event again.
+    with transaction.atomic():
+        _apply_event(event, cluster, gateway)
+
+
+def _apply_event(event: Any, cluster: Cluster, gateway: Any) -> None:
+    from kaiweb.cluster.watch import DELETED
+
     report = SyncReport()
     key = (event.kind, event.namespace, event.name)
     raw = dict(event.raw) if event.raw else None
