@@ -140,3 +140,17 @@ def test_filters_the_preemption_log_and_exports_csv(page, live_server, ui_data, 
     assert lines[0].startswith("at,action,reason,victim,victim_pod")
     assert len(lines) - 1 == rows.count()
     assert all(",reclaim," in line for line in lines[1:])
+
+
+@pytest.mark.parametrize("persona", ["viewer", "queue_admin", "platform_admin"])
+def test_each_role_signs_in_and_sees_its_role(page, live_server, ui_data, persona, request, login, shot):
+    user = request.getfixturevalue(persona)
+    login(page, user)
+    expect(page.locator(".role-chip")).to_have_text(persona.replace("_", " "))
+    page.goto(live_server.url + "/queues/")
+    edit_buttons = page.locator("#queue-tree a.btn", has_text="Edit")
+    expected = {"viewer": 0, "queue_admin": 4, "platform_admin": 8}[persona]  # department-a and its 3 teams
+    expect(edit_buttons).to_have_count(expected)
+    shot(page, "tree")
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.locator("h1")).to_contain_text("Sign in")

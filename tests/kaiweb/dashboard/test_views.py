@@ -124,3 +124,27 @@ def test_pod_suffix_strips_the_workload_name():
     assert pod_suffix("train-7-2", "ns/train-7") == "-2"
     assert pod_suffix("other-0", "ns/train-7") == "other-0"
     assert pod_suffix("", "ns/x") == ""
+
+
+def test_panels_poll_only_while_the_tab_is_visible(client, viewer, ui_data):
+    client.force_login(viewer)
+    for path in ("/", "/queues/", "/workloads/", "/nodes/", "/preemptions/", "/cycles/"):
+        html = client.get(path).content.decode()
+        assert "hx-trigger=\"every 15s [document.visibilityState=='visible']\"" in html, path
+
+
+def test_a_failing_page_is_an_error_page_not_a_traceback(client, viewer, db, settings, monkeypatch):
+    from kaiweb.dashboard import queries
+
+    def broken() -> None:
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(queries, "cluster_totals", broken)
+    settings.DEBUG = False
+    client.raise_request_exception = False
+    client.force_login(viewer)
+    response = client.get("/")
+    assert response.status_code == 500
+    assert b"Something went wrong" in response.content
+    assert b"database went away" not in response.content
+    assert b"Traceback" not in response.content
