@@ -322,7 +322,7 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
         for c in chunks:
             for t in c:
                 if t.node is not None:
-                    freed[t.node] += t.vec[GPU] + (1.0 if t.shared else 0.0)
+                    freed[t.node] += t.freed_gpus
         return freed
 
     base_free = float(np.maximum(s.idle[:, GPU] + s.rel[:, GPU], 0).sum()) + sum(len(ns.groups) for ns in s.nodes)
@@ -334,7 +334,7 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
             total = base_free
             for c in chunks:
                 for t in c:
-                    total += t.vec[GPU] + (1.0 if t.shared else 0.0)
+                    total += t.freed_gpus
             if total + _EPS < need_total:
                 return False
         if freed is None:
@@ -383,7 +383,7 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
         acc.append(chunk)
         for t in chunk:
             if t.node is not None:
-                freed[t.node] += t.vec[GPU] + (1.0 if t.shared else 0.0)
+                freed[t.node] += t.freed_gpus
                 lst = by_node.setdefault(t.node, [])
                 if not lst or lst[-1] != ci:
                     lst.append(ci)
@@ -541,9 +541,13 @@ def _min_runtime_ok(s: Session, chunks: list[list[TaskState]], minrt_of: Callabl
             if t.pod_set is not None:
                 d = lost.setdefault(t.job.index, {})
                 d[t.pod_set.name] = d.get(t.pod_set.name, 0) + 1
+    by_queue: dict[str, float] = {}
     for ji, per in lost.items():
         job = s.jobs[ji]
-        if not _protected(s, job, minrt_of(job)):
+        minrt = by_queue.get(job.queue)
+        if minrt is None:
+            minrt = by_queue[job.queue] = minrt_of(job)
+        if minrt <= 0 or not _protected(s, job, minrt):
             continue
         for name in per:
             ps = job.pod_sets[name]

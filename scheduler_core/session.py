@@ -123,7 +123,7 @@ class TaskState:
 
     __slots__ = ("index", "job", "spec", "name", "status", "node", "groups", "pod_set", "vec", "qvec",
                  "req_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
-                 "orig_groups", "was_cleared", "shape", "shape_id", "q_counted", "pre_evict")
+                 "orig_groups", "was_cleared", "shape", "shape_id", "q_counted", "pre_evict", "freed_gpus")
 
     def __init__(self, index: int, job: JobState, spec: m.TaskSpec) -> None:
         self.index = index
@@ -168,6 +168,8 @@ class TaskState:
                       r.gpu_devices, tuple(sorted(r.mig.items())), spec.node_affinity,
                       tuple(sorted(spec.node_selector.items())))
         self.shape_id = -1  # small integer per distinct shape, set by the session
+        # whole GPUs an eviction of this pod gives back to its node (a shared device counts one)
+        self.freed_gpus = whole + (1.0 if r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY) else 0.0)
 
     @property
     def request(self) -> m.TaskRequest:
