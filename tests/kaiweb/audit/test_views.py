@@ -33,3 +33,14 @@ def test_audit_filters_by_action(client, platform_admin, viewer, queue_tree):
     assert "No change matches these filters" in client.get("/audit/?action=delete").content.decode()
     html = client.get("/audit/?action=update").content.decode()
     assert "team-training" in html[html.index('id="audit-table"'):]
+
+
+def test_audit_query_budget(client, platform_admin, viewer, queue_tree, django_assert_max_num_queries):
+    from kaiweb.queues import services
+
+    for priority in range(101, 131):
+        services.update_queue(queue_tree["team-training"], {"priority": priority}, actor=platform_admin)
+    client.force_login(viewer)
+    client.get("/audit/")
+    with django_assert_max_num_queries(8):
+        client.get("/audit/")

@@ -274,3 +274,14 @@ def test_preview_is_refused_to_a_viewer(client, viewer, queue_tree):
     client.force_login(viewer)
     q = queue_tree["team-training"]
     assert client.post("/queues/team-training/edit/preview/", _edit_data(q)).status_code == 403
+
+
+def test_edit_form_and_preview_query_budgets(client, platform_admin, ui_data, django_assert_max_num_queries):
+    q = Queue.objects.get(name="team-training")
+    client.force_login(platform_admin)
+    client.get("/queues/team-training/edit/")
+    with django_assert_max_num_queries(10):
+        client.get("/queues/team-training/edit/")
+    # Two divisions (now and with the change) and the model's check constraints: a fixed number.
+    with django_assert_max_num_queries(50):
+        client.post("/queues/team-training/edit/preview/", _edit_data(q, gpu_quota=20), headers={"HX-Request": "true"})
