@@ -185,6 +185,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
+    # kombu's filesystem transport with atomic writes (a worker never reads a half-written message).
+    CELERY_BROKER_TRANSPORT = "kaiweb.core.filesystem_broker:Transport"
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="django-db")
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

@@ -151,3 +151,26 @@ def test_the_task_runs_the_cycle_and_returns_its_id():
 
     row = SchedulingCycle.objects.get(pk=cycle_id)
     assert (row.trigger, row.status, row.binds) == ("test", CycleStatus.SUCCEEDED, 1)
+
+
+def test_the_embedded_broker_never_shows_a_half_written_message(tmp_path):
+    from kombu import Connection
+
+    folder, processed = tmp_path / "queue", tmp_path / "processed"
+    folder.mkdir()
+    processed.mkdir()
+    options = {"data_folder_in": str(folder), "data_folder_out": str(folder), "processed_folder": str(processed)}
+    with Connection("filesystem://", transport="kaiweb.core.filesystem_broker:Transport",
+                    transport_options=options) as conn:
+        queue = conn.SimpleQueue("celery")
+        # What a writer caught mid-write looks like: the reader must leave it alone.
+        (folder / ".1_x.celery.msg.partial").write_bytes(b"")
+        queue.put({"task": "scheduling.run_cycle"})
+        names = [p.name for p in folder.iterdir()]
+        assert len([n for n in names if n.endswith(".celery.msg")]) == 1
+
+        message = queue.get(timeout=1)
+
+        assert message.payload == {"task": "scheduling.run_cycle"}
+        assert [p.name for p in folder.iterdir()] == [".1_x.celery.msg.partial"]
+        queue.close()
