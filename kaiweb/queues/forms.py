@@ -65,3 +65,23 @@ class QueueForm(forms.ModelForm):
     def changed_values(self) -> dict[str, Any]:
         """The cleaned values of the fields that changed, as the update service takes them."""
         return {name: self.cleaned_data[name] for name in self.changed_data if name in self.cleaned_data}
+
+
+class QueueCreateForm(QueueForm):
+    """A new queue: its name, and the same fields as the edit form."""
+
+    class Meta(QueueForm.Meta):
+        fields = ["name", *EDIT_FIELDS]
+
+    def __init__(self, *args: Any, editable_ids: frozenset[int] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, editable_ids=editable_ids, **kwargs)
+        self.fields["name"].help_text = "A Kubernetes name: lowercase letters, digits and '-'; it cannot be changed later."
+        if editable_ids is not None:
+            # Queue admins create queues only under a queue they administer.
+            self.fields["parent"].required = True
+            self.fields["parent"].empty_label = None
+            self.fields["parent"].queryset = Queue.objects.filter(pk__in=editable_ids).order_by("name")
+
+    def values(self) -> dict[str, Any]:
+        """Every field, as the create service takes them."""
+        return {name: self.cleaned_data[name] for name in self.Meta.fields if name in self.cleaned_data}

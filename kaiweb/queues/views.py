@@ -15,7 +15,7 @@ from kaiweb.core.choices import RESOURCES
 from kaiweb.dashboard import access, charts, fairshare, queries
 from kaiweb.dashboard.formatting import UNIT_LABEL
 from kaiweb.dashboard.pages import render_page
-from kaiweb.queues.forms import QueueForm
+from kaiweb.queues.forms import QueueCreateForm, QueueForm
 from kaiweb.queues.models import Queue
 from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE
 from kaiweb.workloads.choices import WORKLOAD_STATE_BADGE
@@ -275,3 +275,37 @@ def by_id(request: HttpRequest, pk: int) -> HttpResponse:
     if queue is None:
         raise Http404("no such queue")
     return redirect("queues:detail", name=queue.name)
+
+
+def create(request: HttpRequest) -> HttpResponse:
+    """Add a queue: platform admins anywhere, queue admins under a queue they administer."""
+    from kaiweb.audit.choices import AuditSource
+    from kaiweb.queues import services
+
+    editable = access.editable_queue_ids(request.user)
+    if editable is not None and not editable:
+        return render(request, "errors/403.html", {
+            "reason": f"Your role ({access.role_of(request.user).label}) cannot add queues: platform admins add "
+                      "queues anywhere, queue admins under the queues they administer.",
+        }, status=403)
+    parent = Queue.objects.filter(name=request.GET.get("parent", "")).first()
+    if request.method == "POST":
+        form = QueueCreateForm(request.POST, editable_ids=editable)
+        if form.is_valid():
+            new_parent = form.cleaned_data.get("parent")
+            if not access.can_edit_queue(request.user, new_parent):
+                form.add_error("parent", "you may add queues only under a queue you administer")
+            else:
+                try:
+                    change = services.create_queue(form.values(), actor=request.user, source=AuditSource.UI)
+                except ValidationError as exc:
+                    _errors_to_form(form, exc)
+                else:
+                    messages.success(request, f"Queue {change.obj.name} created.")
+                    for warning in change.warnings:
+                        messages.warning(request, warning)
+                    return redirect("queues:detail", name=change.obj.name)
+    else:
+        initial = {"parent": parent.pk} if parent else {}
+        form = QueueCreateForm(initial=initial, editable_ids=editable)
+    return render(request, "queues/create.html", {"form": form, "parent": parent, "edit_label": EDIT_LABEL})

@@ -285,3 +285,65 @@ def test_edit_form_and_preview_query_budgets(client, platform_admin, ui_data, dj
     # Two divisions (now and with the change) and the model's check constraints: a fixed number.
     with django_assert_max_num_queries(50):
         client.post("/queues/team-training/edit/preview/", _edit_data(q, gpu_quota=20), headers={"HX-Request": "true"})
+
+
+# ------------------------------------------------------------------------------------------ create
+
+
+def _new_queue(name: str, parent: Queue | None, **changes) -> dict:
+    data = {"name": name, "display_name": "", "parent": parent.pk if parent else "", "priority": 100,
+            "preempt_min_runtime": "", "reclaim_min_runtime": "",
+            "cpu_quota": 0, "cpu_limit": -1, "cpu_over_quota_weight": 1, "memory_quota": 0, "memory_limit": -1,
+            "memory_over_quota_weight": 1, "gpu_quota": 2, "gpu_limit": -1, "gpu_over_quota_weight": 1}
+    data.update(changes)
+    return data
+
+
+def test_viewer_cannot_add_queues(client, viewer, queue_tree):
+    client.force_login(viewer)
+    assert client.get("/queues/-/add/").status_code == 403
+    assert client.post("/queues/-/add/", _new_queue("sneaky", None)).status_code == 403
+    assert not Queue.objects.filter(name="sneaky").exists()
+
+
+def test_queue_admin_adds_a_queue_under_their_subtree_only(client, queue_admin, queue_tree):
+    client.force_login(queue_admin)
+    response = client.post("/queues/-/add/", _new_queue("team-new", queue_tree["team-research-a"]))
+    assert response.status_code == 302
+    assert Queue.objects.get(name="team-new").parent.name == "team-research-a"
+    html = client.post("/queues/-/add/", _new_queue("elsewhere", queue_tree["department-b"])).content.decode()
+    assert 'id="id_parent-errors"' in html
+    html = client.post("/queues/-/add/", _new_queue("top", None)).content.decode()
+    assert 'id="id_parent-errors"' in html
+    assert not Queue.objects.filter(name__in=["elsewhere", "top"]).exists()
+
+
+def test_platform_admin_adds_a_top_level_queue_with_an_audit_entry(client, platform_admin, queue_tree):
+    client.force_login(platform_admin)
+    response = client.post("/queues/-/add/", _new_queue("department-c", None, gpu_quota=8))
+    assert response.status_code == 302
+    q = Queue.objects.get(name="department-c")
+    assert q.parent is None
+    assert AuditEntry.objects.filter(object_type="queues.queue", object_id=str(q.pk), action="create",
+                                     source="ui").exists()
+
+
+def test_add_queue_errors_are_next_to_the_field(client, platform_admin, queue_tree):
+    client.force_login(platform_admin)
+    html = client.post("/queues/-/add/", _new_queue("Bad_Name", None)).content.decode()
+    assert 'id="id_name-errors"' in html
+    assert "Kubernetes name" in html
+    html = client.post("/queues/-/add/", _new_queue("team-training", None)).content.decode()
+    assert 'id="id_name-errors"' in html
+    html = client.post("/queues/-/add/", _new_queue("capped", None, gpu_quota=4, gpu_limit=2)).content.decode()
+    assert "below the quota" in html[html.index('id="id_gpu_limit-errors"'):]
+    assert not Queue.objects.filter(name__in=["Bad_Name", "capped"]).exists()
+
+
+def test_a_queue_with_workloads_cannot_get_a_child(client, platform_admin, ui_data):
+    client.force_login(platform_admin)
+    parent = Queue.objects.get(name="team-training")
+    html = client.post("/queues/-/add/", _new_queue("sub-team", parent)).content.decode()
+    error = html[html.index('id="id_parent-errors"'):]
+    assert "only leaf queues hold workloads" in error[:error.index("</ul>")]
+    assert not Queue.objects.filter(name="sub-team").exists()
