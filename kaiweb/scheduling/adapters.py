@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Prefetch
 
 from kaiweb.cluster.models import Node, SchedulingShard
 from kaiweb.queues.models import PriorityClass, Queue
@@ -129,21 +128,24 @@ def node_to_spec(node: Node) -> m.NodeSpec:
     )
 
 
+def request_from(pod: dict[str, Any]) -> m.TaskRequest:
+    """The engine's request of a pod row; a fraction wins over GPU memory, as in KAI."""
+    cpu, memory = float(pod["cpu"]), float(pod["memory"])
+    if pod["gpu_fraction"] is not None:
+        return m.TaskRequest(cpu_millis=cpu, memory_bytes=memory, gpu_kind=m.GPU_FRACTION,
+                             gpu_fraction=pod["gpu_fraction"], gpu_devices=pod["gpu_devices"])
+    if pod["gpu_memory_mib"]:
+        return m.TaskRequest(cpu_millis=cpu, memory_bytes=memory, gpu_kind=m.GPU_MEMORY,
+                             gpu_memory_mib=pod["gpu_memory_mib"], gpu_devices=pod["gpu_devices"])
+    if pod["gpu"] > 0:
+        return m.TaskRequest(cpu_millis=cpu, memory_bytes=memory, gpu_kind=m.GPU_WHOLE, gpus=pod["gpu"])
+    return m.TaskRequest(cpu_millis=cpu, memory_bytes=memory)
+
+
 def pod_to_request(pod: Pod) -> m.TaskRequest:
-    """The engine's request of a pod; a fraction wins over GPU memory, as in KAI."""
-    if pod.gpu_fraction is not None:
-        return m.TaskRequest(
-            cpu_millis=pod.cpu, memory_bytes=float(pod.memory), gpu_kind=m.GPU_FRACTION,
-            gpu_fraction=pod.gpu_fraction, gpu_devices=pod.gpu_devices,
-        )
-    if pod.gpu_memory_mib:
-        return m.TaskRequest(
-            cpu_millis=pod.cpu, memory_bytes=float(pod.memory), gpu_kind=m.GPU_MEMORY,
-            gpu_memory_mib=pod.gpu_memory_mib, gpu_devices=pod.gpu_devices,
-        )
-    if pod.gpu > 0:
-        return m.TaskRequest(cpu_millis=pod.cpu, memory_bytes=float(pod.memory), gpu_kind=m.GPU_WHOLE, gpus=pod.gpu)
-    return m.TaskRequest(cpu_millis=pod.cpu, memory_bytes=float(pod.memory))
+    """The engine's request of a Pod row."""
+    fields = ("cpu", "memory", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices")
+    return request_from({f: getattr(pod, f) for f in fields})
 
 
 def workload_uid(workload: Workload) -> str:
@@ -187,59 +189,62 @@ def build_snapshot(
             index.nodes[n.name] = n.pk
     node_names = {pk: name for name, pk in index.nodes.items()}
 
-    workload_qs = (
-        Workload.objects.filter(state__in=ACTIVE_WORKLOAD_STATES)
-        .select_related("queue", "priority_class")
-        .prefetch_related(Prefetch("pods", queryset=Pod.objects.order_by("name")))
-        .order_by("submitted_at", "namespace", "name")
-    )
+    # Plain rows, not model instances: thousands of workloads and pods are read every cycle.
+    workload_qs = Workload.objects.filter(state__in=ACTIVE_WORKLOAD_STATES).order_by("submitted_at", "namespace", "name")
+    pod_qs = (Pod.objects.filter(workload__state__in=ACTIVE_WORKLOAD_STATES)
+              .exclude(state__in=(PodState.SUCCEEDED, PodState.FAILED)).order_by("workload_id", "name"))
     if shard is not None:
         workload_qs = workload_qs.filter(cluster_id=shard.cluster_id)
+        pod_qs = pod_qs.filter(workload__cluster_id=shard.cluster_id)
+    pods_of: dict[int, list[dict[str, Any]]] = {}
+    for p in pod_qs.values("id", "workload_id", "name", "uid", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices",
+                           "cpu", "memory", "state", "node_id", "gpu_group", "subgroup", "task_priority"):
+        pods_of.setdefault(p["workload_id"], []).append(p)
     jobs: list[m.JobSpec] = []
-    for order, w in enumerate(workload_qs):
-        if not _matches_partition(w.labels, shard):
+    rows = workload_qs.values("id", "namespace", "name", "labels", "queue_id", "queue__name", "priority_class__name",
+                              "preemptibility", "min_member", "submitted_at", "last_start_at", "last_eviction_at",
+                              "stale_since")
+    for order, w in enumerate(rows):
+        if not _matches_partition(w["labels"], shard):
             continue
-        uid = workload_uid(w)
-        class_name = w.priority_class.name if w.priority_class else default_class
+        uid = f"{w['namespace']}/{w['name']}" if w["namespace"] else w["name"]
+        class_name = w["priority_class__name"] or default_class
         try:
-            priority, preemptible = m.resolve_priority(class_name, classes, w.preemptibility or None)
+            priority, preemptible = m.resolve_priority(class_name, classes, w["preemptibility"] or None)
         except ValueError:
             priority, preemptible = m.resolve_priority(class_name, classes)
         tasks = []
-        for p in w.pods.all():
-            if p.state in (PodState.SUCCEEDED, PodState.FAILED):
-                continue
-            state = POD_STATE_TO_ENGINE.get(p.state, m.PENDING)
+        for p in pods_of.get(w["id"], ()):
             tasks.append(m.TaskSpec(
-                name=p.name,
-                request=pod_to_request(p),
-                state=state,
-                node=node_names.get(p.node_id) if p.node_id else None,
-                gpu_groups=(p.gpu_group,) if p.gpu_group else (),
-                subgroup=p.subgroup or None,
-                task_order_priority=p.task_priority,
+                name=p["name"],
+                request=request_from(p),
+                state=POD_STATE_TO_ENGINE.get(p["state"], m.PENDING),
+                node=node_names.get(p["node_id"]) if p["node_id"] else None,
+                gpu_groups=(p["gpu_group"],) if p["gpu_group"] else (),
+                subgroup=p["subgroup"] or None,
+                task_order_priority=p["task_priority"],
             ))
-            index.pods[(uid, p.name)] = p.pk
-            index.pod_uids[p.pk] = p.uid
+            index.pods[(uid, p["name"])] = p["id"]
+            index.pod_uids[p["id"]] = p["uid"]
         if not tasks:
             continue
-        min_available = 1 if w.min_member is None else w.min_member
+        min_available = 1 if w["min_member"] is None else w["min_member"]
         jobs.append(m.JobSpec(
-            name=w.name,
-            namespace=w.namespace,
-            queue=w.queue.name,
+            name=w["name"],
+            namespace=w["namespace"],
+            queue=w["queue__name"],
             tasks=tuple(tasks),
             priority=priority,
             preemptible=preemptible,
-            creation=to_epoch(w.submitted_at) or 0.0,
+            creation=to_epoch(w["submitted_at"]) or 0.0,
             build_order=order,
             min_available=min(min_available, len(tasks)),
-            last_start=to_epoch(w.last_start_at),
-            last_eviction=to_epoch(w.last_eviction_at),
-            stale_since=to_epoch(w.stale_since),
+            last_start=to_epoch(w["last_start_at"]),
+            last_eviction=to_epoch(w["last_eviction_at"]),
+            stale_since=to_epoch(w["stale_since"]),
         ))
-        index.workloads[uid] = w.pk
-        index.workload_queue[uid] = w.queue_id
+        index.workloads[uid] = w["id"]
+        index.workload_queue[uid] = w["queue_id"]
 
     snapshot = m.ClusterSnapshot(
         nodes=tuple(nodes), queues=tuple(queues), jobs=tuple(jobs), now=now,
