@@ -159,7 +159,8 @@ def test_the_embedded_broker_never_shows_a_half_written_message(tmp_path):
     folder, processed = tmp_path / "queue", tmp_path / "processed"
     folder.mkdir()
     processed.mkdir()
-    options = {"data_folder_in": str(folder), "data_folder_out": str(folder), "processed_folder": str(processed)}
+    options = {"data_folder_in": str(folder), "data_folder_out": str(folder), "processed_folder": str(processed),
+               "control_folder": str(tmp_path / "control")}
     with Connection("filesystem://", transport="kaiweb.core.filesystem_broker:Transport",
                     transport_options=options) as conn:
         queue = conn.SimpleQueue("celery")
