@@ -201,6 +201,11 @@ if KAI_CLUSTER_BACKEND not in {"simulated", "kubernetes"}:
 KAI_CYCLE_SECONDS = env.float("KAI_CYCLE_SECONDS", default=5.0)
 KAI_USAGE_SECONDS = env.float("KAI_USAGE_SECONDS", default=60.0)
 KAI_SCHEDULER_NAME = env.str("KAI_SCHEDULER_NAME", default="kai-scheduler")
+# Kubernetes backend: API server URL (empty: in-cluster, else KUBECONFIG), request timeout, and how
+# recent a heartbeat of `manage.py watch_cluster` must be for the cycle to skip its own full list.
+KAI_KUBERNETES_HOST = env.str("KAI_KUBERNETES_HOST", default="")
+KAI_KUBERNETES_TIMEOUT = env.float("KAI_KUBERNETES_TIMEOUT", default=10.0)
+KAI_WATCH_HEARTBEAT_SECONDS = env.float("KAI_WATCH_HEARTBEAT_SECONDS", default=30.0)
 # Periodic work, seeded into django-celery-beat's tables (editable at runtime in the admin):
 # one cycle per enabled shard every KAI_CYCLE_SECONDS, usage accounting, daily roll-up.
 CELERY_BEAT_SCHEDULE = {
