@@ -255,3 +255,22 @@ def test_evictions_record_preemption_events_with_both_queues_figures():
     assert event.decision.kind == DecisionKind.EVICT
     needy_running = Pod.objects.filter(workload__name="needy", state=PodState.RUNNING).count()
     assert needy_running == 2
+
+
+def test_a_workload_the_engine_cannot_read_is_marked_and_the_cycle_goes_on():
+    sc = small_cluster(nodes=1)
+    bad = submit(sc, "dept", "on-a-parent", pods=1)  # workloads belong in leaf queues
+    good = submit(sc, "team-a", "fine", pods=1)
+
+    outcome = cycle.run_and_record_cycle(sc.shard, advance=False)
+
+    assert outcome.status == CycleStatus.SUCCEEDED
+    assert outcome.binds == 1
+    good.refresh_from_db()
+    assert good.state == WorkloadState.RUNNING
+    mark = PendingReason.objects.get(workload=bad, is_current=True)
+    assert mark.reason == "InvalidObject"
+    assert "child queues" in mark.message
+    assert mark.details["field"] == "queue"
+    row = SchedulingCycle.objects.get(pk=outcome.cycle_id)
+    assert "job ns/on-a-parent: queue" in row.error
