@@ -19,7 +19,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=None,
-                            help="API server URL (default: in-cluster service account, else KUBECONFIG)")
+                            help="API server URL (default: KAI_KUBERNETES_HOST, else in-cluster service account, else KUBECONFIG)")
         parser.add_argument("--cluster", default=None,
                             help="name of the kaiweb cluster to mirror into (default: the only Kubernetes one, "
                                  "created as 'kubernetes' if there is none)")
@@ -36,7 +36,7 @@ class Command(BaseCommand):
         try:
             from kubernetes import client
 
-            configuration = load_configuration(options["host"])
+            configuration = load_configuration(options["host"] or getattr(settings, "KAI_KUBERNETES_HOST", "") or None)
             gateway = KubernetesGateway(client.ApiClient(configuration), scheduler_name=settings.KAI_SCHEDULER_NAME,
                                         request_timeout=float(getattr(settings, "KAI_KUBERNETES_TIMEOUT", 10.0)))
         except Exception as exc:  # the client's config loaders raise several unrelated types

@@ -31,7 +31,7 @@ class Command(BaseCommand):
         parser.add_argument("--timeout-seconds", type=int, default=300,
                             help="server-side length of one watch connection (default 300)")
         parser.add_argument("--host", default=None,
-                            help="API server URL (default: in-cluster service account, else KUBECONFIG)")
+                            help="API server URL (default: KAI_KUBERNETES_HOST, else in-cluster service account, else KUBECONFIG)")
         parser.add_argument("--cluster", default=None,
                             help="name of the kaiweb cluster to mirror into (default: the only Kubernetes one, "
                                  "created as 'kubernetes' if there is none)")
@@ -53,7 +53,7 @@ class Command(BaseCommand):
         try:
             from kubernetes import client
 
-            configuration = load_configuration(options["host"])
+            configuration = load_configuration(options["host"] or getattr(settings, "KAI_KUBERNETES_HOST", "") or None)
             gateway = KubernetesGateway(client.ApiClient(configuration), scheduler_name=settings.KAI_SCHEDULER_NAME)
             target = "" if cluster is None else f" into cluster {cluster.name}"
             self.stdout.write(f"watching {', '.join(kinds)} on {gateway.ping()} at {configuration.host}{target}")
