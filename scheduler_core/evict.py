@@ -562,7 +562,17 @@ def _min_runtime_ok(s: Session, chunks: list[list[TaskState]], minrt_of: Callabl
 # Reclaim (§3.7, §4.1)
 
 
-def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[JobState]) -> str | None:
+def _held_gpus(v: JobState, cache: dict[int, float] | None) -> float:
+    if cache is not None and v.index in cache:
+        return cache[v.index]
+    g = sum(t.qvec[GPU] for t in v.tasks if t.status in m.ACTIVE_ALLOCATED_STATES)
+    if cache is not None:
+        cache[v.index] = g
+    return g
+
+
+def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[JobState],
+                   held_cache: dict[int, float] | None = None) -> str | None:
     """A definitive "cannot" before any search: the GPUs the victim queues may give up under the
     reclaim strategies (§3.7 d), plus every free GPU, are fewer than the job needs. None = maybe.
 
@@ -584,8 +594,7 @@ def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[Jo
             lv = levels[v.queue] = rc.leveled_queues(s.queues, job.queue, v.queue)
         r_name, v_name = lv
         rstar[v_name] = r_name
-        active = [t for t in v.tasks if t.status in m.ACTIVE_ALLOCATED_STATES]
-        g = sum(t.qvec[GPU] for t in active)
+        g = _held_gpus(v, held_cache)
         held[v_name] = held.get(v_name, 0.0) + g
         largest[v_name] = max(largest.get(v_name, 0.0), g)
     bound = 0.0
@@ -620,6 +629,10 @@ def run_reclaim(s: Session, placer: Placer) -> None:
     sigs = _Signatures()
     order = JobsOrder(s, _triggers(s))
     mult = s.config.saturation_multiplier
+    # jobs that may lose pods, kept up to date after each commit (only touched jobs change)
+    evictable = [j.valid and j.preemptible and _has_evictable(j) for j in s.jobs]
+    pool = [j for j in s.jobs if evictable[j.index]]
+    held: dict[int, float] = {}  # GPUs each job holds, dropped for jobs a commit touches
     while True:
         job = order.pop()
         if job is None:
@@ -644,8 +657,8 @@ def run_reclaim(s: Session, placer: Placer) -> None:
         refused = ""
         verdicts: dict[str, rc.Verdict] = {}
         minrts: dict[str, rc.MinRuntime] = {}
-        for v in s.jobs:
-            if v.queue == job.queue or not v.valid or not v.preemptible or not _has_evictable(v):
+        for v in pool:
+            if v.queue == job.queue:
                 continue
             f = verdicts.get(v.queue)
             if f is None:
@@ -657,7 +670,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
             if minrt is None:
                 minrt = minrts[v.queue] = rc.reclaim_min_runtime(s.queues, job.queue, v.queue,
                                                                  s.config.default_reclaim_min_runtime_s)
-            if not v.is_elastic() and _protected(s, v, minrt.seconds):
+            if minrt.seconds > 0 and not v.is_elastic() and _protected(s, v, minrt.seconds):
                 refused = f"job {v.uid} is within its minimum runtime of {_fmt(minrt.seconds)}s"
                 continue
             victims.append(v)
@@ -667,7 +680,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                                    + (f" ({refused})" if refused else ""), {}))
             sigs.fail(job.queue, job)
             continue
-        cannot = _reclaim_bound(s, job, req, victims)
+        cannot = _reclaim_bound(s, job, req, victims, held)
         if cannot:
             _note(s, job, m.Reason("reclaim-cannot", "reclaim: " + cannot, {}))
             sigs.fail(job.queue, job)
@@ -712,7 +725,18 @@ def run_reclaim(s: Session, placer: Placer) -> None:
 
             # one attempt per job and cycle (KAI does not re-queue after a reclaim); an elastic job
             # grows further in later cycles, when its pipelined pods count as allocated
-            _commit(s, stmt, job, attempt, "reclaim", reason)
+            if _commit(s, stmt, job, attempt, "reclaim", reason):
+                touched = {job.index} | {t.job.index for t in attempt.evicted} | {t.job.index for t in attempt.moved}
+                changed = False
+                for ji in touched:
+                    held.pop(ji, None)
+                    j = s.jobs[ji]
+                    now_ok = j.valid and j.preemptible and _has_evictable(j)
+                    if now_ok != evictable[ji]:
+                        evictable[ji] = now_ok
+                        changed = True
+                if changed:
+                    pool = [j for j in s.jobs if evictable[j.index]]
         else:
             stmt.discard()
             _note(s, job, m.Reason("reclaim-failed", "reclaim: " + attempt.verdict, {"scenarios": attempt.scenarios}))

@@ -187,7 +187,7 @@ class JobState:
     """A job's live state: tasks, gang tree, flags."""
 
     __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
-                 "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending", "victim_key", "has_topology")
+                 "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending", "victim_key", "has_topology", "elastic")
 
     def __init__(self, index: int, spec: m.JobSpec) -> None:
         self.index = index
@@ -207,6 +207,7 @@ class JobState:
         self.n_pending = 0  # tasks in Pending, kept by Session._charge
         self.victim_key: tuple | None = None  # static part of the victim order (evict.VictimJob)
         self.has_topology = False  # some member of the gang tree has a topology constraint
+        self.elastic: bool | None = None  # cached by is_elastic()
 
     # ---- gang state -------------------------------------------------------------------------
     def pending_tasks(self) -> list[TaskState]:
@@ -238,7 +239,10 @@ class JobState:
         return 2 if above else 1
 
     def is_elastic(self) -> bool:
-        return any(len(ps.tasks) > ps.min_available for ps in self.pod_sets.values())
+        """Some pod set has more pods than its minimum (static for the cycle)."""
+        if self.elastic is None:
+            self.elastic = any(len(ps.tasks) > ps.min_available for ps in self.pod_sets.values())
+        return self.elastic
 
     def ready(self) -> bool:
         """KAI readiness: enough alive (non-gated) pods for the root's requirement (§1.3)."""
