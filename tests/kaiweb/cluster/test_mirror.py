@@ -459,3 +459,19 @@ def test_a_podgroup_carries_its_own_labels_into_the_shard(kube_apiserver: FakeKu
     watched = mirror.kubernetes_cluster("k8s-watched")
     ClusterWatcher(gateway, lambda e: mirror.apply_event(e, watched, gateway), kinds=("Pod", "PodGroup")).run_once()
     assert Workload.objects.get(cluster=watched, name="pooled").labels == {"kai.scheduler/node-pool": "a100"}
+
+
+def test_sync_cluster_command_speaks_json_and_refuses_a_simulated_cluster(server: FakeKubeApiServer) -> None:
+    import json
+
+    from django.core.management import CommandError
+
+    out = StringIO()
+    call_command("sync_cluster", "--host", server.url, "--cluster", "prod", "--json", stdout=out)
+    data = json.loads(out.getvalue())
+    assert data["cluster"] == "prod"
+    assert data["nodes"] == {"created": 2, "updated": 0, "deleted": 0}
+    assert data["pods"]["created"] == 4
+
+    with pytest.raises(CommandError, match="'default' is a simulated cluster"):
+        call_command("sync_cluster", "--host", server.url, "--cluster", "default")
