@@ -187,10 +187,26 @@ def _uid_from_key(key: str) -> str:
 def _check(gateway: Any, method: str, *args: str) -> bool:
     fn = getattr(gateway, method, None)
     if fn is None:
-        # A backend that cannot tell: assume not applied; the engine decides again from the
-        # observed state, and the gateway's own idempotency absorbs a repeated action.
-        return False
+        # A backend without its own answer is judged by the database mirror of its pods (kept
+        # current by watch_cluster / the cycle's observe step).
+        fn = _mirror_is_bound if method == "is_bound" else _mirror_is_gone
     return bool(fn(*args))
+
+
+def _mirror_pods(namespace: str, name: str, uid: str) -> Any:
+    from kaiweb.workloads.choices import ALLOCATED_POD_STATES
+    from kaiweb.workloads.models import Pod
+
+    pods = Pod.objects.filter(workload__namespace=namespace, name=name, state__in=ALLOCATED_POD_STATES)
+    return pods.filter(uid=uid) if uid else pods
+
+
+def _mirror_is_bound(namespace: str, name: str, uid: str, node: str) -> bool:
+    return _mirror_pods(namespace, name, uid).filter(node__name=node).exists()
+
+
+def _mirror_is_gone(namespace: str, name: str, uid: str) -> bool:
+    return not _mirror_pods(namespace, name, uid).exists()
 
 
 # ----------------------------------------------------------------------------------- the cycle

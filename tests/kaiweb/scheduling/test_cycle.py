@@ -274,3 +274,41 @@ def test_a_workload_the_engine_cannot_read_is_marked_and_the_cycle_goes_on():
     assert mark.details["field"] == "queue"
     row = SchedulingCycle.objects.get(pk=outcome.cycle_id)
     assert "job ns/on-a-parent: queue" in row.error
+
+
+class _ProtocolOnlyGateway:
+    """A backend with only the gateway protocol (bind/evict), like the Kubernetes one."""
+
+    def __init__(self, inner: SimulatedGateway) -> None:
+        self.inner = inner
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def bind(self, action):
+        return self.inner.bind(action)
+
+    def evict(self, action):
+        return self.inner.evict(action)
+
+
+def test_a_backend_without_its_own_check_is_reconciled_from_the_database_mirror(monkeypatch):
+    sc = small_cluster(nodes=1)
+    submit(sc, "team-a", "j", pods=2, gpus_per_pod=2)
+    monkeypatch.setattr(cycle, "gateway_for", lambda cluster: _ProtocolOnlyGateway(SimulatedGateway(cluster)))
+
+    def die(*args, **kwargs):
+        raise SystemExit("killed")
+
+    with monkeypatch.context() as m:
+        m.setattr(cycle, "mark_applied", die)
+        with pytest.raises(SystemExit):
+            cycle.run_and_record_cycle(sc.shard, advance=False)
+    SchedulingCycle.objects.update(status=CycleStatus.RUNNING, error="")
+
+    outcome = cycle.run_and_record_cycle(sc.shard, advance=False)
+
+    assert outcome.binds == 0
+    assert set(Decision.objects.filter(kind=DecisionKind.BIND).values_list("status", flat=True)) == {
+        DecisionStatus.APPLIED}
+    assert len(running_pods(sc)) == 2
