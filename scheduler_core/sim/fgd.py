@@ -655,7 +655,9 @@ def _kaiweb_pick(
          normalised by the largest node spec: keeps empty nodes and whole GPUs for the large
          pods), plus ``KAIWEB_PRESSURE_WEIGHT`` per tenth of ``model_pressure`` (keeps it off the
          GPU models that model-constrained pods depend on). Best fit for fractional pods too,
-         or without the pressure term, measured worse on gpushare100 and gpuspec33.
+         or without the pressure term, measured worse on gpushare100 and gpuspec33. When a
+         candidate's model is under heavy pressure (``KAIWEB_SPREAD_FROM_PRESSURE``), packing
+         starves the constrained pods, so these pods keep FGD's spreading (node order).
     3. Then node order. Returns the index into the candidate arrays. Deterministic.
     """
     near = np.flatnonzero(score == score.max())
@@ -664,12 +666,19 @@ def _kaiweb_pick(
     if 0 < gpu_req < MILLI:
         k = sliver[near]
         return int(near[np.argmin(k)])
+    if pressure.max(initial=0.0) >= KAIWEB_SPREAD_FROM_PRESSURE:
+        # Heavily model-constrained workload: keep FGD's spreading (node order is a per-seed
+        # shuffle); packing here starves the constrained pods (gpuspec20: 8.7 % against 5.2 %).
+        return int(near[0])
     left = (cpu_free[near] - cpu_req) / MAX_SPEC_CPU_MILLI + (gpu_free_total[near] - gpu_req) / MAX_SPEC_GPU_MILLI
     return int(near[np.argmin(left + KAIWEB_PRESSURE_WEIGHT * pressure[near])])
 
 
 # How much a tenth of model pressure weighs against best fit's normalised leftover (0..1).
 KAIWEB_PRESSURE_WEIGHT = 0.05
+# From this pressure (in tenths: constrained demand at half the cluster's average demand per GPU)
+# on a candidate's model, whole-GPU and CPU-only pods are spread as FGD does instead of packed.
+KAIWEB_SPREAD_FROM_PRESSURE = 5.0
 
 
 def summarize(values: Sequence[float]) -> tuple[float, float]:
