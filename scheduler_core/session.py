@@ -123,7 +123,7 @@ class TaskState:
 
     __slots__ = ("index", "job", "spec", "name", "status", "node", "groups", "pod_set", "vec", "qvec",
                  "req_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
-                 "orig_groups", "was_cleared", "shape", "shape_id", "q_counted", "pre_evict", "freed_gpus")
+                 "orig_groups", "was_cleared", "shape", "shape_id", "q_counted", "pre_evict", "freed_gpus", "shared")
 
     def __init__(self, index: int, job: JobState, spec: m.TaskSpec) -> None:
         self.index = index
@@ -165,9 +165,10 @@ class TaskState:
         self.pre_evict: str | None = None  # status before its latest eviction (for un-evict)
         # what placement depends on: the request and the node constraints
         self.shape = (r.cpu_millis, r.memory_bytes, r.gpu_kind, r.gpus, r.gpu_fraction, r.gpu_memory_mib,
-                      r.gpu_devices, tuple(sorted(r.mig.items())), spec.node_affinity,
-                      tuple(sorted(spec.node_selector.items())))
+                      r.gpu_devices, tuple(sorted(r.mig.items())) if r.mig else (), spec.node_affinity,
+                      tuple(sorted(spec.node_selector.items())) if spec.node_selector else ())
         self.shape_id = -1  # small integer per distinct shape, set by the session
+        self.shared = r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY)  # a fraction / GPU-memory pod
         # whole GPUs an eviction of this pod gives back to its node (a shared device counts one)
         self.freed_gpus = whole + (1.0 if r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY) else 0.0)
 
@@ -175,9 +176,6 @@ class TaskState:
     def request(self) -> m.TaskRequest:
         return self.spec.request
 
-    @property
-    def shared(self) -> bool:
-        return self.spec.request.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY)
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"<Task {self.name} {self.status} node={self.node}>"
@@ -511,7 +509,8 @@ class Session:
         if added_default:
             job.pod_sets["default"].min_available = len(job.pod_sets["default"].tasks)
         for ps in job.pod_sets.values():
-            ps.tasks.sort(key=lambda t: t.order_key)
+            if len(ps.tasks) > 1:
+                ps.tasks.sort(key=lambda t: t.order_key)
 
     def _place_existing(self) -> None:
         """Charge tasks that already hold node resources (§B.1), in task-name order."""
