@@ -48,6 +48,20 @@ def get(mapping: Any, key: Any) -> Any:
 
 
 @register.filter
+def k8s_age(when: Any) -> str:
+    """An object's age as kubectl prints it: 42s, 5m, 3h, 12d."""
+    from django.utils import timezone
+
+    if not when:
+        return "<unknown>"
+    seconds = max(0, int((timezone.now() - when).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+@register.filter
 def first_clause(text: Any) -> str:
     """The engine joins what each action found with "; ": the first clause is the main reason."""
     return str(text or "").split("; ", 1)[0]

@@ -148,3 +148,17 @@ def test_a_failing_page_is_an_error_page_not_a_traceback(client, viewer, db, set
     assert b"Something went wrong" in response.content
     assert b"database went away" not in response.content
     assert b"Traceback" not in response.content
+
+
+def test_ages_read_like_kubectl():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from kaiweb.dashboard.templatetags.ui import k8s_age
+
+    now = timezone.now()
+    assert k8s_age(now - timedelta(seconds=42)) in ("42s", "43s")
+    assert k8s_age(now - timedelta(minutes=5, seconds=3)) == "5m"
+    assert k8s_age(now - timedelta(hours=3, minutes=59)) == "3h"
+    assert k8s_age(now - timedelta(days=12)) == "12d"
