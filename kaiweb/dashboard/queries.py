@@ -7,11 +7,10 @@ which is what keeps every page inside its query budget (tests/kaiweb/*/test_view
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, F, Q, Sum
-from django.utils import timezone
 
 from kaiweb.core.choices import RESOURCES
 
@@ -190,15 +189,6 @@ def usage_series(resource: str, since: datetime, until: datetime | None = None,
     return [(row["start"], row["total"] / row["width_seconds"]) for row in rows]
 
 
-def usage_by_queue(resource: str, since: datetime, until: datetime) -> dict[int, float]:
-    """Resource-hours per queue over [since, until) (GPU-hours for "gpu"); one query."""
-    from kaiweb.usage.models import UsageBucket
-
-    rows = (UsageBucket.objects.filter(resource=resource, start__gte=since, start__lt=until)
-            .values("queue_id").annotate(total=Sum("value")))
-    return {row["queue_id"]: row["total"] / 3600.0 for row in rows}
-
-
 def status_history(queue: Any, limit: int = 720) -> list[Any]:
     """The queue's most recent recorded figures (oldest first), bounded so a busy day stays cheap."""
     from kaiweb.scheduling.models import QueueStatus
@@ -207,7 +197,3 @@ def status_history(queue: Any, limit: int = 720) -> list[Any]:
                 .only("recorded_at", "allocated", "fair_share", "requested")[:limit])
     rows.reverse()
     return rows
-
-
-def since_hours(hours: float) -> datetime:
-    return timezone.now() - timedelta(hours=hours)

@@ -6,7 +6,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -264,10 +263,6 @@ def preview(request: HttpRequest, name: str) -> HttpResponse:
     ctx = _edit_context(request, queue, form, **context)
     template = "queues/partials/edit_form.html" if getattr(request, "htmx", None) else "queues/edit.html"
     return render(request, template, ctx)
-
-
-def subtree_filter(queue: Queue) -> Q:
-    return Q(queue_id__in=_subtree_ids(queue))
 
 
 def by_id(request: HttpRequest, pk: int) -> HttpResponse:

@@ -80,6 +80,8 @@ def login(live_server: Any) -> Callable[[Any, Any], None]:
 
     def do(page: Any, user: Any) -> None:
         page.goto(f"{live_server.url}/accounts/login/")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "login.png"))
         page.fill("#id_username", user.get_username())
         page.fill("#id_password", PASSWORD)
         page.click("button[type=submit]")
