@@ -130,10 +130,8 @@ def filter_fields(filterset: Any, shown: list[str], choices: dict[str, list[tupl
             field.widget = ListSelect(choices=[("", "any"), *field.choices])
         if isinstance(field, forms.ChoiceField) and not isinstance(field, forms.MultipleChoiceField) \
                 and name not in (choices or {}):
-            if hasattr(field, "empty_label"):  # django-filter's ChoiceField adds its own empty choice
-                field.empty_label = "any"
-            else:
-                field.choices = [("", "any"), *[c for c in field.choices if c[0] not in ("", None)]]
+            # django-filter's ChoiceField adds its own "---------" choice: show "any" instead.
+            field.widget = forms.Select(choices=[("", "any"), *[c for c in field.choices if c[0] not in ("", None)]])
         if labels and name in labels:
             field.label = labels[name]
         # Bound fields are cached with the label they had when the form was validated.

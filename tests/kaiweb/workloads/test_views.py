@@ -147,3 +147,11 @@ def test_detail_query_budget(client, viewer, ui_data, django_assert_max_num_quer
 def test_unknown_workload_is_404(client, viewer, db):
     client.force_login(viewer)
     assert client.get("/workloads/999999/").status_code == 404
+
+
+def test_filter_selects_offer_any_rather_than_dashes(client, viewer, db):
+    client.force_login(viewer)
+    html = client.get("/workloads/").content.decode()
+    form = html[html.index('role="search"'):html.index("</form>")]
+    assert "---------" not in form
+    assert '<option value="">any</option>' in form
