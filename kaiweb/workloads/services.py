@@ -111,6 +111,32 @@ def create_workload(data: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] =
         return Change(workload)
 
 
+UPDATABLE_FIELDS = frozenset({"queue", "priority_class", "preemptibility", "min_member", "min_subgroup", "labels"})
+
+
+def update_workload(workload: Workload, data: Mapping[str, Any]) -> Change[Workload]:
+    """Move a workload to another (leaf) queue, or change its class, preemptibility or gang size."""
+    reject_unknown_fields(dict(data), UPDATABLE_FIELDS)
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        values = dict(data)
+        if "queue" in values:
+            values["queue"] = _resolve(Queue, values["queue"], "queue", "queue")
+            if values["queue"] is None:
+                raise ValidationError({"queue": "is required"})
+            check_leaf_queue(values["queue"])
+        if "priority_class" in values:
+            values["priority_class"] = _resolve(PriorityClass, values["priority_class"], "priority_class", "priority class")
+        for key, value in values.items():
+            setattr(workload, key, value)
+        workload.full_clean(validate_unique=False, validate_constraints=False)
+        pods = workload.pods.count()
+        if workload.min_member is not None and pods and workload.min_member > pods:
+            raise ValidationError({"min_member": f"is {workload.min_member} but the workload has only {pods} pod(s)"})
+        workload.save()
+        return Change(workload)
+
+
 def delete_workload(workload: Workload) -> None:
     """Forget a workload and its pods (its scheduling history keeps the names)."""
     workload.delete()

@@ -71,3 +71,16 @@ class WorkloadDetailSerializer(WorkloadSerializer):
 
     class Meta(WorkloadSerializer.Meta):
         fields = (*WorkloadSerializer.Meta.fields, "pods")
+
+
+class WorkloadUpdateSerializer(serializers.ModelSerializer):
+    """What may change on a workload: its (leaf) queue, class, preemptibility, gang size, labels."""
+
+    queue = serializers.SlugRelatedField(slug_field="name", queryset=Queue.objects.all(), required=False)
+    priority_class = serializers.SlugRelatedField(
+        slug_field="name", queryset=PriorityClass.objects.all(), required=False, allow_null=True
+    )
+
+    class Meta:
+        model = Workload
+        fields = ("queue", "priority_class", "preemptibility", "min_member", "min_subgroup", "labels")

@@ -18,15 +18,21 @@ from kaiweb.workloads.models import Pod
 
 
 class WorkloadViewSet(
-    ServiceErrorsMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet
+    ServiceErrorsMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin,
+    viewsets.ReadOnlyModelViewSet,
 ):
-    """PodGroups as last observed, with their current why-pending; submitting creates one with its pods."""
+    """PodGroups as last observed, with their current why-pending; submitting creates one with its pods;
+    PATCH moves one to another leaf queue or changes its class, preemptibility or gang size."""
+
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     filterset_class = WorkloadFilterSet
     ordering_fields = ("submitted_at", "name", "namespace", "state", "last_start_at")
     ordering = ("-submitted_at", "namespace", "name")
 
     def get_serializer_class(self) -> Any:
+        if self.action == "partial_update":
+            return s.WorkloadUpdateSerializer
         return s.WorkloadDetailSerializer if self.action in ("retrieve", "create") else s.WorkloadSerializer
 
     def get_queryset(self) -> Any:
@@ -40,6 +46,14 @@ class WorkloadViewSet(
         change = services.create_workload(data, pods)
         obj = selectors.workloads(with_pods=True).get(pk=change.obj.pk)
         return Response(s.WorkloadDetailSerializer(obj).data, status=status.HTTP_201_CREATED)
+
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        instance = self.get_object()
+        serializer = s.WorkloadUpdateSerializer(instance, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        change = services.update_workload(instance, dict(serializer.validated_data))
+        obj = selectors.workloads().get(pk=change.obj.pk)
+        return Response(s.WorkloadSerializer(obj).data)
 
     def perform_destroy(self, instance: Any) -> None:
         services.delete_workload(instance)

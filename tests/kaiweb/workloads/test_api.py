@@ -93,3 +93,20 @@ def test_pending_history_lists_every_record(viewer_api, queue_tree):
     PendingReasonFactory(workload=workload, is_current=True, reason="OverLimit")
     body = viewer_api.get(f"/api/v1/workloads/{workload.pk}/pending-history/").json()
     assert [r["reason"] for r in body["results"]] == ["OverLimit", "NotReady"]
+
+
+def test_moving_a_workload_keeps_it_on_a_leaf_queue(admin_api, viewer_api, queue_tree):
+    workload = WorkloadFactory(queue=queue_tree["team-training"])
+    PodFactory(workload=workload)
+    url = f"/api/v1/workloads/{workload.pk}/"
+    refused = admin_api.patch(url, {"queue": "department-a"}, format="json")
+    assert refused.status_code == 400
+    assert refused.json() == {
+        "queue": ["queue department-a has child queues (team-inference, team-research-a); workloads go to leaf queues"]
+    }
+    assert viewer_api.patch(url, {"queue": "team-inference"}, format="json").status_code == 403
+    moved = admin_api.patch(url, {"queue": "team-inference", "priority_class": "build"}, format="json")
+    assert moved.status_code == 200
+    assert (moved.json()["queue"], moved.json()["priority_class"]) == ("team-inference", "build")
+    too_big = admin_api.patch(url, {"min_member": 3}, format="json")
+    assert too_big.json() == {"min_member": ["is 3 but the workload has only 1 pod(s)"]}
