@@ -202,3 +202,19 @@ def test_priority_class_crud_and_clash(admin_api):
     assert clash.json() == {"name": ["a priority class named 'urgent' already exists (value 200); names are unique"]}
     listed = admin_api.get("/api/v1/priority-classes/?preemptible=false").json()["results"]
     assert [p["name"] for p in listed] == ["urgent", "inference", "build"]
+
+
+def test_tree_query_count_does_not_grow_with_the_tree(viewer_api, queue_tree, django_assert_max_num_queries):
+    for i in range(30):
+        queue = Queue.objects.create(name=f"leaf-{i}", parent=queue_tree["team-research-a"] if i < 10 else None)
+        QueueStatusFactory(queue=queue)
+        QueueStatusFactory(queue=queue)
+    with django_assert_max_num_queries(6):
+        roots = viewer_api.get("/api/v1/queues/tree/").json()
+    assert len(roots) == 22
+
+
+def test_labels_must_map_names_to_strings(admin_api):
+    response = admin_api.post("/api/v1/queues/", {"name": "l", "labels": {"pool": 3}}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"labels": ["must be an object mapping label names to string values"]}
