@@ -118,6 +118,18 @@ def _dom3(u0: float, u1: float, u2: float, cap: tuple[float, float, float]) -> f
     return best if best > 0.0 else 0.0
 
 
+def _smaller_share(lal: list[float], ral: list[float]) -> int:
+    """Rule 7 of QueueOrder: -1 when the left allocatable share is ≤ everywhere and < somewhere,
+    1 for the mirror case, 0 otherwise (-1 = unlimited counts as infinite)."""
+    li = [math.inf if x == _UNL else x for x in lal]
+    ri = [math.inf if x == _UNL else x for x in ral]
+    if all(x <= y for x, y in zip(li, ri)) and any(x < y for x, y in zip(li, ri)):
+        return -1
+    if all(y <= x for x, y in zip(li, ri)) and any(y < x for x, y in zip(li, ri)):
+        return 1
+    return 0
+
+
 def _le_cap(v: float, cap: float) -> bool:
     return cap == _UNL or v <= cap
 
@@ -132,6 +144,7 @@ class QueueComparator:
         self.total = total
         self._alloc: dict[str, list[float]] = {}
         self._cap: dict[str, tuple[float, float, float]] = {}
+        self._share_cmp: dict[tuple[str, str], int] = {}
 
     def _caps(self, q: QueueAttrs, alloc: list[float], total: list[float]) -> tuple[float, float, float]:
         got = self._cap.get(q.name)
@@ -189,13 +202,14 @@ class QueueComparator:
         b = _dom3(ra[0], ra[1], ra[2], rc)
         if a != b:
             return -1 if a < b else 1
-        # 7. smaller allocatable share (≤ everywhere, < somewhere)
-        li = [math.inf if x == _UNL else x for x in lal]
-        ri = [math.inf if x == _UNL else x for x in ral]
-        if all(x <= y for x, y in zip(li, ri)) and any(x < y for x, y in zip(li, ri)):
-            return -1
-        if all(y <= x for x, y in zip(li, ri)) and any(y < x for x, y in zip(li, ri)):
-            return 1
+        # 7. smaller allocatable share (≤ everywhere, < somewhere): static for the cycle, so the
+        # answer is kept per pair of queues (equal shares make this rule decide most pops)
+        pair = (left.name, right.name)
+        got = self._share_cmp.get(pair)
+        if got is None:
+            got = self._share_cmp[pair] = _smaller_share(lal, ral)
+        if got:
+            return got
         # 8. older queue, then name
         if left.creation != right.creation:
             return -1 if left.creation < right.creation else 1

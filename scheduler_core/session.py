@@ -117,6 +117,33 @@ class SubGroupSet:
         return sum(1 for x in self.members if x.satisfied) >= self.need
 
 
+def request_info(r: m.TaskRequest) -> tuple:
+    """What a task derives from its request alone: (node charge vector, queue charge vector,
+    request part of the placement shape, shared-GPU flag, whole GPUs an eviction frees). Pods of
+    one snapshot often share a request object, so the session computes this once per object."""
+    whole = float(r.gpus) if r.gpu_kind == m.GPU_WHOLE else 0.0
+    vkey = (r.cpu_millis, r.memory_bytes, whole)
+    vec = _VEC_CACHE.get(vkey)
+    if vec is None:
+        # shared by equal requests; never changed in place (read-only)
+        vec = np.array([r.cpu_millis, r.memory_bytes, whole, 1.0])
+        vec.flags.writeable = False
+        if len(_VEC_CACHE) < 4096:
+            _VEC_CACHE[vkey] = vec
+    gpu_units = whole
+    if r.gpu_kind == m.GPU_FRACTION:
+        gpu_units = r.gpu_fraction * r.gpu_devices
+    elif r.gpu_kind == m.GPU_MIG:
+        gpu_units = r.mig_gpu_units
+    qvec = (float(r.cpu_millis), float(r.memory_bytes), gpu_units)
+    shape = (r.cpu_millis, r.memory_bytes, r.gpu_kind, r.gpus, r.gpu_fraction, r.gpu_memory_mib,
+             r.gpu_devices, tuple(sorted(r.mig.items())) if r.mig else ())
+    shared = r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY)  # a fraction / GPU-memory pod
+    # whole GPUs an eviction of this pod gives back to its node (a shared device counts one)
+    freed = whole + (1.0 if shared else 0.0)
+    return vec, qvec, shape, shared, freed
+
+
 class TaskState:
     """A task's live state. ``vec`` is its node charge [cpu, mem, whole GPUs, pods];
     ``qvec`` its queue charge [cpu, mem, GPU units] (set on placement for shared GPUs)."""
@@ -125,7 +152,7 @@ class TaskState:
                  "req_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
                  "orig_groups", "was_cleared", "shape", "shape_id", "q_counted", "pre_evict", "freed_gpus", "shared")
 
-    def __init__(self, index: int, job: JobState, spec: m.TaskSpec) -> None:
+    def __init__(self, index: int, job: JobState, spec: m.TaskSpec, info: tuple | None = None) -> None:
         self.index = index
         self.job = job
         self.spec = spec
@@ -134,43 +161,26 @@ class TaskState:
         self.node: int | None = None
         self.groups: tuple[str, ...] = tuple(spec.gpu_groups)
         self.pod_set: PodSet | None = None
-        r = spec.request
-        whole = float(r.gpus) if r.gpu_kind == m.GPU_WHOLE else 0.0
-        vkey = (r.cpu_millis, r.memory_bytes, whole)
-        vec = _VEC_CACHE.get(vkey)
-        if vec is None:
-            # shared by equal requests; never changed in place (read-only)
-            vec = np.array([r.cpu_millis, r.memory_bytes, whole, 1.0])
-            vec.flags.writeable = False
-            if len(_VEC_CACHE) < 4096:
-                _VEC_CACHE[vkey] = vec
-        self.vec = vec
+        if info is None:
+            info = request_info(spec.request)
+        self.vec, qvec, req_shape, self.shared, self.freed_gpus = info
         self.portion = 0.0  # accepted GPU portion per device (shared tasks)
         self.mem_per_device = 0.0
-        gpu_units = whole
-        if r.gpu_kind == m.GPU_FRACTION:
-            gpu_units = r.gpu_fraction * r.gpu_devices
-        elif r.gpu_kind == m.GPU_MIG:
-            gpu_units = r.mig_gpu_units
-        self.qvec = [float(r.cpu_millis), float(r.memory_bytes), gpu_units]
-        self.req_qvec = list(self.qvec)  # request-side vector (GPU memory via smallest node)
+        self.qvec = list(qvec)
+        self.req_qvec = list(qvec)  # request-side vector (GPU memory via smallest node)
         # task order: task-order priority (present first, higher first), then name
         tp = spec.task_order_priority
         self.order_key = (0 if tp is not None else 1, -(tp or 0), spec.name)
         self.orig_status = spec.state
         self.orig_node: str | None = spec.node
-        self.orig_groups = tuple(spec.gpu_groups)
+        self.orig_groups = self.groups
         self.was_cleared = False
         self.q_counted = False  # whether the queue accounting currently holds this task
         self.pre_evict: str | None = None  # status before its latest eviction (for un-evict)
         # what placement depends on: the request and the node constraints
-        self.shape = (r.cpu_millis, r.memory_bytes, r.gpu_kind, r.gpus, r.gpu_fraction, r.gpu_memory_mib,
-                      r.gpu_devices, tuple(sorted(r.mig.items())) if r.mig else (), spec.node_affinity,
-                      tuple(sorted(spec.node_selector.items())) if spec.node_selector else ())
+        self.shape = req_shape + (spec.node_affinity,
+                                  tuple(sorted(spec.node_selector.items())) if spec.node_selector else ())
         self.shape_id = -1  # small integer per distinct shape, set by the session
-        self.shared = r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY)  # a fraction / GPU-memory pod
-        # whole GPUs an eviction of this pod gives back to its node (a shared device counts one)
-        self.freed_gpus = whole + (1.0 if r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY) else 0.0)
 
     @property
     def request(self) -> m.TaskRequest:
@@ -414,6 +424,8 @@ class Session:
         self.jobs: list[JobState] = []
         self.tasks: list[TaskState] = []
         shape_ids: dict[tuple, int] = {}
+        # derived request data per request object (the snapshot keeps the objects alive)
+        infos: dict[int, tuple] = {}
         seen: set[str] = set()
         for spec in self.snapshot.jobs:
             job = JobState(len(self.jobs), spec)
@@ -426,7 +438,11 @@ class Session:
                 self._error("job", job.uid, problem[0], problem[1])
                 job.valid = False
             for ts in spec.tasks:
-                t = TaskState(len(self.tasks), job, ts)
+                r = ts.request
+                info = infos.get(id(r))
+                if info is None:
+                    info = infos[id(r)] = request_info(r)
+                t = TaskState(len(self.tasks), job, ts, info)
                 t.shape_id = shape_ids.setdefault(t.shape, len(shape_ids))
                 self.tasks.append(t)
                 job.tasks.append(t)
@@ -472,6 +488,19 @@ class Session:
     def _build_gang(self, job: JobState) -> None:
         spec = job.spec
         tree = spec.subgroups
+        if tree is None and all(t.subgroup is None or t.subgroup == "default" for t in spec.tasks):
+            # the common shape: one default pod set holding every task (no topology)
+            mins = len(spec.tasks) if spec.min_available is None else spec.min_available
+            ps = PodSet("default", mins, None)
+            ps.parent = job.root
+            job.root.members.append(ps)
+            job.pod_sets["default"] = ps
+            ps.tasks.extend(job.tasks)
+            for t in job.tasks:
+                t.pod_set = ps
+            if len(ps.tasks) > 1:
+                ps.tasks.sort(key=lambda t: t.order_key)
+            return
         if tree is None:
             mins = len(spec.tasks) if spec.min_available is None else spec.min_available
             tree = m.SubGroupSpec("", None, None, (m.PodSetSpec("default", mins, None),), ())
