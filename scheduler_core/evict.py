@@ -58,9 +58,10 @@ class VictimJob:
 
     __slots__ = ("job", "remaining", "taken")
 
-    def __init__(self, job: JobState) -> None:
+    def __init__(self, job: JobState, remaining: list[TaskState] | None = None) -> None:
         self.job = job
-        self.remaining = [t for t in job.tasks if _evictable(t)]
+        # ``remaining`` is replaced, never changed in place, so a cached list may be shared
+        self.remaining = [t for t in job.tasks if _evictable(t)] if remaining is None else remaining
         self.taken = 0
 
     def _count(self, ps: PodSet) -> int:
@@ -142,10 +143,26 @@ class VictimOrder:
         self.removed: dict[str, list[float]] = {}
         self.children: dict[str | None, list[str]] = {}
         self.heaps: dict[str, list[tuple[tuple, int, VictimJob]]] = {}
+        # A job's evictable pods and its key change only when one of its tasks moves (its version
+        # changes), so both are kept across the pending jobs of a cycle instead of recomputed for
+        # every candidate victim each time.
+        cache = s.victim_cache
+        heaps = self.heaps
         for k, j in enumerate(jobs):
+            got = cache.get(j.index)
+            if got is not None and got[0] == j.version:
+                if got[1]:
+                    v = VictimJob(j, got[1])
+                    heap = heaps.get(j.queue)
+                    if heap is None:
+                        heap = heaps[j.queue] = []
+                    heap.append((got[2], k, v))
+                continue
             v = VictimJob(j)
+            key = v.order_key() if v.remaining else ()
+            cache[j.index] = (j.version, v.remaining, key)
             if v.remaining:
-                self.heaps.setdefault(j.queue, []).append((v.order_key(), k, v))
+                heaps.setdefault(j.queue, []).append((key, k, v))
         for h in self.heaps.values():
             heapq.heapify(h)
         seen: set[str] = set()

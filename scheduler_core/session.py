@@ -195,7 +195,8 @@ class JobState:
     """A job's live state: tasks, gang tree, flags."""
 
     __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
-                 "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending", "victim_key", "has_topology", "elastic")
+                 "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending", "victim_key", "has_topology", "elastic",
+                 "version")
 
     def __init__(self, index: int, spec: m.JobSpec) -> None:
         self.index = index
@@ -216,6 +217,7 @@ class JobState:
         self.victim_key: tuple | None = None  # static part of the victim order (evict.VictimJob)
         self.has_topology = False  # some member of the gang tree has a topology constraint
         self.elastic: bool | None = None  # cached by is_elastic()
+        self.version = 0  # bumped on every change of one of its tasks (caches of derived state key on it)
 
     # ---- gang state -------------------------------------------------------------------------
     def pending_tasks(self) -> list[TaskState]:
@@ -298,6 +300,8 @@ class Session:
         self.counts = {"binds": 0, "pipelined": 0, "evictions": 0}
         self._group_seq = 0
         self.ghosts: list[TaskState] = []
+        # per job index: (job version, evictable tasks, victim order key) — see evict.VictimOrder
+        self.victim_cache: dict[int, tuple[int, list[TaskState], tuple]] = {}
         self._build_nodes()
         self._build_queues()
         self.queue_comparator = None  # set by cycle.open_session once fair shares are known
@@ -610,6 +614,7 @@ class Session:
 
     def _charge(self, t: TaskState, sign: int) -> None:
         status = t.status
+        t.job.version += 1
         if status == m.PENDING and t.index >= 0:
             t.job.n_pending += sign
             return
