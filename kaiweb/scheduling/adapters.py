@@ -481,28 +481,32 @@ def _record_pending_reasons(cycle: SchedulingCycle, result: m.CycleResult, index
             if wid is not None:
                 reasons[wid] = m.Reason(code="InvalidObject", message=f"{err.field}: {err.message}",
                                         details={"field": err.field})
-    current = {pr.workload_id: pr for pr in PendingReason.objects.filter(
-        is_current=True, workload_id__in=list(index.workloads.values()))}
+    # Plain rows: with thousands of pending workloads, model instances would cost more than the query.
+    current = {
+        row["workload_id"]: row
+        for row in PendingReason.objects.filter(is_current=True, workload_id__in=list(index.workloads.values()))
+        .values("id", "workload_id", "reason", "message", "details")
+    }
     to_update: list[PendingReason] = []
     to_touch: list[int] = []
     to_retire: list[int] = []
     to_create: list[PendingReason] = []
     for wid, reason in reasons.items():
         old = current.get(wid)
-        if old is not None and old.reason == reason.code[:64]:
+        if old is not None and old["reason"] == reason.code[:64]:
             details = _jsonable(reason.details)
-            if old.message == reason.message and old.details == details:
-                to_touch.append(old.pk)  # same words and numbers: only "as of this cycle" moves
+            if old["message"] == reason.message and old["details"] == details:
+                to_touch.append(old["id"])  # same words and numbers: only "as of this cycle" moves
             else:
-                old.message, old.details, old.cycle, old.recorded_at = reason.message, details, cycle, at
-                to_update.append(old)
+                to_update.append(PendingReason(pk=old["id"], message=reason.message, details=details, cycle=cycle,
+                                               recorded_at=at))
             continue
         if old is not None:
-            to_retire.append(old.pk)
+            to_retire.append(old["id"])
         to_create.append(PendingReason(workload_id=wid, cycle=cycle, recorded_at=at, reason=reason.code[:64],
                                        message=reason.message, details=_jsonable(reason.details), is_current=True))
     # Workloads of this snapshot that are no longer pending have no current reason any more.
-    to_retire.extend(pr.pk for wid, pr in current.items() if wid not in reasons)
+    to_retire.extend(row["id"] for wid, row in current.items() if wid not in reasons)
     if to_retire:
         PendingReason.objects.filter(pk__in=to_retire).update(is_current=False)
     if to_touch:
