@@ -261,9 +261,14 @@ def plan_import(text: str) -> tuple[list[_Doc], list[str]]:
     existing = {q.name: q for q in Queue.objects.select_related("parent")}
     parents: dict[str, str | None] = {n: (q.parent.name if q.parent else None) for n, q in existing.items()}
     parents.update({d.name: d.values["parent"] for d in docs})
+    # A parent defined by a document that has its own errors is not "missing": that error is enough.
+    named = {
+        raw["metadata"]["name"] for raw in raw_docs
+        if isinstance(raw, dict) and isinstance(raw.get("metadata"), dict) and isinstance(raw["metadata"].get("name"), str)
+    }
     for doc in docs:
         parent = doc.values["parent"]
-        if parent is not None and parent not in by_name and parent not in existing:
+        if parent is not None and parent not in by_name and parent not in existing and parent not in named:
             problems.append(
                 ImportProblem(doc.index, doc.name, "spec.parentQueue", f"queue {parent!r} does not exist in the file or in kaiweb")
             )

@@ -283,3 +283,20 @@ def test_durations_round_trip():
 def test_bad_durations_are_rejected(text):
     with pytest.raises(ValueError, match="must be a duration"):
         parse_duration(text)
+
+
+def test_a_child_of_an_invalid_document_is_not_reported_as_orphaned():
+    text = """
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: parent}
+spec: {resources: {gpu: {quota: 4, limit: 2}}}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: child}
+spec: {parentQueue: parent, resources: {gpu: {quota: 1, limit: -1}}}
+"""
+    with pytest.raises(QueueImportError) as exc:
+        import_queues(text)
+    assert [(p.document, p.field) for p in exc.value.problems] == [(1, "spec.resources.gpu.limit")]
