@@ -631,7 +631,8 @@ def eligible_for_allocation(job: JobState) -> bool:
 
 def run_allocate(s: Session, placer: Placer) -> None:
     """Allocate pending jobs in queue/job order; commit each success, re-queue elastic jobs."""
-    order = JobsOrder(s, [j for j in s.jobs if eligible_for_allocation(j)])
+    # only the popped job's queues change between pops here (see JobsOrder)
+    order = JobsOrder(s, [j for j in s.jobs if eligible_for_allocation(j)], local_changes=True)
     for j in s.jobs:
         if j.valid and j.has_pending() and not j.ready():
             need = j.root.need

@@ -645,6 +645,8 @@ def run_reclaim(s: Session, placer: Placer) -> None:
     """Cross-queue eviction for pending jobs whose queue is below its fair share."""
     sigs = _Signatures()
     order = JobsOrder(s, _triggers(s))
+    if len(order) == 0:
+        return  # no pending job may reclaim: skip building the victim pool
     mult = s.config.saturation_multiplier
     # jobs that may lose pods, kept up to date after each commit (only touched jobs change)
     evictable = [j.valid and j.preemptible and _has_evictable(j) for j in s.jobs]
@@ -855,6 +857,8 @@ def run_consolidation(s: Session, placer: Placer) -> None:
     """Move preemptible running pods (each must be re-placed) to open room for a pending job."""
     sigs = _Signatures()
     order = JobsOrder(s, [j for j in _triggers(s) if j.preemptible])
+    if len(order) == 0:
+        return
     cap = s.config.max_consolidation_preemptees
     max_jobs = None if cap < 0 else cap + 1  # KAI's check is "> max" (quirk Q6)
     while True:
@@ -910,11 +914,13 @@ def run_consolidation(s: Session, placer: Placer) -> None:
 
 def is_stale(job: JobState) -> bool:
     """No finished pod, some pod holding resources, and a pod set below its minimum (by active use)."""
-    if any(t.status == m.SUCCEEDED for t in job.tasks):
+    # the three conditions are independent; the cheapest (per pod set) are checked first
+    sets = job.pod_sets.values()
+    if not any(ps.active_used > 0 for ps in sets):
         return False
-    if not any(ps.active_used > 0 for ps in job.pod_sets.values()):
+    if not any(ps.active_used < ps.min_available for ps in sets):
         return False
-    return any(ps.active_used < ps.min_available for ps in job.pod_sets.values())
+    return not any(t.status == m.SUCCEEDED for t in job.tasks)
 
 
 def run_stale_gangs(s: Session, placer: Placer) -> None:

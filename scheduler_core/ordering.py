@@ -160,6 +160,31 @@ class QueueComparator:
             got = self._alloc[q.name] = allocatable_share(q)
         return got
 
+    def key(self, q: QueueAttrs, req: list[float]) -> tuple:
+        """Rules 1–6 of ``__call__`` as one sortable tuple for queue ``q`` with batch ``req``.
+        Each of those rules compares one value per queue, so comparing two keys decides exactly
+        what the cascade decides; equal keys fall through to ``tie`` (rules 7–8)."""
+        a, f, d = q.allocated, q.fair, q.deserved
+        u0, u1, u2 = a[0] + req[0], a[1] + req[1], a[2] + req[2]
+        over = f[0] < a[0] and f[1] < a[1] and f[2] < a[2]
+        starved = (d[0] == _UNL or u0 <= d[0]) and (d[1] == _UNL or u1 <= d[1]) and (d[2] == _UNL or u2 <= d[2])
+        al = self.allocatable(q)
+        zero = (al[0] == 0 and u0 > 0) or (al[1] == 0 and u1 > 0) or (al[2] == 0 and u2 > 0)
+        caps = self._caps(q, al, self.total)
+        return (over, not starved, -q.priority, zero, _dom3(u0, u1, u2, caps), _dom3(a[0], a[1], a[2], caps))
+
+    def tie(self, left: QueueAttrs, right: QueueAttrs) -> int:
+        """Rules 7–8 of ``__call__``, for queues whose ``key`` is equal."""
+        pair = (left.name, right.name)
+        got = self._share_cmp.get(pair)
+        if got is None:
+            got = self._share_cmp[pair] = _smaller_share(self.allocatable(left), self.allocatable(right))
+        if got:
+            return got
+        if left.creation != right.creation:
+            return -1 if left.creation < right.creation else 1
+        return -1 if left.name < right.name else (1 if left.name > right.name else 0)
+
     def __call__(self, left: QueueAttrs, right: QueueAttrs, lreq: list[float] | None, rreq: list[float] | None,
                  total: list[float] | None = None) -> int:
         total = total or self.total
@@ -217,7 +242,7 @@ class QueueComparator:
 
 
 class _QNode:
-    __slots__ = ("attrs", "children", "heap", "parent", "dirty", "best", "size")
+    __slots__ = ("attrs", "children", "heap", "parent", "dirty", "best", "size", "key")
 
     def __init__(self, attrs: QueueAttrs | None, parent: _QNode | None) -> None:
         self.attrs = attrs
@@ -227,16 +252,24 @@ class _QNode:
         self.dirty = True
         self.best: tuple[JobState, list[float], _QNode] | None = None
         self.size = 0
+        self.key: tuple | None = None  # queue-order key of this queue with its best batch (see JobsOrder)
 
 
 class JobsOrder:
     """Pending jobs ordered by the queue tree (QueueOrder at every level) and JobOrder in leaves."""
 
     def __init__(self, session: Session, jobs: Iterable[JobState], simulation: bool = False,
-                 compare: Callable[..., int] | None = None) -> None:
+                 compare: Callable[..., int] | None = None, local_changes: bool = False) -> None:
+        """``local_changes``: the caller promises that queue accounting changes only for the
+        queues of jobs it popped or pushed (whose paths are marked dirty), as in the allocate
+        action. Then a clean queue keeps its order key between pops instead of re-evaluating it;
+        evictions, which change other queues' accounting, must leave this off."""
         self.session = session
         self.simulation = simulation
         self.compare = compare or session.queue_comparator
+        cmp = self.compare
+        self._keyed = isinstance(cmp, QueueComparator) and cmp.total is session.total
+        self._keep_keys = local_changes and self._keyed
         self.root = _QNode(None, None)
         self.nodes: dict[str, _QNode] = {}
         self._seq = 0
@@ -262,6 +295,7 @@ class JobsOrder:
         while node is not None:
             node.size += 1
             node.dirty = True
+            node.key = None
             node = node.parent
 
     def __len__(self) -> int:
@@ -278,6 +312,27 @@ class JobsOrder:
         best: tuple[JobState, list[float], _QNode] | None = None
         best_child: _QNode | None = None
         total = self.session.total
+        if self._keyed:
+            # one key per child (rules 1–6) instead of one cascade per comparison; the scan and
+            # its replacement rule are those of the pairwise loop below
+            cmp: QueueComparator = self.compare  # type: ignore[assignment]
+            keep = self._keep_keys
+            best_key: tuple = ()
+            for child in node.children:
+                if child.size == 0:
+                    continue
+                cb = self._best(child)
+                if cb is None:
+                    continue
+                k = child.key if keep else None
+                if k is None:
+                    k = cmp.key(child.attrs, cb[1])  # type: ignore[arg-type]
+                    if keep:
+                        child.key = k
+                if best is None or k < best_key or (k == best_key and cmp.tie(child.attrs, best_child.attrs) < 0):  # type: ignore[arg-type, union-attr]
+                    best, best_child, best_key = (cb[0], cb[1], child), child, k
+            node.best = best
+            return best
         for child in node.children:
             if child.size == 0:
                 continue
@@ -304,5 +359,6 @@ class JobsOrder:
         while cur is not None:
             cur.size -= 1
             cur.dirty = True
+            cur.key = None
             cur = cur.parent
         return job
