@@ -142,7 +142,10 @@ class VictimOrder:
         self.s = s
         self.removed: dict[str, list[float]] = {}
         self.children: dict[str | None, list[str]] = {}
-        self.heaps: dict[str, list[tuple[tuple, int, VictimJob]]] = {}
+        # heap entries: (victim order key, position in ``jobs``, job, its evictable pods then);
+        # the VictimJob of an entry is made when the search first reaches it (most never are)
+        self.heaps: dict[str, list[tuple[tuple, int, JobState, list[TaskState]]]] = {}
+        self.victims: dict[int, VictimJob] = {}
         # A job's evictable pods and its key change only when one of its tasks moves (its version
         # changes), so both are kept across the pending jobs of a cycle instead of recomputed for
         # every candidate victim each time.
@@ -150,19 +153,14 @@ class VictimOrder:
         heaps = self.heaps
         for k, j in enumerate(jobs):
             got = cache.get(j.index)
-            if got is not None and got[0] == j.version:
-                if got[1]:
-                    v = VictimJob(j, got[1])
-                    heap = heaps.get(j.queue)
-                    if heap is None:
-                        heap = heaps[j.queue] = []
-                    heap.append((got[2], k, v))
-                continue
-            v = VictimJob(j)
-            key = v.order_key() if v.remaining else ()
-            cache[j.index] = (j.version, v.remaining, key)
-            if v.remaining:
-                heaps.setdefault(j.queue, []).append((key, k, v))
+            if got is None or got[0] != j.version:
+                v = VictimJob(j)
+                got = cache[j.index] = (j.version, v.remaining, v.order_key() if v.remaining else ())
+            if got[1]:
+                heap = heaps.get(j.queue)
+                if heap is None:
+                    heap = heaps[j.queue] = []
+                heap.append((got[2], k, j, got[1]))
         for h in self.heaps.values():
             heapq.heapify(h)
         seen: set[str] = set()
@@ -181,9 +179,15 @@ class VictimOrder:
         if heap is not None:
             if not heap:
                 return None
-            v = heap[0][2]
+            v = self._victim(heap[0])
             return v, _vec(v.next_chunk())
         return self._pick(name)
+
+    def _victim(self, entry: tuple[tuple, int, JobState, list[TaskState]]) -> VictimJob:
+        v = self.victims.get(entry[1])
+        if v is None:
+            v = self.victims[entry[1]] = VictimJob(entry[2], entry[3])
+        return v
 
     def _pick(self, parent: str | None) -> tuple[VictimJob, list[float]] | None:
         best: tuple[VictimJob, list[float]] | None = None
@@ -212,10 +216,10 @@ class VictimOrder:
             if not chunk:
                 return
             heap = self.heaps[v.job.queue]
-            _, k, _ = heapq.heappop(heap)
+            k = heapq.heappop(heap)[1]
             v.take(chunk)
             if v.remaining:
-                heapq.heappush(heap, (v.order_key(), k, v))
+                heapq.heappush(heap, (v.order_key(), k, v.job, v.remaining))
             vec = _vec(chunk)
             for q in self.s.chain[v.job.queue]:
                 acc = self.removed.setdefault(q.name, [0.0, 0.0, 0.0])
@@ -605,15 +609,31 @@ def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[Jo
     largest: dict[str, float] = {}
     rstar: dict[str, str] = {}
     levels: dict[str, tuple[str, str]] = {}
+    # Runs of victims of one leaf queue are summed in a local (the same additions in the same
+    # order as one dictionary update per victim, without the lookups).
+    cur_q: str | None = None
+    v_name = ""
+    acc = big = 0.0
     for v in victims:
-        lv = levels.get(v.queue)
-        if lv is None:
-            lv = levels[v.queue] = rc.leveled_queues(s.queues, job.queue, v.queue)
-        r_name, v_name = lv
-        rstar[v_name] = r_name
-        g = _held_gpus(v, held_cache)
-        held[v_name] = held.get(v_name, 0.0) + g
-        largest[v_name] = max(largest.get(v_name, 0.0), g)
+        q = v.queue
+        if q != cur_q:
+            if cur_q is not None:
+                held[v_name], largest[v_name] = acc, big
+            lv = levels.get(q)
+            if lv is None:
+                lv = levels[q] = rc.leveled_queues(s.queues, job.queue, q)
+            r_name, v_name = lv
+            rstar[v_name] = r_name
+            acc, big = held.get(v_name, 0.0), largest.get(v_name, 0.0)
+            cur_q = q
+        g = held_cache.get(v.index) if held_cache is not None else None
+        if g is None:
+            g = _held_gpus(v, held_cache)
+        acc += g
+        if g > big:
+            big = g
+    if cur_q is not None:
+        held[v_name], largest[v_name] = acc, big
     bound = 0.0
     parts = []
     for v_name, gsum in sorted(held.items()):
@@ -651,6 +671,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
     # jobs that may lose pods, kept up to date after each commit (only touched jobs change)
     evictable = [j.valid and j.preemptible and _has_evictable(j) for j in s.jobs]
     pool = [j for j in s.jobs if evictable[j.index]]
+    pool_queues = {j.queue: None for j in pool}  # the queues of the pool, in first-seen order
     held: dict[int, float] = {}  # GPUs each job holds, dropped for jobs a commit touches
     while True:
         job = order.pop()
@@ -676,7 +697,23 @@ def run_reclaim(s: Session, placer: Placer) -> None:
         refused = ""
         verdicts: dict[str, rc.Verdict] = {}
         minrts: dict[str, rc.MinRuntime] = {}
-        for v in pool:
+        # Both checks are per victim queue and pure: when every other queue passes the filter and
+        # has no minimum runtime, the candidates are simply the pool minus the job's own queue.
+        everyone = True
+        for vq_name in pool_queues:
+            if vq_name == job.queue:
+                continue
+            f = verdicts[vq_name] = rc.filter_victim_queue(s.queues, job.queue, vq_name, req)
+            if not f.ok:
+                everyone = False
+                break
+            minrt = minrts[vq_name] = rc.reclaim_min_runtime(s.queues, job.queue, vq_name,
+                                                             s.config.default_reclaim_min_runtime_s)
+            if minrt.seconds > 0:
+                everyone = False
+                break
+        own = job.queue
+        for v in (() if everyone else pool):
             if v.queue == job.queue:
                 continue
             f = verdicts.get(v.queue)
@@ -693,6 +730,8 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                 refused = f"job {v.uid} is within its minimum runtime of {_fmt(minrt.seconds)}s"
                 continue
             victims.append(v)
+        if everyone:
+            victims = [v for v in pool if v.queue != own]
         if not victims:
             _note(s, job, m.Reason("reclaim-no-victims",
                                    "reclaim: no other queue has evictable jobs above its share"
@@ -746,7 +785,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
             # grows further in later cycles, when its pipelined pods count as allocated
             if _commit(s, stmt, job, attempt, "reclaim", reason):
                 touched = {job.index} | {t.job.index for t in attempt.evicted} | {t.job.index for t in attempt.moved}
-                changed = False
+                changed = added = False
                 for ji in touched:
                     held.pop(ji, None)
                     j = s.jobs[ji]
@@ -754,8 +793,11 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                     if now_ok != evictable[ji]:
                         evictable[ji] = now_ok
                         changed = True
+                        added = added or now_ok
                 if changed:
-                    pool = [j for j in s.jobs if evictable[j.index]]
+                    # the pool stays in job order: dropping jobs only filters it
+                    pool = [j for j in (s.jobs if added else pool) if evictable[j.index]]
+                    pool_queues = {j.queue: None for j in pool}
         else:
             stmt.discard()
             _note(s, job, m.Reason("reclaim-failed", "reclaim: " + attempt.verdict, {"scenarios": attempt.scenarios}))
