@@ -8,6 +8,9 @@ from django.db.models import Q, QuerySet
 from kaiweb.workloads.choices import WorkloadState
 from kaiweb.workloads.models import Pod, Workload
 
+GPU_KINDS = [("whole", "whole GPUs"), ("fraction", "GPU fraction"), ("memory", "GPU memory"), ("mig", "MIG"),
+             ("none", "no GPU")]
+
 
 class WorkloadFilterSet(django_filters.FilterSet):
     """Workloads by queue (name; `queue_tree` includes the subtree), state, namespace, class, pending reason."""
@@ -19,6 +22,7 @@ class WorkloadFilterSet(django_filters.FilterSet):
     priority_class = django_filters.CharFilter(field_name="priority_class__name")
     cluster = django_filters.CharFilter(field_name="cluster__name")
     pending_reason = django_filters.CharFilter(method="filter_pending_reason", label="Current why-pending code")
+    gpu_kind = django_filters.ChoiceFilter(choices=GPU_KINDS, method="filter_gpu_kind", label="GPU kind")
     submitted_after = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
     submitted_before = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
 
@@ -41,6 +45,19 @@ class WorkloadFilterSet(django_filters.FilterSet):
 
     def filter_pending_reason(self, queryset: QuerySet[Workload], name: str, value: str) -> QuerySet[Workload]:
         return queryset.filter(pending_reasons__is_current=True, pending_reasons__reason=value)
+
+    def filter_gpu_kind(self, queryset: QuerySet[Workload], name: str, value: str) -> QuerySet[Workload]:
+        """The kind of GPU the workload's pods ask for (a workload may match several kinds)."""
+        kinds = {
+            "fraction": Q(pods__gpu_fraction__isnull=False),
+            "memory": Q(pods__gpu_memory_mib__isnull=False),
+            "mig": Q(pods__mig_profile__gt=""),
+            "whole": Q(pods__gpu__gt=0),
+        }
+        if value == "none":
+            any_gpu = kinds["fraction"] | kinds["memory"] | kinds["mig"] | kinds["whole"]
+            return queryset.exclude(pk__in=Workload.objects.filter(any_gpu).values("pk"))
+        return queryset.filter(pk__in=Workload.objects.filter(kinds[value]).values("pk"))
 
 
 class PodFilterSet(django_filters.FilterSet):

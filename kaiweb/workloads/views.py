@@ -21,32 +21,12 @@ from kaiweb.workloads.choices import ALLOCATED_POD_STATES, WORKLOAD_STATE_BADGE
 from kaiweb.workloads.models import Workload
 from kaiweb.workloads.tables import WorkloadTable
 
-GPU_KINDS = [("whole", "whole GPUs"), ("fraction", "GPU fraction"), ("memory", "GPU memory"), ("mig", "MIG"),
-             ("none", "no GPU")]
-
 
 def _filterset_class() -> Any:
-    """The API's WorkloadFilterSet plus the page's GPU-kind filter (the kind of GPU its pods ask for)."""
-    import django_filters
-
+    """The API's WorkloadFilterSet: `?gpu_kind=` and the rest mean the same in the page and the API."""
     from kaiweb.workloads.filtersets import WorkloadFilterSet
 
-    class WorkloadPageFilterSet(WorkloadFilterSet):
-        gpu_kind = django_filters.ChoiceFilter(choices=GPU_KINDS, method="filter_gpu_kind", label="GPU kind")
-
-        def filter_gpu_kind(self, queryset: Any, name: str, value: str) -> Any:
-            kinds = {
-                "fraction": Q(pods__gpu_fraction__isnull=False),
-                "memory": Q(pods__gpu_memory_mib__isnull=False),
-                "mig": Q(pods__mig_profile__gt=""),
-                "whole": Q(pods__gpu__gt=0),
-            }
-            if value == "none":
-                any_gpu = kinds["fraction"] | kinds["memory"] | kinds["mig"] | kinds["whole"]
-                return queryset.exclude(pk__in=Workload.objects.filter(any_gpu).values("pk"))
-            return queryset.filter(pk__in=Workload.objects.filter(kinds[value]).values("pk"))
-
-    return WorkloadPageFilterSet
+    return WorkloadFilterSet
 
 
 def workload_queryset() -> Any:

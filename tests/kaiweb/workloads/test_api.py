@@ -87,6 +87,22 @@ def test_filter_by_queue_subtree_and_pending_reason(viewer_api, queue_tree):
     assert ids == {b.pk}
 
 
+def test_filter_by_gpu_kind_is_the_same_filter_as_the_page(viewer_api, queue_tree):
+    whole = PodFactory(workload__queue=queue_tree["team-training"], gpu=2).workload
+    shared = PodFactory(workload__queue=queue_tree["team-training"], gpu=0, gpu_fraction=0.5).workload
+    cpu_only = PodFactory(workload__queue=queue_tree["team-training"], gpu=0).workload
+
+    def ids(kind):
+        return {r["id"] for r in viewer_api.get(f"/api/v1/workloads/?gpu_kind={kind}").json()["results"]}
+
+    assert ids("whole") == {whole.pk}
+    assert ids("fraction") == {shared.pk}
+    assert ids("none") == {cpu_only.pk}
+    bad = viewer_api.get("/api/v1/workloads/?gpu_kind=tpu")
+    assert bad.status_code == 400
+    assert "gpu_kind" in bad.json()
+
+
 def test_pending_history_lists_every_record(viewer_api, queue_tree):
     workload = WorkloadFactory(queue=queue_tree["team-training"])
     PendingReasonFactory(workload=workload, is_current=False, reason="NotReady")
