@@ -14,6 +14,7 @@ Invariants (KAI-SEMANTICS §2.10, §4, §8.11–22):
 
 from __future__ import annotations
 
+import bisect
 import copy
 import heapq
 import math
@@ -120,6 +121,16 @@ class VictimJob:
         return (j.priority, -self.elastic_state(), static[0], static[1], static[2])
 
 
+def victim_entry(s: Session, j: JobState) -> tuple[tuple, int, JobState, list[TaskState]] | None:
+    """A job's entry in a leaf heap of ``VictimOrder`` keyed by its index (victim keys end with
+    the job's name, so they are unique and the index never decides); None without evictable pods."""
+    got = s.victim_cache.get(j.index)
+    if got is None or got[0] != j.version:
+        v = VictimJob(j)
+        got = s.victim_cache[j.index] = (j.version, v.remaining, v.order_key() if v.remaining else ())
+    return (got[2], j.index, j, got[1]) if got[1] else None
+
+
 def _neg(name: str) -> tuple[int, ...]:
     return tuple(-b for b in name.encode())
 
@@ -138,7 +149,10 @@ class VictimOrder:
     mode (each queue judged without what it already gave up plus its next candidate), then the
     reversed job order inside a leaf; a job with pods left competes again after each chunk."""
 
-    def __init__(self, s: Session, jobs: list[JobState]) -> None:
+    def __init__(self, s: Session, jobs: list[JobState],
+                 heaps: dict[str, list[tuple[tuple, int, JobState, list[TaskState]]]] | None = None) -> None:
+        """``heaps``: the leaf heaps of exactly ``jobs`` when the caller keeps them (a sorted list
+        is a heap); they are copied, not changed."""
         self.s = s
         self.removed: dict[str, list[float]] = {}
         self.children: dict[str | None, list[str]] = {}
@@ -149,6 +163,9 @@ class VictimOrder:
         # A job's evictable pods and its key change only when one of its tasks moves (its version
         # changes), so both are kept across the pending jobs of a cycle instead of recomputed for
         # every candidate victim each time.
+        if heaps is not None:
+            self.heaps = {leaf: list(h) for leaf, h in heaps.items() if h}
+            jobs = []
         cache = s.victim_cache
         heaps = self.heaps
         for k, j in enumerate(jobs):
@@ -324,9 +341,11 @@ def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks
 
 def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: list[JobState],
           validate: Validator, max_victim_jobs: int | None = None, move_all: bool = False,
-          replace_victims: bool = True) -> Attempt:
+          replace_victims: bool = True,
+          victim_heaps: dict[str, list[tuple[tuple, int, JobState, list[TaskState]]]] | None = None) -> Attempt:
     """Find the first victim set (node-local scenarios first, then multi-node ones) whose simulation
-    places the job and passes ``validate``. Bounded by ``config.max_victim_scenarios``."""
+    places the job and passes ``validate``. Bounded by ``config.max_victim_scenarios``.
+    ``victim_heaps``: the victim order's leaf heaps of exactly ``victims``, when the caller keeps them."""
     attempt = Attempt()
     tasks = tasks_to_allocate(job)
     if not tasks or not victims:
@@ -373,7 +392,7 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
     acc: list[list[TaskState]] = []
     local: dict[int, list[int]] = {}
     jobs_seen: set[int] = set()
-    for v, chunk in VictimOrder(s, victims):
+    for v, chunk in VictimOrder(s, victims, victim_heaps):
         if attempt.scenarios >= budget:
             break
         jobs_seen.add(v.job.index)
@@ -394,7 +413,7 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
     freed = np.zeros(n_nodes)
     by_node: dict[int, list[int]] = {}
     need = sum(demand)
-    for v, chunk in VictimOrder(s, victims):
+    for v, chunk in VictimOrder(s, victims, victim_heaps):
         if attempt.scenarios >= budget:
             break
         jobs_seen.add(v.job.index)
@@ -583,6 +602,10 @@ def _min_runtime_ok(s: Session, chunks: list[list[TaskState]], minrt_of: Callabl
 # Reclaim (§3.7, §4.1)
 
 
+def _job_index(j: JobState) -> int:
+    return j.index
+
+
 def _held_gpus(v: JobState, cache: dict[int, float] | None) -> float:
     if cache is not None and v.index in cache:
         return cache[v.index]
@@ -671,7 +694,19 @@ def run_reclaim(s: Session, placer: Placer) -> None:
     # jobs that may lose pods, kept up to date after each commit (only touched jobs change)
     evictable = [j.valid and j.preemptible and _has_evictable(j) for j in s.jobs]
     pool = [j for j in s.jobs if evictable[j.index]]
-    pool_queues = {j.queue: None for j in pool}  # the queues of the pool, in first-seen order
+    pool_queues: dict[str, int] = {}  # the queues of the pool and how many jobs each has there
+    # the victim order's leaf heaps of the whole pool, as sorted lists, kept up to date after each
+    # commit for the jobs it changed (victims are then the pool minus the reclaimer's queue)
+    leaf_heaps: dict[str, list[tuple[tuple, int, JobState, list[TaskState]]]] = {}
+    entry_of: dict[int, tuple[tuple, int, JobState, list[TaskState]]] = {}
+    for j in pool:
+        pool_queues[j.queue] = pool_queues.get(j.queue, 0) + 1
+        e = victim_entry(s, j)
+        if e is not None:
+            entry_of[j.index] = e
+            leaf_heaps.setdefault(j.queue, []).append(e)
+    for h in leaf_heaps.values():
+        h.sort()
     held: dict[int, float] = {}  # GPUs each job holds, dropped for jobs a commit touches
     while True:
         job = order.pop()
@@ -766,8 +801,10 @@ def run_reclaim(s: Session, placer: Placer) -> None:
             return True
 
         stmt = Statement(s)
+        heaps = {leaf: h for leaf, h in leaf_heaps.items() if leaf != own} if everyone else None
         attempt = solve(s, placer, stmt, job, victims, validate,
-                        replace_victims=s.config.allow_consolidating_reclaim)
+                        replace_victims=s.config.allow_consolidating_reclaim, victim_heaps=heaps)
+        changed_jobs = {op[0].job.index for op in stmt.ops}
         if attempt.ok:
             rq = s.queues[job.queue]
 
@@ -785,19 +822,32 @@ def run_reclaim(s: Session, placer: Placer) -> None:
             # grows further in later cycles, when its pipelined pods count as allocated
             if _commit(s, stmt, job, attempt, "reclaim", reason):
                 touched = {job.index} | {t.job.index for t in attempt.evicted} | {t.job.index for t in attempt.moved}
-                changed = added = False
-                for ji in touched:
+                for ji in sorted(touched):
                     held.pop(ji, None)
                     j = s.jobs[ji]
                     now_ok = j.valid and j.preemptible and _has_evictable(j)
-                    if now_ok != evictable[ji]:
-                        evictable[ji] = now_ok
-                        changed = True
-                        added = added or now_ok
-                if changed:
-                    # the pool stays in job order: dropping jobs only filters it
-                    pool = [j for j in (s.jobs if added else pool) if evictable[j.index]]
-                    pool_queues = {j.queue: None for j in pool}
+                    if now_ok == evictable[ji]:
+                        continue
+                    evictable[ji] = now_ok
+                    # the pool stays in job order (a job's index is its place in s.jobs)
+                    if now_ok:
+                        bisect.insort(pool, j, key=_job_index)
+                        pool_queues[j.queue] = pool_queues.get(j.queue, 0) + 1
+                    else:
+                        pool.remove(j)
+                        pool_queues[j.queue] -= 1
+                        if not pool_queues[j.queue]:
+                            del pool_queues[j.queue]
+                for ji in sorted(changed_jobs | touched):
+                    old_e = entry_of.pop(ji, None)
+                    j = s.jobs[ji]
+                    if old_e is not None:
+                        h = leaf_heaps[j.queue]
+                        del h[bisect.bisect_left(h, old_e[:2])]
+                    e = victim_entry(s, j) if evictable[ji] else None
+                    if e is not None:
+                        entry_of[ji] = e
+                        bisect.insort(leaf_heaps.setdefault(j.queue, []), e)
         else:
             stmt.discard()
             _note(s, job, m.Reason("reclaim-failed", "reclaim: " + attempt.verdict, {"scenarios": attempt.scenarios}))
