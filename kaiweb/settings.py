@@ -138,9 +138,10 @@ WHITENOISE_USE_FINDERS = True
 
 # ---------------------------------------------------------------- REST API
 REST_FRAMEWORK = {
+    # Token first: an unauthenticated or bad-token request gets 401 with `WWW-Authenticate: Token`.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["kaiweb.accounts.permissions.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": [

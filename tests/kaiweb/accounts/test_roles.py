@@ -75,8 +75,15 @@ def test_token_authentication_for_automation(platform_admin, viewer, queue_tree)
     assert client.post("/api/v1/queues/", {"name": "viewer-token"}, format="json").status_code == 403
     client.credentials(HTTP_AUTHORIZATION="Token not-a-token")
     refused = client.get("/api/v1/queues/")
-    assert refused.status_code in (401, 403)
+    assert refused.status_code == 401
+    assert refused["WWW-Authenticate"] == "Token"
     assert refused.json() == {"detail": "Invalid token."}
+
+
+def test_anonymous_api_calls_are_asked_to_authenticate(api_client):
+    response = api_client.get("/api/v1/queues/")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
 
 
 def test_memberships_are_managed_by_platform_admins(admin_api, queue_admin_api, viewer, queue_tree):
