@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin
 
 from kaiweb.cluster import services
-from kaiweb.cluster.models import Cluster, GpuDevice, Node, SchedulingShard
+from kaiweb.cluster.models import Cluster, GpuDevice, Node, SchedulingShard, UnreadableObject
 from kaiweb.core.admin import SOURCE, ReadOnlyAdmin, ServiceAdmin
 from kaiweb.core.services import Change
 
@@ -61,3 +61,12 @@ class NodeAdmin(ReadOnlyAdmin):
     search_fields = ("name",)
     list_select_related = ("cluster",)
     inlines = (GpuDeviceInline,)
+
+
+@admin.register(UnreadableObject)
+class UnreadableObjectAdmin(ReadOnlyAdmin):
+    """Objects the scheduler skips, with the field and the rule they break."""
+
+    list_display = ("kind", "namespace", "name", "field", "rule", "deferred", "last_seen", "cluster")
+    list_filter = ("cluster", "kind", "deferred")
+    search_fields = ("namespace", "name", "field", "message")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
-from kaiweb.cluster.models import Cluster, Node, SchedulingShard
+from kaiweb.cluster.models import Cluster, Node, SchedulingShard, UnreadableObject
 
 
 class ClusterFilterSet(django_filters.FilterSet):
@@ -50,3 +50,13 @@ class NodeFilterSet(django_filters.FilterSet):
             if (labels or {}).get(key) == wanted or (not sep and key in (labels or {}))
         ]
         return queryset.filter(pk__in=matching)
+
+
+class UnreadableObjectFilterSet(django_filters.FilterSet):
+    """Cluster objects kaiweb could not read or cannot schedule, by cluster, kind, namespace and state."""
+
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+
+    class Meta:
+        model = UnreadableObject
+        fields = ("id", "kind", "namespace", "name", "deferred")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from kaiweb.cluster.models import Cluster, GpuDevice, Node, SchedulingShard
+from kaiweb.cluster.models import Cluster, GpuDevice, Node, SchedulingShard, UnreadableObject
 from kaiweb.core.api.base import WarningsMixin
 
 
@@ -54,4 +54,17 @@ class NodeSerializer(serializers.ModelSerializer):
             "id", "cluster", "name", "labels", "allocatable_cpu", "allocatable_memory", "allocatable_gpu",
             "allocatable_pods", "gpu_product", "gpu_memory_mib", "mig_enabled", "topology", "ready", "unschedulable",
             "observed_at", "gpus",
+        )
+
+
+class UnreadableObjectSerializer(serializers.ModelSerializer):
+    """A cluster object that could not be read (or waits for a missing queue/PodGroup), with the field and rule."""
+
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = UnreadableObject
+        fields = (
+            "id", "cluster", "kind", "namespace", "name", "uid", "field", "rule", "message", "deferred",
+            "first_seen", "last_seen",
         )

@@ -12,3 +12,4 @@ def register(router: DefaultRouter) -> None:
     router.register("clusters", views.ClusterViewSet, basename="cluster")
     router.register("shards", views.SchedulingShardViewSet, basename="shard")
     router.register("nodes", views.NodeViewSet, basename="node")
+    router.register("unreadable-objects", views.UnreadableObjectViewSet, basename="unreadable-object")

@@ -8,8 +8,13 @@ from rest_framework import viewsets
 
 from kaiweb.cluster import selectors, services
 from kaiweb.cluster.api import serializers as s
-from kaiweb.cluster.filtersets import ClusterFilterSet, NodeFilterSet, SchedulingShardFilterSet
-from kaiweb.cluster.models import Cluster, SchedulingShard
+from kaiweb.cluster.filtersets import (
+    ClusterFilterSet,
+    NodeFilterSet,
+    SchedulingShardFilterSet,
+    UnreadableObjectFilterSet,
+)
+from kaiweb.cluster.models import Cluster, SchedulingShard, UnreadableObject
 from kaiweb.core.api.base import ServiceModelViewSet
 from kaiweb.core.services import Change
 
@@ -62,3 +67,15 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> Any:
         return selectors.nodes()
+
+
+class UnreadableObjectViewSet(viewsets.ReadOnlyModelViewSet):
+    """Cluster objects the scheduler skips, and why (the field and the rule); they clear once fixed."""
+
+    serializer_class = s.UnreadableObjectSerializer
+    filterset_class = UnreadableObjectFilterSet
+    ordering_fields = ("kind", "namespace", "name", "last_seen")
+    ordering = ("cluster__name", "kind", "namespace", "name")
+
+    def get_queryset(self) -> Any:
+        return UnreadableObject.objects.select_related("cluster")

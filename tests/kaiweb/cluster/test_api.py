@@ -76,3 +76,28 @@ def test_nodes_are_read_only_with_gpus_and_a_query_budget(admin_api, django_asse
     assert body["count"] == 6
     assert len(body["results"][0]["gpus"]) == 2
     assert admin_api.post("/api/v1/nodes/", {"name": "n"}, format="json").status_code == 405
+
+
+def test_unreadable_cluster_objects_are_listed_with_field_and_rule(viewer_api, admin_api):
+    from django.utils import timezone
+
+    from kaiweb.cluster.models import UnreadableObject
+
+    cluster = Cluster.objects.get(name="default")
+    now = timezone.now()
+    UnreadableObject.objects.create(
+        cluster=cluster, kind="Pod", namespace="ml", name="bad", field="metadata.annotations[gpu-fraction]",
+        rule="must be a number in (0, 1]", message="Pod ml/bad: gpu-fraction '1.5' must be a number in (0, 1]",
+        first_seen=now, last_seen=now,
+    )
+    UnreadableObject.objects.create(
+        cluster=cluster, kind="Pod", namespace="ml", name="waiting", field="metadata.labels[kai.scheduler/queue]",
+        rule="must name an existing leaf queue", message="queue 'nope' does not exist", deferred=True,
+        first_seen=now, last_seen=now,
+    )
+    body = viewer_api.get("/api/v1/unreadable-objects/?deferred=false").json()
+    assert [(r["namespace"], r["name"], r["field"], r["rule"]) for r in body["results"]] == [
+        ("ml", "bad", "metadata.annotations[gpu-fraction]", "must be a number in (0, 1]"),
+    ]
+    # Observed state: nobody writes it through the API.
+    assert admin_api.post("/api/v1/unreadable-objects/", {}, format="json").status_code == 405
