@@ -163,6 +163,7 @@ class VictimOrder:
         # A job's evictable pods and its key change only when one of its tasks moves (its version
         # changes), so both are kept across the pending jobs of a cycle instead of recomputed for
         # every candidate victim each time.
+        prebuilt = heaps is not None
         if heaps is not None:
             self.heaps = {leaf: list(h) for leaf, h in heaps.items() if h}
             jobs = []
@@ -178,8 +179,8 @@ class VictimOrder:
                 if heap is None:
                     heap = heaps[j.queue] = []
                 heap.append((got[2], k, j, got[1]))
-        for h in self.heaps.values():
-            heapq.heapify(h)
+        for h in self.heaps.values() if not prebuilt else ():
+            heapq.heapify(h)  # (sorted lists given by the caller already are heaps)
         seen: set[str] = set()
         for leaf in self.heaps:
             for q in s.chain[leaf]:
