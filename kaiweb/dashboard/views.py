@@ -32,6 +32,7 @@ def group_preemptions(events: list) -> list:
 
 def overview(request: HttpRequest) -> HttpResponse:
     """Everything a platform team checks first; the panels refresh themselves while visible."""
+    from kaiweb.cluster.models import UnreadableObject
     from kaiweb.scheduling.models import PreemptionEvent, SchedulingCycle
 
     now = timezone.now()
@@ -48,7 +49,10 @@ def overview(request: HttpRequest) -> HttpResponse:
     leaf_ids = [row.queue.pk for row in leaves]
     gpu_series = queries.usage_series("gpu", day_ago, queue_ids=leaf_ids)
     cpu_series = [(t, v / 1000.0) for t, v in queries.usage_series("cpu", day_ago, queue_ids=leaf_ids)]
+    unreadable = list(UnreadableObject.objects.filter(deferred=False).order_by("-last_seen", "id")[:6])
     context = {
+        "unreadable": unreadable[:5],
+        "more_unreadable": len(unreadable) > 5,
         "totals": totals,
         "tree": tree,
         "queue_rows": tree[:OVERVIEW_QUEUES],

@@ -162,3 +162,20 @@ def test_ages_read_like_kubectl():
     assert k8s_age(now - timedelta(minutes=5, seconds=3)) == "5m"
     assert k8s_age(now - timedelta(hours=3, minutes=59)) == "3h"
     assert k8s_age(now - timedelta(days=12)) == "12d"
+
+
+def test_overview_names_the_cluster_objects_the_scheduler_skips(client, viewer):
+    from django.utils import timezone
+
+    from kaiweb.cluster.models import Cluster, UnreadableObject
+
+    now = timezone.now()
+    UnreadableObject.objects.create(
+        cluster=Cluster.objects.get(name="default"), kind="Pod", namespace="ml", name="bad",
+        field="metadata.annotations[gpu-fraction]", rule="must be a number in (0, 1]", message="bad fraction",
+        first_seen=now, last_seen=now,
+    )
+    client.force_login(viewer)
+    page = client.get("/").content.decode()
+    assert "Cluster objects the scheduler skips" in page
+    assert "ml/bad" in page and "metadata.annotations[gpu-fraction]" in page
