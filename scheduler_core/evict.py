@@ -617,13 +617,17 @@ def _held_gpus(v: JobState, cache: dict[int, float] | None) -> float:
 
 
 def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[JobState],
-                   held_cache: dict[int, float] | None = None) -> str | None:
+                   held_cache: dict[int, float] | None = None,
+                   leaf_totals: dict[str, tuple[float, float]] | None = None) -> str | None:
     """A definitive "cannot" before any search: the GPUs the victim queues may give up under the
     reclaim strategies (§3.7 d), plus every free GPU, are fewer than the job needs. None = maybe.
 
     A victim queue V* (the victim's queue below the common ancestor) gives chunks only while it
     holds more than its threshold (allocatable share, or its quota when the reclaimer stays within
-    its own), so it can lose less than ``held − threshold + largest chunk``."""
+    its own), so it can lose less than ``held − threshold + largest chunk``.
+
+    ``leaf_totals``: per leaf queue of the victims, (GPUs held, largest held by one job), when the
+    caller keeps them; only for whole-GPU amounts, whose sums do not depend on the order."""
     need = req[GPU]
     if need <= 0 or any(t.request.gpu_kind == m.GPU_MIG for t in job.tasks):
         return None  # MIG capacity is counted in instances, not in whole devices
@@ -638,7 +642,15 @@ def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[Jo
     cur_q: str | None = None
     v_name = ""
     acc = big = 0.0
-    for v in victims:
+    for q, (gsum, gbig) in (leaf_totals or {}).items():
+        lv = levels.get(q)
+        if lv is None:
+            lv = levels[q] = rc.leveled_queues(s.queues, job.queue, q)
+        r_name, v_name = lv
+        rstar[v_name] = r_name
+        held[v_name] = held.get(v_name, 0.0) + gsum
+        largest[v_name] = max(largest.get(v_name, 0.0), gbig)
+    for v in (victims if leaf_totals is None else ()):
         q = v.queue
         if q != cur_q:
             if cur_q is not None:
@@ -700,15 +712,37 @@ def run_reclaim(s: Session, placer: Placer) -> None:
     # commit for the jobs it changed (victims are then the pool minus the reclaimer's queue)
     leaf_heaps: dict[str, list[tuple[tuple, int, JobState, list[TaskState]]]] = {}
     entry_of: dict[int, tuple[tuple, int, JobState, list[TaskState]]] = {}
+    held: dict[int, float] = {}  # GPUs each job holds, dropped for jobs a commit touches
+    # per leaf queue of the pool: GPUs its jobs hold (as the held cache has them) and how many
+    # jobs hold each amount; exact sums in any order while every amount is whole
+    leaf_sum: dict[str, float] = {}
+    leaf_vals: dict[str, dict[float, int]] = {}
+    in_sum: dict[int, float] = {}
+    fractional = 0
+
+    def count_held(j: JobState, sign: int) -> None:
+        nonlocal fractional
+        if sign > 0:
+            g = in_sum[j.index] = _held_gpus(j, held)
+        else:
+            g = in_sum.pop(j.index)
+        if g != math.floor(g) or g > 2.0**40:
+            fractional += sign
+        leaf_sum[j.queue] = leaf_sum.get(j.queue, 0.0) + sign * g
+        vals = leaf_vals.setdefault(j.queue, {})
+        vals[g] = vals.get(g, 0) + sign
+        if not vals[g]:
+            del vals[g]
+
     for j in pool:
         pool_queues[j.queue] = pool_queues.get(j.queue, 0) + 1
+        count_held(j, +1)
         e = victim_entry(s, j)
         if e is not None:
             entry_of[j.index] = e
             leaf_heaps.setdefault(j.queue, []).append(e)
     for h in leaf_heaps.values():
         h.sort()
-    held: dict[int, float] = {}  # GPUs each job holds, dropped for jobs a commit touches
     while True:
         job = order.pop()
         if job is None:
@@ -774,7 +808,10 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                                    + (f" ({refused})" if refused else ""), {}))
             sigs.fail(job.queue, job)
             continue
-        cannot = _reclaim_bound(s, job, req, victims, held)
+        totals = None
+        if everyone and not fractional:
+            totals = {q: (leaf_sum[q], max(vals)) for q, vals in leaf_vals.items() if q != own and vals}
+        cannot = _reclaim_bound(s, job, req, victims, held, totals)
         if cannot:
             _note(s, job, m.Reason("reclaim-cannot", "reclaim: " + cannot, {}))
             sigs.fail(job.queue, job)
@@ -826,7 +863,11 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                 for ji in sorted(touched):
                     held.pop(ji, None)
                     j = s.jobs[ji]
+                    if ji in in_sum:
+                        count_held(j, -1)
                     now_ok = j.valid and j.preemptible and _has_evictable(j)
+                    if now_ok:
+                        count_held(j, +1)
                     if now_ok == evictable[ji]:
                         continue
                     evictable[ji] = now_ok
