@@ -333,9 +333,10 @@ class Placer:
             return False
         score = self.scores(t, cand, fit_idle, extra_score)
         order = np.lexsort((cand, -score))
-        for pos, k in enumerate(order):
-            if not fit_any[k]:
-                continue
+        fits_sorted = fit_any[order]
+        # only the fitting nodes, in score order (on a full cluster most nodes do not fit)
+        for pos in np.flatnonzero(fits_sorted).tolist():
+            k = order[pos]
             i = int(cand[k])
             if t.shared:
                 if self._place_shared(stmt, t, i, pipeline_only, bool(fit_idle[k])):
@@ -344,7 +345,7 @@ class Placer:
             on_idle = bool(fit_idle[k]) and not pipeline_only
             self._commit_move(stmt, t, m.ALLOCATED if on_idle else m.PIPELINED, i, ())
             if key is not None and t.status in (m.ALLOCATED, m.PIPELINED):
-                self._last[key] = (cand[order].tolist(), fit_idle[order].tolist(), fit_any[order].tolist(), pos,
+                self._last[key] = (cand[order].tolist(), fit_idle[order].tolist(), fits_sorted.tolist(), pos,
                                    s.node_version, False)
             return True
         return False

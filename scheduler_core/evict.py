@@ -366,7 +366,7 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
                     freed[t.node] += t.freed_gpus
         return freed
 
-    base_free = float(np.maximum(s.idle[:, GPU] + s.rel[:, GPU], 0).sum()) + sum(len(ns.groups) for ns in s.nodes)
+    base_free = float(np.maximum(s.idle[:, GPU] + s.rel[:, GPU], 0).sum()) + s.n_groups
     need_total = sum(demand)
 
     def run(chunks: list[list[TaskState]], freed: np.ndarray | None = None) -> bool:
@@ -632,7 +632,7 @@ def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[Jo
     if need <= 0 or any(t.request.gpu_kind == m.GPU_MIG for t in job.tasks):
         return None  # MIG capacity is counted in instances, not in whole devices
     free = float(np.maximum(s.idle[:, GPU] + s.rel[:, GPU], 0).sum())
-    free += sum(len(ns.groups) for ns in s.nodes)
+    free += s.n_groups
     held: dict[str, float] = {}
     largest: dict[str, float] = {}
     rstar: dict[str, str] = {}

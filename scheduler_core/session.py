@@ -302,6 +302,7 @@ class Session:
         self.ghosts: list[TaskState] = []
         # per job index: (job version, evictable tasks, victim order key) — see evict.VictimOrder
         self.victim_cache: dict[int, tuple[int, list[TaskState], tuple]] = {}
+        self.n_groups = 0  # shared-GPU groups on all nodes (each holds one device)
         self._build_nodes()
         self._build_queues()
         self.queue_comparator = None  # set by cycle.open_session once fair shares are known
@@ -682,6 +683,7 @@ class Session:
                 grp = ns.groups.get(g)
                 if grp is None:
                     grp = ns.groups[g] = GpuGroup(g)
+                    self.n_groups += 1
                 old = grp.contribution()
                 if status == m.RELEASING:
                     grp.mem_releasing += sign * mem
@@ -697,6 +699,7 @@ class Session:
                 self.rel[i, GPU] += new[1] - old[1]
                 if grp.empty:
                     del ns.groups[g]
+                    self.n_groups -= 1
         elif t.request.gpu_kind == m.GPU_MIG:
             for p, c in t.request.mig.items():
                 if status in _ACTIVE_NODE:
