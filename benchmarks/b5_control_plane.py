@@ -113,6 +113,7 @@ def run_cycles_in_process(count: int) -> list[int]:
 def run_cycles_on_worker(count: int, env: dict[str, str], tmp: Path, broker: str) -> list[int]:
     """Send `count` cycle tasks one after the other to a real worker; returns the cycle ids."""
     import redis
+    from kombu import Connection
 
     from kaiweb.celery import app
     from kaiweb.cluster.models import SchedulingShard
@@ -134,7 +135,7 @@ def run_cycles_on_worker(count: int, env: dict[str, str], tmp: Path, broker: str
         ids = []
         for _ in range(count):
             before = SchedulingCycle.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
-            with app.connection_for_write(broker) as conn:
+            with Connection(broker) as conn:
                 app.send_task("scheduling.run_cycle", args=[shard.pk, "b5-worker"], connection=conn)
             deadline = time.time() + 600
             while True:

@@ -140,9 +140,12 @@ class CeleryHarness:
 
     def send(self, task_name: str, *args: object) -> str:
         """Publish a task to the test broker; returns its id."""
+        from kombu import Connection
+
         from kaiweb.celery import app
 
-        with app.connection_for_write(self.broker_url) as conn:
+        # A connection of its own: this process's settings may name another broker and transport.
+        with Connection(self.broker_url) as conn:
             result = app.send_task(task_name, args=list(args), connection=conn)
         return result.id
 
