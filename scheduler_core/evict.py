@@ -603,6 +603,22 @@ def _min_runtime_ok(s: Session, chunks: list[list[TaskState]], minrt_of: Callabl
 # Reclaim (§3.7, §4.1)
 
 
+class _PoolMinusQueue:
+    """The jobs of the pool outside one queue, listed only if someone iterates them (reclaim's
+    kept victim order and held totals need just whether there are any)."""
+
+    __slots__ = ("pool", "queue", "nonempty")
+
+    def __init__(self, pool: list[JobState], queue: str, nonempty: bool) -> None:
+        self.pool, self.queue, self.nonempty = pool, queue, nonempty
+
+    def __bool__(self) -> bool:
+        return self.nonempty
+
+    def __iter__(self) -> Iterator[JobState]:
+        return iter([v for v in self.pool if v.queue != self.queue])
+
+
 def _job_index(j: JobState) -> int:
     return j.index
 
@@ -801,7 +817,9 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                 continue
             victims.append(v)
         if everyone:
-            victims = [v for v in pool if v.queue != own]
+            victims = _PoolMinusQueue(pool, own, any(q != own for q in pool_queues))  # type: ignore[assignment]
+            if fractional:
+                victims = list(victims)
         if not victims:
             _note(s, job, m.Reason("reclaim-no-victims",
                                    "reclaim: no other queue has evictable jobs above its share"
