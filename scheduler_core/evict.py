@@ -729,6 +729,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
     leaf_heaps: dict[str, list[tuple[tuple, int, JobState, list[TaskState]]]] = {}
     entry_of: dict[int, tuple[tuple, int, JobState, list[TaskState]]] = {}
     held: dict[int, float] = {}  # GPUs each job holds, dropped for jobs a commit touches
+    dropped: list[JobState] = []  # jobs leaving the pool in one commit
     # per leaf queue of the pool: GPUs its jobs hold (as the held cache has them) and how many
     # jobs hold each amount; exact sums in any order while every amount is whole
     leaf_sum: dict[str, float] = {}
@@ -894,16 +895,32 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                         bisect.insort(pool, j, key=_job_index)
                         pool_queues[j.queue] = pool_queues.get(j.queue, 0) + 1
                     else:
-                        pool.remove(j)
+                        dropped.append(j)
                         pool_queues[j.queue] -= 1
                         if not pool_queues[j.queue]:
                             del pool_queues[j.queue]
-                for ji in sorted(changed_jobs | touched):
+                # a few jobs leave by search, many (a large gang's victims) by one filtering pass
+                if len(dropped) <= 8:
+                    for j in dropped:
+                        pool.remove(j)
+                elif dropped:
+                    pool = [j for j in pool if evictable[j.index]]
+                dropped.clear()
+                redo = sorted(changed_jobs | touched)
+                gone: dict[str, dict[int, tuple]] = {}  # per leaf: job index -> (key, index) of its old entry
+                for ji in redo:
                     old_e = entry_of.pop(ji, None)
-                    j = s.jobs[ji]
                     if old_e is not None:
-                        h = leaf_heaps[j.queue]
-                        del h[bisect.bisect_left(h, old_e[:2])]
+                        gone.setdefault(s.jobs[ji].queue, {})[ji] = old_e[:2]
+                for q, olds in gone.items():
+                    h = leaf_heaps[q]
+                    if len(olds) <= 8:
+                        for head in olds.values():
+                            del h[bisect.bisect_left(h, head)]
+                    else:
+                        h[:] = [e for e in h if e[1] not in olds]
+                for ji in redo:
+                    j = s.jobs[ji]
                     e = victim_entry(s, j) if evictable[ji] else None
                     if e is not None:
                         entry_of[ji] = e
