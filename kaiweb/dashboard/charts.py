@@ -215,3 +215,30 @@ def usage_stacked(series: dict[str, list[tuple[datetime, float]]], unit: str) ->
         ))
     fig.update_layout(**_layout(yaxis={"title": {"text": unit}}))
     return to_dict(fig)
+
+
+def whatif_allocation(timeline: dict[str, Any], queues: Sequence[str]) -> dict[str, Any]:
+    """What-if: allocated GPUs per leaf queue over simulated time, current run solid, changed dashed.
+
+    `timeline` is the what-if result's {"current": {"t", "queues"}, "changed": {...}}; a queue
+    keeps its colour in both runs so the two lines of one queue read as a pair.
+    """
+    runs = [(label, timeline.get(key) or {}) for key, label in (("current", "now"), ("changed", "changed"))]
+    if not any(run.get("t") for _, run in runs):
+        return EMPTY
+    fig = go.Figure()
+    order = list(queues)
+    for label, run in runs:
+        xs = [t.replace("+00:00", "") for t in run.get("t", [])]
+        for q in order:
+            ys = (run.get("queues") or {}).get(q)
+            if ys is None:
+                continue
+            fig.add_trace(go.Scatter(
+                x=xs, y=_nums(ys), name=f"{q} ({label})", legendgroup=q, mode="lines",
+                line={"color": queue_colour(q, order), "width": 2 if label == "now" else 1.6,
+                      "dash": "solid" if label == "now" else "dash", "shape": "hv"},
+                hovertemplate="%{y:.2f} GPUs<extra>" + f"{q} ({label})" + "</extra>",
+            ))
+    fig.update_layout(**_layout(yaxis={"title": {"text": "allocated GPUs"}}, legend={"y": -0.25}))
+    return to_dict(fig)

@@ -1,0 +1,195 @@
+"""The what-if page (/queues/what-if/): change a queue (or paste a tree), replay recorded history, compare.
+
+Every role may run a what-if: nothing is saved. The form posts through htmx and gets back the
+form and the result as one fragment, so errors sit next to their field; a plain POST (the queue
+edit page's "Simulate this change" button) gets the whole page.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django import forms
+from django.http import HttpRequest, HttpResponse
+
+from kaiweb.core.choices import RESOURCES
+from kaiweb.dashboard import charts, whatif
+from kaiweb.dashboard.pages import render_page
+from kaiweb.queues.models import Queue
+
+WINDOW_CHOICES = [(1, "last hour"), (6, "last 6 hours"), (24, "last 24 hours"), (72, "last 3 days"),
+                  (168, "last 7 days")]
+# (result key, label, unit kind, which way is better for the queue: -1 lower, +1 higher)
+COLUMNS = [
+    ("queueing_delay_mean_s", "Mean queueing delay", "seconds", -1),
+    ("queueing_delay_p95_s", "p95 queueing delay", "seconds", -1),
+    ("jct_mean_s", "Mean JCT", "seconds", -1),
+    ("gpu_hours", "GPU-hours", "number", 1),
+    ("allocated_gpus_avg", "Allocated GPUs (avg)", "number", 1),
+    ("fair_share_gpus_avg", "Fair share GPUs (avg)", "number", 1),
+    ("preemptions", "Preemptions", "count", -1),
+]
+SUMMARY = [
+    ("queueing_delay_mean_s", "Mean queueing delay", "seconds", -1),
+    ("jct_mean_s", "Mean JCT", "seconds", -1),
+    ("jain_fairness_vs_quota", "Jain's index (vs quota)", "ratio", 1),
+    ("gpu_utilisation", "GPU utilisation", "percent", 1),
+    ("preempted_jobs", "Preempted jobs", "count", -1),
+]
+
+
+class WhatIfForm(forms.Form):
+    """One queue's new values (blank = unchanged), or a whole tree as Queue CRD YAML; the window."""
+
+    mode = forms.ChoiceField(choices=[("fields", "Change one queue"), ("yaml", "Paste a YAML tree")],
+                             initial="fields", required=False, widget=forms.RadioSelect)
+    queue = forms.ChoiceField(required=False, help_text="The leaf or parent queue to change.")
+    priority = forms.IntegerField(required=False, help_text="Higher is served first among siblings.")
+    window_hours = forms.TypedChoiceField(choices=WINDOW_CHOICES, coerce=float, initial=24, label="Recorded window",
+                                          required=False)
+    yaml = forms.CharField(required=False, label="Queue CRD YAML", widget=forms.Textarea(
+        attrs={"rows": 10, "spellcheck": "false", "placeholder": "apiVersion: scheduling.run.ai/v2\nkind: Queue\n..."}),
+        help_text="One or more Queue documents; queues not in the file keep their current values.")
+
+    def __init__(self, *args: Any, queues: list[Queue], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.queues = {q.name: q for q in queues}
+        self.fields["queue"].choices = [("", "— choose a queue —")] + [(q.name, q.name) for q in queues]
+        for r in RESOURCES:
+            for part, label in (("quota", "quota"), ("limit", "limit"), ("over_quota_weight", "weight")):
+                self.fields[f"{r}_{part}"] = forms.FloatField(
+                    required=False, label=f"{r} {label}", widget=forms.NumberInput(attrs={"step": "any"}))
+
+    def resource_rows(self) -> list[tuple[str, list[Any]]]:
+        return [(r, [self[f"{r}_{p}"] for p in ("quota", "limit", "over_quota_weight")]) for r in RESOURCES]
+
+    def clean_queue(self) -> str:
+        name = self.cleaned_data.get("queue") or ""
+        return name
+
+    def changes(self) -> dict[str, dict[str, Any]]:
+        """The fields whose value differs from the chosen queue's, as {queue: {field: value}}."""
+        queue = self.queues[self.cleaned_data["queue"]]
+        out: dict[str, Any] = {}
+        for name in ["priority", *whatif.RESOURCE_FIELDS]:
+            value = self.cleaned_data.get(name)
+            if value is None:
+                continue
+            if value != getattr(queue, name):
+                out[name] = value
+        return {queue.name: out}
+
+
+def _initial(queue: Queue | None) -> dict[str, Any]:
+    if queue is None:
+        return {"mode": "fields", "window_hours": 24}
+    values: dict[str, Any] = {"mode": "fields", "window_hours": 24, "queue": queue.name, "priority": queue.priority}
+    for f in whatif.RESOURCE_FIELDS:
+        v = getattr(queue, f)
+        values[f] = int(v) if float(v).is_integer() else v
+    return values
+
+
+def _put_errors(form: WhatIfForm, errors: dict[str, list[str]]) -> None:
+    """The service's error paths (``changes.<queue>.<field>``, ``yaml`` …) onto the form's fields."""
+    for key, messages in errors.items():
+        parts = key.split(".")
+        target: str | None
+        if parts[0] == "changes" and len(parts) >= 3 and parts[2] in form.fields:
+            target = parts[2]
+        elif parts[0] == "changes" and len(parts) == 2:
+            target = "queue"
+        elif parts[0] in form.fields and len(parts) == 1:
+            target = parts[0]
+        else:
+            target = None
+        for msg in messages:
+            form.add_error(target, msg if target else f"{key}: {msg}")
+
+
+def _fmt(value: float | None, kind: str) -> str:
+    if value is None:
+        return "–"
+    if kind == "seconds":
+        a = abs(value)
+        if a < 120:
+            return f"{value:.0f} s"
+        if a < 2 * 3600:
+            return f"{value / 60:.1f} min"
+        return f"{value / 3600:.1f} h"
+    if kind == "percent":
+        return f"{value * 100:.1f}%"
+    if kind == "count":
+        return f"{value:.0f}"
+    if kind == "ratio":
+        return f"{value:.3f}"
+    return f"{value:.2f}"
+
+
+def _cell(now: float | None, changed: float | None, delta: float | None, kind: str, better: int) -> dict[str, Any]:
+    tone = ""
+    if delta is not None and not math.isclose(delta, 0.0, abs_tol=1e-6):
+        tone = "better" if delta * better > 0 else "worse"
+    sign = "+" if delta is not None and delta > 0 else ""
+    return {"now": _fmt(now, kind), "changed": _fmt(changed, kind), "tone": tone,
+            "delta": "0" if not tone else sign + _fmt(delta, kind)}
+
+
+def present(result: dict[str, Any]) -> dict[str, Any]:
+    """Display rows of a what-if result: formatted values and coloured differences."""
+    rows = []
+    for q in result["queues"]:
+        a, b, d = q["current"] or {}, q["changed"] or {}, q["difference"]
+        rows.append({
+            "queue": q["queue"], "edited": q["edited"], "jobs": _fmt(a.get("jobs") or b.get("jobs"), "count"),
+            "cells": [_cell(a.get(k), b.get(k), d.get(k), kind, better) for k, _, kind, better in COLUMNS],
+        })
+    s = result.get("summary") or {}
+    summary = [
+        {"label": label, **_cell(s["current"].get(k), s["changed"].get(k), s["difference"].get(k), kind, better)}
+        for k, label, kind, better in SUMMARY
+    ] if s else []
+    order = [q["queue"] for q in result["queues"]]
+    durations = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in result["jobs"]["durations"].items())
+    return {"rows": rows, "summary": summary, "columns": [c[1] for c in COLUMNS], "durations_text": durations,
+            "chart": charts.whatif_allocation(result.get("timeline") or {}, order)}
+
+
+def page(request: HttpRequest) -> HttpResponse:
+    """GET: the form (prefilled from ?queue=); POST: run the what-if and show it, nothing saved."""
+    queues = list(Queue.objects.select_related("parent").order_by("name"))
+    by_name = {q.name: q for q in queues}
+    chosen = by_name.get(request.GET.get("queue", ""))
+    context: dict[str, Any] = {"result": None}
+    if request.method == "POST":
+        data = request.POST.copy()
+        if not data.get("queue") and chosen is not None:
+            data["queue"] = chosen.name  # the queue edit page posts its fields, not the queue's name
+        if not data.get("mode"):
+            data["mode"] = "fields"
+        form = WhatIfForm(data, queues=queues)
+        if form.is_valid():
+            _run(form, context)
+    else:
+        form = WhatIfForm(initial=_initial(chosen), queues=queues)
+    context["form"] = form
+    return render_page(request, "whatif/page.html", context, partial="whatif/partials/body.html")
+
+
+def _run(form: WhatIfForm, context: dict[str, Any]) -> None:
+    data = form.cleaned_data
+    try:
+        window = whatif.window_from_hours(data.get("window_hours"))
+        if data.get("mode") == "yaml":
+            result = whatif.run_whatif(window=window, yaml_text=data.get("yaml") or "")
+        else:
+            if not data.get("queue"):
+                form.add_error("queue", "choose the queue to change")
+                return
+            result = whatif.run_whatif(form.changes(), window)
+    except whatif.WhatIfInputError as exc:
+        _put_errors(form, exc.message_dict)
+        return
+    context["result"] = result
+    context.update(present(result))

@@ -1,0 +1,132 @@
+"""POST /api/v1/what-if/: replay recorded workloads under the current and a changed queue tree.
+
+The same inputs and result as the dashboard's what-if page (`kaiweb.dashboard.whatif`). Any
+signed-in user may call it: it reads and simulates, nothing is saved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import serializers, status, viewsets
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from kaiweb.dashboard import whatif
+
+
+class WhatIfRequestSerializer(serializers.Serializer):
+    changes = serializers.DictField(
+        child=serializers.DictField(child=serializers.JSONField()), required=False,
+        help_text="Per queue, the fields to change and their new values, as the queue edit form takes them "
+                  "(gpu_quota, gpu_limit, gpu_over_quota_weight, cpu_…, memory_…, priority, parent, "
+                  "preempt_min_runtime, reclaim_min_runtime). Give this or `yaml`.",
+    )
+    yaml = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False,
+                                 help_text="Queue CRD documents laid over the current tree. Give this or `changes`.")
+    window_hours = serializers.FloatField(required=False, default=24.0,
+                                          help_text="Replay the workloads submitted in the last N hours (≤ 720).")
+    shard = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                     help_text="Shard id; default the first enabled shard.")
+    max_jobs = serializers.IntegerField(required=False, default=whatif.DEFAULT_MAX_JOBS, min_value=1, max_value=5000,
+                                        help_text="Replay at most this many (most recent) workloads, 1–5000.")
+    max_horizon_hours = serializers.FloatField(required=False, default=whatif.DEFAULT_MAX_HORIZON_S / 3600,
+                                               min_value=0.1, max_value=90 * 24,
+                                               help_text="Stop each run after this many simulated hours.")
+    consolidation = serializers.BooleanField(required=False, default=False,
+                                             help_text="Also simulate consolidation (much slower).")
+
+
+class _Metrics(serializers.Serializer):
+    jobs = serializers.FloatField(allow_null=True)
+    queueing_delay_mean_s = serializers.FloatField(allow_null=True)
+    queueing_delay_p95_s = serializers.FloatField(allow_null=True)
+    jct_mean_s = serializers.FloatField(allow_null=True)
+    gpu_hours = serializers.FloatField(allow_null=True)
+    allocated_gpus_avg = serializers.FloatField(allow_null=True)
+    fair_share_gpus_avg = serializers.FloatField(allow_null=True)
+    preemptions = serializers.FloatField(allow_null=True)
+
+
+class _QueueRow(serializers.Serializer):
+    queue = serializers.CharField()
+    edited = serializers.BooleanField()
+    current = _Metrics(allow_null=True)
+    changed = _Metrics(allow_null=True)
+    difference = _Metrics()
+
+
+class _Change(serializers.Serializer):
+    queue = serializers.CharField()
+    field = serializers.CharField()
+    current = serializers.JSONField(allow_null=True)
+    changed = serializers.JSONField(allow_null=True)
+
+
+class WhatIfResultSerializer(serializers.Serializer):
+    shard = serializers.CharField(allow_null=True)
+    window = serializers.DictField(help_text="start, end (ISO 8601, UTC) and hours")
+    cluster = serializers.DictField(help_text="nodes and GPUs replayed on")
+    changes = _Change(many=True)
+    jobs = serializers.DictField(help_text="recorded, replayed, durations (count per source), duration_sources, "
+                                           "skipped (first 20), skipped_count, pods_beyond_gang_minimum")
+    empty = serializers.BooleanField(help_text="True when no workload was recorded in the window")
+    queues = _QueueRow(many=True)
+    summary = serializers.DictField(help_text="current, changed, difference: Jain's index, utilisation, delays …")
+    timeline = serializers.DictField(help_text="current and changed: t (ISO times), allocated_gpus, queues "
+                                               "(allocated GPUs per leaf queue per cycle)")
+    truncated = serializers.DictField(help_text="jobs_left_out, horizon_reached, max_jobs, max_horizon_s")
+    notes = serializers.ListField(child=serializers.CharField())
+
+
+class WhatIfViewSet(viewsets.ViewSet):
+    """Simulate a queue-tree change on recorded history."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(
+        request=WhatIfRequestSerializer,
+        responses={
+            200: WhatIfResultSerializer,
+            400: OpenApiResponse(
+                response={"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+                description="Each bad field and the rule it breaks; nothing was run or saved.",
+            ),
+        },
+        examples=[OpenApiExample("Raise a quota", request_only=True,
+                                 value={"changes": {"team-a": {"gpu_quota": 16}}, "window_hours": 24})],
+    )
+    def create(self, request: Request) -> Response:
+        """Replay the workloads recorded in the window under today's tree and the changed one, per queue."""
+        body = WhatIfRequestSerializer(data=request.data)
+        if not body.is_valid():
+            return Response(_flatten(body.errors), status=status.HTTP_400_BAD_REQUEST)
+        data: dict[str, Any] = body.validated_data
+        try:
+            window = whatif.window_from_hours(data["window_hours"])
+            horizon = float(data["max_horizon_hours"]) * 3600
+            result = whatif.run_whatif(
+                data.get("changes") or None, window, data["shard"], yaml_text=data.get("yaml") or None,
+                max_jobs=data["max_jobs"], max_horizon_s=horizon, consolidation=data["consolidation"],
+            )
+        except whatif.WhatIfInputError as exc:
+            return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)
+        return Response(result)
+
+
+def _flatten(errors: Any, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested errors as {"a.b": [messages]}, the shape every what-if error has."""
+    out: dict[str, list[str]] = {}
+    if isinstance(errors, dict):
+        for key, value in errors.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    elif isinstance(errors, list) and all(not isinstance(e, (dict, list)) for e in errors):
+        out[prefix or "non_field_errors"] = [str(e) for e in errors]
+    elif isinstance(errors, list):
+        for i, value in enumerate(errors):
+            out.update(_flatten(value, f"{prefix}[{i}]"))
+    else:
+        out[prefix or "non_field_errors"] = [str(errors)]
+    return out
