@@ -17,6 +17,7 @@ import sys
 import pytest
 from django.db import connection
 
+from kaiweb.core import locks
 from kaiweb.scheduling import cycle
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
 from kaiweb.scheduling.models import Decision, SchedulingCycle
@@ -49,6 +50,8 @@ def test_a_worker_killed_mid_cycle_leaves_a_consistent_cluster_after_the_next_cy
     worker.wait_paused()
 
     worker.kill()
+    # Postgres ends the killed worker's session (and so its advisory lock) once it sees the socket close.
+    wait_for(lambda: not locks.is_locked("scheduling-cycle", str(sc.shard.pk)), 30, "the dead worker's lock to go")
 
     doomed = SchedulingCycle.objects.get()
     assert doomed.status == CycleStatus.RUNNING
@@ -64,7 +67,7 @@ def test_a_worker_killed_mid_cycle_leaves_a_consistent_cluster_after_the_next_cy
         wait_for(lambda: SchedulingCycle.objects.filter(trigger="next", status=CycleStatus.SUCCEEDED).exists(),
                  60, "the next cycle")
     else:
-        cycle.run_and_record_cycle(sc.shard, trigger="next")
+        assert not cycle.run_and_record_cycle(sc.shard, trigger="next").skipped
 
     doomed.refresh_from_db()
     assert doomed.status == CycleStatus.FAILED
@@ -189,6 +192,7 @@ def test_postgres_unavailable_during_a_cycle(celery_harness):
     assert not Decision.objects.exists()
     assert not Pod.objects.filter(state=PodState.RUNNING).exists()
 
+    wait_for(lambda: not locks.is_locked("scheduling-cycle", str(sc.shard.pk)), 30, "the cut-off worker's lock to go")
     outcome = cycle.run_and_record_cycle(sc.shard, trigger="recovered", advance=False)
 
     stuck.refresh_from_db()
