@@ -654,11 +654,11 @@ def run_allocate(s: Session, placer: Placer) -> None:
                 s.pending_reasons[job.uid] = over
                 continue
             s.add_counts(delta)
-            touched = stmt.commit()
-            pipelined = any(t.status == m.PIPELINED for t in touched)
-            for t in touched:
+            pipelined = False
+            for t in stmt.commit():
                 if t.status == m.PIPELINED:
                     s.pipeline_actions[t.index] = "allocate"
+                    pipelined = True
             if not had_alloc and not pipelined and job.allocated_count() > 0:
                 job.last_start = s.now
             s.pending_reasons.pop(job.uid, None)

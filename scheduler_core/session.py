@@ -233,6 +233,9 @@ class JobState:
         return sum(ps.active_allocated for ps in self.pod_sets.values())
 
     def allocated_count(self) -> int:
+        if len(self.pod_sets) == 1:
+            for ps in self.pod_sets.values():
+                return ps.allocated
         return sum(ps.allocated for ps in self.pod_sets.values())
 
     def gang_satisfied(self) -> bool:
@@ -730,8 +733,10 @@ class Session:
 
     def cap_problem(self, delta: dict[str, int]) -> m.Reason | None:
         """The cap a commit would break, as a pending reason; None when within every cap."""
-        caps = {"binds": self.config.max_binds, "pipelined": self.config.max_pipelines,
-                "evictions": self.config.max_evictions}
+        c = self.config
+        if c.max_binds is None and c.max_pipelines is None and c.max_evictions is None:
+            return None  # no cap configured
+        caps = {"binds": c.max_binds, "pipelined": c.max_pipelines, "evictions": c.max_evictions}
         for key, cap in caps.items():
             if cap is not None and delta[key] and self.counts[key] + delta[key] > cap:
                 return m.Reason("session-cap", f"this cycle's cap of {cap} {key} is reached "
