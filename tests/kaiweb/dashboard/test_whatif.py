@@ -1,0 +1,283 @@
+"""What if? — the service (recorded jobs, the two replays, validation), the page and the API."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from kaiweb.dashboard import whatif
+from kaiweb.queues.models import Queue
+from tests.factories import ClusterFactory, NodeFactory, PodFactory, QueueFactory, WorkloadFactory
+
+# Recent enough that the page's and the API's default window (ending now) holds the history.
+NOW = timezone.now().replace(microsecond=0)
+SUBMIT = NOW - dt.timedelta(hours=3)
+
+
+@pytest.fixture
+def contended(db) -> dict:
+    """One 8-GPU node, two top-level leaf queues with a 4-GPU quota each, and 12 one-GPU jobs of
+    10 minutes per queue, all submitted at once: the queues contend for the node for an hour."""
+    cluster = ClusterFactory()
+    NodeFactory(cluster=cluster, name="node-a")
+    queues = {
+        name: QueueFactory(name=name, gpu_quota=4, gpu_limit=-1, cpu_quota=-1, memory_quota=-1)
+        for name in ("alpha", "beta")
+    }
+    for name, queue in queues.items():
+        for i in range(12):
+            w = WorkloadFactory(cluster=cluster, queue=queue, name=f"{name}-{i:02d}", state="pending",
+                                submitted_at=SUBMIT + dt.timedelta(seconds=i))
+            PodFactory(workload=w, name=f"{name}-{i:02d}-0", gpu=1, duration_seconds=600)
+    return {"cluster": cluster, "queues": queues}
+
+
+def _row(result: dict, queue: str) -> dict:
+    return next(r for r in result["queues"] if r["queue"] == queue)
+
+
+# ------------------------------------------------------------------------------------------ recorded jobs
+
+
+def test_recorded_jobs_keep_real_queues_gangs_and_say_where_durations_came_from(db):
+    cluster = ClusterFactory()
+    NodeFactory(cluster=cluster)
+    q = QueueFactory(name="team-x")
+    done = WorkloadFactory(cluster=cluster, queue=q, name="done", state="completed", min_member=2,
+                           submitted_at=NOW - dt.timedelta(hours=2))
+    for i in range(3):
+        PodFactory(workload=done, name=f"done-{i}", gpu=2, state="Succeeded",
+                   started_at=NOW - dt.timedelta(hours=1, minutes=50),
+                   finished_at=NOW - dt.timedelta(hours=1, minutes=20 + i))
+    running = WorkloadFactory(cluster=cluster, queue=q, name="running", state="running",
+                              submitted_at=NOW - dt.timedelta(hours=1), last_start_at=NOW - dt.timedelta(minutes=30))
+    PodFactory(workload=running, name="running-0", gpu=1, state="Running", started_at=NOW - dt.timedelta(minutes=30))
+    sim = WorkloadFactory(cluster=cluster, queue=q, name="sim", submitted_at=NOW - dt.timedelta(minutes=5))
+    PodFactory(workload=sim, name="sim-0", gpu_fraction=0.5, gpu=0, duration_seconds=900)
+    WorkloadFactory(cluster=cluster, queue=q, name="old", submitted_at=NOW - dt.timedelta(days=3))
+
+    rec = whatif.recorded_jobs(dt.timedelta(hours=24), now=NOW)
+
+    jobs = {j.job_id: j for j in rec.jobs}
+    assert set(jobs) == {"team/done", "team/running", "team/sim"}  # "old" is outside the window
+    assert rec.queue_of == {"team/done": "team-x", "team/running": "team-x", "team/sim": "team-x"}
+    assert jobs["team/done"].num_pods == 2
+    assert jobs["team/done"].gpu_per_pod == 2
+    assert jobs["team/done"].duration == 30 * 60  # first start to last finish
+    assert jobs["team/running"].duration == 30 * 60  # running so far
+    assert jobs["team/sim"].duration == 900
+    assert jobs["team/sim"].gpu_per_pod == 0.5
+    assert rec.durations == {"observed": 1, "running_so_far": 1, "simulated": 1}
+    assert rec.pods_not_replayed == 1
+
+
+def test_more_jobs_than_the_bound_keeps_the_most_recent_and_says_so(contended):
+    result = whatif.run_whatif({"alpha": {"gpu_quota": 8}}, now=NOW, max_jobs=10)
+    assert result["jobs"]["recorded"] == 24
+    assert result["jobs"]["replayed"] == 10
+    assert result["truncated"]["jobs_left_out"] == 14
+    assert any("14 older workload(s)" in n for n in result["notes"])
+
+
+# ------------------------------------------------------------------------------------------ the comparison
+
+
+def test_raising_a_queues_quota_lowers_its_queueing_delay(contended):
+    result = whatif.run_whatif({"alpha": {"gpu_quota": 8}}, now=NOW)
+
+    alpha, beta = _row(result, "alpha"), _row(result, "beta")
+    assert alpha["edited"]
+    assert not beta["edited"]
+    assert alpha["changed"]["queueing_delay_mean_s"] < alpha["current"]["queueing_delay_mean_s"]
+    assert alpha["difference"]["queueing_delay_mean_s"] < 0
+    assert beta["changed"]["queueing_delay_mean_s"] > beta["current"]["queueing_delay_mean_s"]
+    assert alpha["changed"]["allocated_gpus_avg"] > alpha["current"]["allocated_gpus_avg"]
+    # Every job ran in both runs: the same GPU-hours, delivered in a different order.
+    assert alpha["current"]["gpu_hours"] == alpha["changed"]["gpu_hours"] == pytest.approx(2.0)
+    assert result["changes"] == [{"queue": "alpha", "field": "gpu_quota", "current": 4, "changed": 8}]
+    assert result["jobs"]["durations"] == {"simulated": 24}
+    timeline = result["timeline"]["changed"]
+    assert len(timeline["t"]) == len(timeline["queues"]["alpha"]) > 1
+    assert max(result["timeline"]["current"]["queues"]["alpha"]) == 4  # its quota while beta waits too
+    assert max(timeline["queues"]["alpha"]) > 4
+
+
+def test_same_history_same_result(contended):
+    first = whatif.run_whatif({"beta": {"gpu_over_quota_weight": 3, "gpu_quota": 2}}, now=NOW)
+    second = whatif.run_whatif({"beta": {"gpu_over_quota_weight": 3, "gpu_quota": 2}}, now=NOW)
+    assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
+
+
+def test_a_yaml_tree_is_checked_as_an_import_and_replayed(contended):
+    text = """
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: beta}
+spec:
+  resources:
+    gpu: {quota: 8, limit: -1, overQuotaWeight: 1}
+    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}
+    memory: {quota: -1, limit: -1, overQuotaWeight: 1}
+"""
+    result = whatif.run_whatif(yaml_text=text, now=NOW)
+    beta = _row(result, "beta")
+    assert beta["difference"]["queueing_delay_mean_s"] < 0
+    assert {"queue": "beta", "field": "gpu_quota", "current": 4, "changed": 8} in result["changes"]
+
+
+def test_nothing_recorded_gives_an_empty_result(db):
+    NodeFactory(cluster=ClusterFactory())
+    QueueFactory(name="alpha")
+    result = whatif.run_whatif({"alpha": {"gpu_quota": 3}}, now=NOW)
+    assert result["empty"] is True
+    assert result["queues"] == []
+    assert result["jobs"]["recorded"] == 0
+
+
+# ------------------------------------------------------------------------------------------ validation
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "words"),
+    [
+        ({"alpha": {"gpu_quota": 20, "gpu_limit": 10}}, "changes.alpha.gpu_limit", "below the quota"),
+        ({"nobody": {"gpu_quota": 1}}, "changes.nobody", "does not exist"),
+        ({"alpha": {"colour": "red"}}, "changes.alpha.colour", "is not a field that can be set"),
+        ({"alpha": {"gpu_over_quota_weight": -2}}, "changes.alpha.gpu_over_quota_weight", ""),
+        ({"alpha": {"gpu_quota": 4}}, "changes", "no value differs"),
+        ({"alpha": {"parent": "ghost"}}, "changes.alpha.parent", "does not exist"),
+    ],
+)
+def test_bad_changes_name_the_field_and_the_rule_and_write_nothing(contended, changes, key, words):
+    before = list(Queue.objects.order_by("name").values())
+    with pytest.raises(whatif.WhatIfInputError) as exc:
+        whatif.run_whatif(changes, now=NOW)
+    assert key in exc.value.message_dict
+    assert words in " ".join(exc.value.message_dict[key])
+    assert list(Queue.objects.order_by("name").values()) == before
+
+
+def test_a_queue_holding_jobs_cannot_become_a_parent(contended):
+    text = """
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: child}
+spec:
+  parentQueue: alpha
+  resources: {gpu: {quota: 1, limit: -1, overQuotaWeight: 1}}
+"""
+    with pytest.raises(whatif.WhatIfInputError) as exc:
+        whatif.run_whatif(yaml_text=text, now=NOW)
+    assert "yaml" in exc.value.message_dict
+
+
+def test_a_successful_run_writes_nothing(contended, django_assert_max_num_queries):
+    before = list(Queue.objects.order_by("name").values())
+    with django_assert_max_num_queries(10) as ctx:
+        whatif.run_whatif({"alpha": {"gpu_quota": 8, "priority": 150}}, now=NOW)
+    assert not [q for q in ctx.captured_queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
+    assert list(Queue.objects.order_by("name").values()) == before
+
+
+@pytest.mark.parametrize("hours", ["abc", 0, -3, 10_000])
+def test_window_must_be_a_sane_number_of_hours(hours):
+    with pytest.raises(whatif.WhatIfInputError) as exc:
+        whatif.window_from_hours(hours)
+    assert "window_hours" in exc.value.message_dict
+
+
+# ------------------------------------------------------------------------------------------ the page
+
+
+@pytest.mark.parametrize("persona", ["platform_admin", "queue_admin", "viewer"])
+def test_every_role_may_run_a_whatif(request, client, contended, persona, django_assert_max_num_queries):
+    client.force_login(request.getfixturevalue(persona))
+    page = client.get(reverse("queues:whatif") + "?queue=alpha")
+    assert page.status_code == 200
+    assert b'value="4"' in page.content  # the chosen queue's current quota prefills the form
+    with django_assert_max_num_queries(16):
+        response = client.post(reverse("queues:whatif"), {"queue": "alpha", "gpu_quota": "8", "window_hours": "72"},
+                               HTTP_HX_REQUEST="true")
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert 'id="whatif-table"' in body
+    assert 'data-queue="alpha"' in body
+    assert "delta-up" in body  # alpha's delay falls: shown as better
+    assert "<html" not in body  # htmx gets the fragment
+
+
+def test_page_puts_errors_next_to_the_field(client, viewer, contended):
+    client.force_login(viewer)
+    response = client.post(reverse("queues:whatif"), {"queue": "alpha", "gpu_quota": "20", "gpu_limit": "10",
+                                                      "window_hours": "72"})
+    body = response.content.decode()
+    assert 'id="id_gpu_limit-errors"' in body
+    assert "below the quota" in body
+    assert 'id="whatif-table"' not in body
+
+
+def test_page_without_a_queue_asks_for_one(client, viewer, contended):
+    client.force_login(viewer)
+    body = client.post(reverse("queues:whatif"), {"gpu_quota": "8"}).content.decode()
+    assert 'id="id_queue-errors"' in body
+    assert "choose the queue" in body
+
+
+def test_page_shows_the_empty_state_when_nothing_was_recorded(client, viewer, db):
+    NodeFactory(cluster=ClusterFactory())
+    QueueFactory(name="alpha", gpu_quota=2)
+    client.force_login(viewer)
+    body = client.post(reverse("queues:whatif"), {"queue": "alpha", "gpu_quota": "3"}).content.decode()
+    assert 'id="whatif-empty"' in body
+    assert "widen the window" in body
+
+
+def test_the_edit_form_posts_its_values_to_the_whatif(client, platform_admin, contended):
+    client.force_login(platform_admin)
+    edit = client.get(reverse("queues:edit", args=["alpha"])).content.decode()
+    assert 'id="simulate-queue"' in edit
+    assert reverse("queues:whatif") + "?queue=alpha" in edit
+    # What the edit form submits: all its fields, the queue's name only in the URL.
+    data = {"display_name": "", "priority": "100", "gpu_quota": "8", "gpu_limit": "-1", "gpu_over_quota_weight": "1",
+            "cpu_quota": "-1", "cpu_limit": "-1", "cpu_over_quota_weight": "1", "memory_quota": "-1",
+            "memory_limit": "-1", "memory_over_quota_weight": "1", "window_hours": "72"}
+    body = client.post(reverse("queues:whatif") + "?queue=alpha", data).content.decode()
+    assert "<html" in body
+    assert 'id="whatif-table"' in body
+    assert "alpha.gpu_quota" in body
+
+
+def test_the_queue_tree_links_to_the_whatif(client, viewer, contended):
+    client.force_login(viewer)
+    assert 'id="whatif-link"' in client.get(reverse("queues:tree")).content.decode()
+
+
+# ------------------------------------------------------------------------------------------ the API
+
+
+def test_api_returns_the_comparison(viewer_api, contended):
+    response = viewer_api.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": 8}}, "window_hours": 72},
+                               format="json")
+    assert response.status_code == 200, response.content
+    data = response.json()
+    alpha = _row(data, "alpha")
+    assert alpha["difference"]["queueing_delay_mean_s"] < 0
+    assert set(data["summary"]) == {"current", "changed", "difference"}
+    assert "jain_fairness" in data["summary"]["current"]
+
+
+def test_api_errors_name_the_field(viewer_api, contended):
+    response = viewer_api.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": -7}}}, format="json")
+    assert response.status_code == 400
+    assert "changes.alpha.gpu_quota" in response.json()
+    both = viewer_api.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": 8}}, "yaml": "x"}, format="json")
+    assert both.status_code == 400
+    assert "exactly one" in json.dumps(both.json())
+
+
+def test_api_needs_a_signed_in_user(api_client, contended):
+    assert api_client.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": 8}}}, format="json").status_code == 401
