@@ -561,8 +561,6 @@ class Session:
                 t.status = m.PENDING
                 t.job.n_pending += 1
                 continue
-            t.status = m.PENDING
-            t.job.n_pending += 1  # set_task below takes it out of pending again
             node = self.node_index[t.spec.node]
             groups = tuple(t.spec.gpu_groups)
             if t.shared and not groups:
@@ -570,7 +568,9 @@ class Session:
             if t.shared:
                 t.mem_per_device, t.portion = self.shared_need(t, node)
                 t.qvec = [t.qvec[0], t.qvec[1], t.portion * t.request.gpu_devices]
-            self.set_task(t, status, node, groups)
+            # a fresh task holds no charge yet: charge it where it is (set_task without the removal)
+            t.status, t.node, t.groups = status, node, groups
+            self._charge(t, +1)
         for j in self.jobs:
             if j.last_start is None and j.allocated_count() > 0:
                 j.last_start = self.now - 60.0
