@@ -12,6 +12,7 @@ from typing import Any
 
 from django import forms
 from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 
 from kaiweb.core.choices import RESOURCES
 from kaiweb.dashboard import charts, whatif
@@ -42,8 +43,8 @@ SUMMARY = [
 class WhatIfForm(forms.Form):
     """One queue's new values (blank = unchanged), or a whole tree as Queue CRD YAML; the window."""
 
-    mode = forms.ChoiceField(choices=[("fields", "Change one queue"), ("yaml", "Paste a YAML tree")],
-                             initial="fields", required=False, widget=forms.RadioSelect)
+    mode = forms.ChoiceField(choices=[("fields", "One queue (fields below)"), ("yaml", "Paste a YAML tree")],
+                             initial="fields", required=False, label="What to change")
     queue = forms.ChoiceField(required=False, help_text="The leaf or parent queue to change.")
     priority = forms.IntegerField(required=False, help_text="Higher is served first among siblings.")
     window_hours = forms.TypedChoiceField(choices=WINDOW_CHOICES, coerce=float, initial=24, label="Recorded window",
@@ -56,6 +57,11 @@ class WhatIfForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.queues = {q.name: q for q in queues}
         self.fields["queue"].choices = [("", "— choose a queue —")] + [(q.name, q.name) for q in queues]
+        # Choosing a queue reloads the form with that queue's current values (htmx, a GET).
+        self.fields["queue"].widget.attrs.update({
+            "hx-get": reverse("queues:whatif"), "hx-trigger": "change", "hx-target": "#whatif",
+            "hx-swap": "innerHTML", "hx-include": "this",
+        })
         for r in RESOURCES:
             for part, label in (("quota", "quota"), ("limit", "limit"), ("over_quota_weight", "weight")):
                 self.fields[f"{r}_{part}"] = forms.FloatField(
