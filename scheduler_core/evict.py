@@ -292,6 +292,28 @@ def _greedy_gpu_fit(s: Session, demand: list[float], freed: np.ndarray, allowed:
     return True
 
 
+def _local_hopeless(s: Session, victims: list[JobState], base_free: float, need_total: float) -> bool:
+    """Whether every node-local scenario of ``solve`` would fail its quick GPU count: true when
+    each victim's evictable pods sit on one node and, on every node, the free GPUs plus all that
+    its victims could free stay below the demand. Then the node-local pass is skipped (it would
+    only walk the whole victim order to reject each scenario)."""
+    if need_total <= 0 or len(s.nodes) == 0 or need_total <= base_free + float(s.cap[:, GPU].max()) + _EPS:
+        return False  # one node's victims might be enough: let the pass run
+    per_node: dict[int, float] = {}
+    for v in victims:
+        node = None
+        for t in v.tasks:
+            if not _evictable(t):
+                continue
+            if t.node is None or (node is not None and t.node != node):
+                return False  # a chunk could span nodes: no per-node bound
+            if t.freed_gpus != math.floor(t.freed_gpus):
+                return False  # whole amounts only, so the bound is exact in any summing order
+            node = t.node
+            per_node[node] = per_node.get(node, 0.0) + t.freed_gpus
+    return all(base_free + f + _EPS < need_total for f in per_node.values())
+
+
 def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks: list[list[TaskState]],
               validate: Validator, attempt: Attempt, move_all: bool = False, replace_victims: bool = True) -> bool:
     """Evict ``chunks``, re-place preemptor and victims pipeline-only, validate; roll back on failure."""
@@ -393,7 +415,8 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
     acc: list[list[TaskState]] = []
     local: dict[int, list[int]] = {}
     jobs_seen: set[int] = set()
-    for v, chunk in VictimOrder(s, victims, victim_heaps):
+    for v, chunk in (VictimOrder(s, victims, victim_heaps) if not _local_hopeless(s, victims, base_free, need_total)
+                     else ()):
         if attempt.scenarios >= budget:
             break
         jobs_seen.add(v.job.index)
