@@ -281,3 +281,24 @@ def test_api_errors_name_the_field(viewer_api, contended):
 
 def test_api_needs_a_signed_in_user(api_client, contended):
     assert api_client.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": 8}}}, format="json").status_code == 401
+
+
+def test_a_pod_larger_than_any_node_is_skipped_and_listed(contended):
+    big = WorkloadFactory(cluster=contended["cluster"], queue=contended["queues"]["alpha"], name="huge",
+                          submitted_at=SUBMIT)
+    PodFactory(workload=big, name="huge-0", gpu=16, duration_seconds=60)
+    result = whatif.run_whatif({"alpha": {"gpu_quota": 8}}, now=NOW)
+    assert result["jobs"]["skipped_count"] == 1
+    assert result["jobs"]["skipped"][0]["workload"] == "team/huge"
+    assert "more than any node has" in result["jobs"]["skipped"][0]["reason"]
+    assert result["jobs"]["replayed"] == 24
+
+
+def test_choosing_a_queue_reloads_the_form_with_its_values(client, viewer, contended):
+    client.force_login(viewer)
+    contended["queues"]["beta"].gpu_over_quota_weight = 3
+    contended["queues"]["beta"].save()
+    body = client.get(reverse("queues:whatif"), {"queue": "beta"}, HTTP_HX_REQUEST="true").content.decode()
+    assert "<html" not in body
+    assert 'name="gpu_over_quota_weight" value="3"' in body
+    assert 'hx-get="' + reverse("queues:whatif") + '"' in body
