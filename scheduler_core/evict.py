@@ -747,9 +747,11 @@ def run_reclaim(s: Session, placer: Placer) -> None:
     evictable = [j.valid and j.preemptible and _has_evictable(j) for j in s.jobs]
     pool = [j for j in s.jobs if evictable[j.index]]
     pool_queues: dict[str, int] = {}  # the queues of the pool and how many jobs each has there
-    # the victim order's leaf heaps of the whole pool, as sorted lists, kept up to date after each
-    # commit for the jobs it changed (victims are then the pool minus the reclaimer's queue)
+    # the victim order's leaf heaps of the whole pool, as sorted lists, made when a search first
+    # needs them and then kept up to date after each commit for the jobs it changed (victims are
+    # then the pool minus the reclaimer's queue)
     leaf_heaps: dict[str, list[tuple[tuple, int, JobState, list[TaskState]]]] = {}
+    heaps_made = False
     entry_of: dict[int, tuple[tuple, int, JobState, list[TaskState]]] = {}
     held: dict[int, float] = {}  # GPUs each job holds, dropped for jobs a commit touches
     dropped: list[JobState] = []  # jobs leaving the pool in one commit
@@ -777,12 +779,6 @@ def run_reclaim(s: Session, placer: Placer) -> None:
     for j in pool:
         pool_queues[j.queue] = pool_queues.get(j.queue, 0) + 1
         count_held(j, +1)
-        e = victim_entry(s, j)
-        if e is not None:
-            entry_of[j.index] = e
-            leaf_heaps.setdefault(j.queue, []).append(e)
-    for h in leaf_heaps.values():
-        h.sort()
     while True:
         job = order.pop()
         if job is None:
@@ -881,7 +877,18 @@ def run_reclaim(s: Session, placer: Placer) -> None:
             return True
 
         stmt = Statement(s)
-        heaps = {leaf: h for leaf, h in leaf_heaps.items() if leaf != own} if everyone else None
+        heaps = None
+        if everyone:
+            if not heaps_made:
+                heaps_made = True
+                for j in pool:
+                    e = victim_entry(s, j)
+                    if e is not None:
+                        entry_of[j.index] = e
+                        leaf_heaps.setdefault(j.queue, []).append(e)
+                for h in leaf_heaps.values():
+                    h.sort()
+            heaps = {leaf: h for leaf, h in leaf_heaps.items() if leaf != own}
         attempt = solve(s, placer, stmt, job, victims, validate,
                         replace_victims=s.config.allow_consolidating_reclaim, victim_heaps=heaps)
         changed_jobs = {op[0].job.index for op in stmt.ops}
@@ -942,7 +949,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                             del h[bisect.bisect_left(h, head)]
                     else:
                         h[:] = [e for e in h if e[1] not in olds]
-                for ji in redo:
+                for ji in redo if heaps_made else ():
                     j = s.jobs[ji]
                     e = victim_entry(s, j) if evictable[ji] else None
                     if e is not None:
