@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from scheduler_core import model as m
@@ -91,6 +91,7 @@ class Recorded:
     skipped: list[dict[str, str]] = field(default_factory=list)
     dropped_for_bound: int = 0
     pods_not_replayed: int = 0
+    carried_in: int = 0
 
 
 # ------------------------------------------------------------------------------------------ inputs
@@ -159,20 +160,28 @@ def recorded_jobs(
 ) -> Recorded:
     """The workloads submitted in ``window`` (ending at ``now``) in ``shard``, as replay jobs.
 
-    Per workload: pods' requests (the largest pod stands for each of them), gang size = its
+    Workloads submitted before the window that were still pending or running when it opened
+    (or finished inside it) are carried in: they enter at the window's start with the part of
+    their run inside the window. Per workload: pods' requests (the largest pod stands for each of them), gang size = its
     minimum members (all pods when unset), run time = observed (first pod start to last pod
     finish of a finished workload), else the simulated duration field, else the time a still
     running workload has run so far, else the median of the others. Jobs asking for more GPUs
     per pod than the largest node has are skipped and listed. When more than ``max_jobs`` were
     recorded, the most recent ``max_jobs`` are kept. Two queries.
     """
-    from kaiweb.workloads.choices import PodState, WorkloadState
+    from kaiweb.workloads.choices import ACTIVE_WORKLOAD_STATES, PodState, WorkloadState
     from kaiweb.workloads.models import Pod, Workload
 
     shard = _shard(shard)
     end = _window_end(shard, now)
     start = end - window
-    wqs = Workload.objects.filter(submitted_at__gte=start, submitted_at__lte=end)
+    # Submitted in the window, or submitted before it and still waiting or running when it opened:
+    # those load the cluster too, so they enter the replay at the window's start.
+    wqs = Workload.objects.filter(
+        Q(submitted_at__gte=start, submitted_at__lte=end)
+        | Q(submitted_at__lt=start, state__in=ACTIVE_WORKLOAD_STATES)
+        | Q(submitted_at__lt=start, finished_at__gt=start)
+    )
     if shard is not None:
         wqs = wqs.filter(cluster_id=shard.cluster_id)
     rows = [
@@ -215,10 +224,15 @@ def recorded_jobs(
             p["state"] in (PodState.SUCCEEDED, PodState.FAILED) for p in wpods
         )
         first = min(starts) if starts else w["last_start_at"]
+        carried = w["submitted_at"] < start
+        if carried:
+            out.carried_in += 1
+            # Only the part of the run inside the window is replayed.
+            first = max(first, start) if first is not None else None
         last = max(finishes) if finishes else w["finished_at"]
         sim = [p["duration_seconds"] for p in wpods if p["duration_seconds"] is not None]
         info = {
-            "job_id": ref, "submit": w["submitted_at"].timestamp(), "gang": gang, "gpu": gpu,
+            "job_id": ref, "submit": max(w["submitted_at"], start).timestamp(), "gang": gang, "gpu": gpu,
             "cpu": max(int(p["cpu"]) for p in wpods), "mem": max(int(p["memory"]) // (1024 * 1024) for p in wpods),
         }
         if finished and first is not None and last is not None and last >= first:
@@ -470,6 +484,7 @@ def run_whatif(
             "duration_sources": {k: DURATION_SOURCES[k] for k in sorted(rec.durations)},
             "skipped": rec.skipped[:20], "skipped_count": len(rec.skipped),
             "pods_beyond_gang_minimum": rec.pods_not_replayed,
+            "carried_in": rec.carried_in,
         },
     }
     if not rec.jobs:
@@ -511,6 +526,9 @@ def run_whatif(
     if horizon_hit:
         notes.append(f"the replay stopped after {max_horizon_s / 3600:g} simulated hours with jobs unfinished "
                      f"({sa['unfinished']} now, {sb['unfinished']} changed): their delay and JCT are not counted")
+    if rec.carried_in:
+        notes.append(f"{rec.carried_in} workload(s) submitted before the window were still waiting or running when "
+                     "it opened: they enter the replay at its start, with the part of their run inside it")
     if rec.skipped:
         notes.append(f"{len(rec.skipped)} workload(s) skipped: see jobs.skipped")
     if leaves_after - leaves_now:

@@ -58,20 +58,28 @@ def test_recorded_jobs_keep_real_queues_gangs_and_say_where_durations_came_from(
     PodFactory(workload=running, name="running-0", gpu=1, state="Running", started_at=NOW - dt.timedelta(minutes=30))
     sim = WorkloadFactory(cluster=cluster, queue=q, name="sim", submitted_at=NOW - dt.timedelta(minutes=5))
     PodFactory(workload=sim, name="sim-0", gpu_fraction=0.5, gpu=0, duration_seconds=900)
-    WorkloadFactory(cluster=cluster, queue=q, name="old", submitted_at=NOW - dt.timedelta(days=3))
+    WorkloadFactory(cluster=cluster, queue=q, name="old", state="completed", submitted_at=NOW - dt.timedelta(days=3),
+                    finished_at=NOW - dt.timedelta(days=2))
+    long = WorkloadFactory(cluster=cluster, queue=q, name="long", state="running",
+                           submitted_at=NOW - dt.timedelta(days=2), last_start_at=NOW - dt.timedelta(hours=30))
+    PodFactory(workload=long, name="long-0", gpu=8, state="Running", started_at=NOW - dt.timedelta(hours=30))
 
     rec = whatif.recorded_jobs(dt.timedelta(hours=24), now=NOW)
 
     jobs = {j.job_id: j for j in rec.jobs}
-    assert set(jobs) == {"team/done", "team/running", "team/sim"}  # "old" is outside the window
-    assert rec.queue_of == {"team/done": "team-x", "team/running": "team-x", "team/sim": "team-x"}
+    # "old" ended before the window; "long" was running when it opened, so it is carried in.
+    assert set(jobs) == {"team/done", "team/running", "team/sim", "team/long"}
+    assert set(rec.queue_of.values()) == {"team-x"}
+    assert rec.carried_in == 1
+    assert jobs["team/long"].submit_time == (NOW - dt.timedelta(hours=24)).timestamp()
+    assert jobs["team/long"].duration == 24 * 3600  # only the part of its run inside the window
     assert jobs["team/done"].num_pods == 2
     assert jobs["team/done"].gpu_per_pod == 2
     assert jobs["team/done"].duration == 30 * 60  # first start to last finish
     assert jobs["team/running"].duration == 30 * 60  # running so far
     assert jobs["team/sim"].duration == 900
     assert jobs["team/sim"].gpu_per_pod == 0.5
-    assert rec.durations == {"observed": 1, "running_so_far": 1, "simulated": 1}
+    assert rec.durations == {"observed": 1, "running_so_far": 2, "simulated": 1}
     assert rec.pods_not_replayed == 1
 
 
