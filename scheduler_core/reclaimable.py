@@ -176,18 +176,24 @@ def fits_deserved(q: QueueAttrs, req: Vector) -> bool:
     return all(le_cap(q.allocated[r] + req[r], q.deserved[r]) for r in range(3))
 
 
+def _exceeds(amount: float, cap: float) -> bool:
+    """`amount > cap` for an allocation against a cap: -1 is +∞ only on the cap side. An allocation is
+    never a sentinel (a remaining allocation that went below zero is just below zero)."""
+    return not is_unlimited(cap) and amount > cap + 1e-9
+
+
 def _over_allocatable(v: QueueAttrs, remaining: Vector) -> int | None:
     """The first resource in which `remaining` exceeds V's allocatable share, if any."""
     alloc = allocatable_share(v)
     for r in range(3):
-        if not le_cap(remaining[r], alloc[r]):
+        if _exceeds(remaining[r], alloc[r]):
             return r
     return None
 
 
 def _over_deserved(v: QueueAttrs, remaining: Vector) -> int | None:
     for r in range(3):
-        if not le_cap(remaining[r], v.deserved[r]):
+        if _exceeds(remaining[r], v.deserved[r]):
             return r
     return None
 

@@ -12,12 +12,21 @@ and ``admin_client`` from pytest-django for the HTML side.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.contrib.auth.models import Group
+from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 
 from kaiweb.accounts.roles import PLATFORM_ADMINS_GROUP
 from tests.factories import QueueFactory, QueueMembershipFactory, UserFactory
+
+# Property tests: random exploration on a developer's machine; in CI the same examples every run
+# (HYPOTHESIS_PROFILE=ci), so a red build is reproducible and never depends on the draw.
+hypothesis_settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+hypothesis_settings.register_profile("dev", deadline=None)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 @pytest.fixture(autouse=True)

@@ -84,3 +84,13 @@ def test_validation_is_deterministic_and_does_not_change_the_queues(alloc, fair,
     second = validate_reclaim(qs, "r", [0, 0, 1], [("v", [0, 0, chunk])])
     assert first[0] == second[0]
     assert {n: (list(q.allocated), list(q.fair)) for n, q in qs.items()} == before
+
+
+def test_a_victim_taken_below_zero_is_not_read_as_unlimited():
+    # Found by the property above: after a chunk larger than what is left, the remaining allocation
+    # is -1, which must not be mistaken for the "unlimited" sentinel and let the next chunk through.
+    qs = {"r": gq("r", None, 0, 4, 0), "v": gq("v", None, 0, 0, 1)}
+    outcome = reclaim_victims(qs, "r", [0, 0, 1], [("v", [0, 0, 2]), ("v", [0, 0, 1])])
+    assert [c.verdict.ok for c in outcome.chunks] == [True, False]
+    assert outcome.chunks[1].remaining_before[GPU] == -1.0
+    assert not outcome.verdict.ok
