@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
 from kaiweb.core.choices import RESOURCES
+from kaiweb.core.queries import related_count
 from kaiweb.queues.choices import PRIORITY_NAMES
 from kaiweb.queues.models import PriorityClass, Queue, QueueMembership
 from kaiweb.scheduling.models import QueueStatus
+from kaiweb.workloads.models import Workload
 
 
 def queues() -> QuerySet[Queue]:
@@ -18,7 +20,7 @@ def queues() -> QuerySet[Queue]:
     return (
         Queue.objects.select_related("parent")
         .prefetch_related(Prefetch("children", queryset=Queue.objects.only("id", "name", "parent_id").order_by("name")))
-        .annotate(workload_count=Count("workloads", distinct=True))
+        .annotate(workload_count=related_count(Workload.objects.all(), "queue"))
         .order_by("name")
     )
 

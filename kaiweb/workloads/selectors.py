@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Prefetch, QuerySet
 
+from kaiweb.core.queries import related_count
 from kaiweb.scheduling.models import PendingReason
 from kaiweb.workloads.models import Pod, Workload
 
@@ -13,7 +14,7 @@ def workloads(with_pods: bool = False) -> QuerySet[Workload]:
     (as `current_pending`, a list of 0 or 1) loaded in a fixed number of queries."""
     qs = (
         Workload.objects.select_related("queue", "priority_class", "cluster")
-        .annotate(pod_count=Count("pods", distinct=True))
+        .annotate(pod_count=related_count(Pod.objects.all(), "workload"))
         .prefetch_related(
             Prefetch(
                 "pending_reasons", queryset=PendingReason.objects.filter(is_current=True), to_attr="current_pending"

@@ -61,7 +61,13 @@ class WorkloadSerializer(serializers.ModelSerializer):
         current = getattr(obj, "current_pending", None)
         if current is None:
             current = list(obj.pending_reasons.filter(is_current=True)[:1])
-        return PendingReasonSerializer(current[0]).data if current else None
+        if not current:
+            return None
+        # One nested serializer for the whole page: building its fields per row dominated list time.
+        nested = getattr(self, "_pending_serializer", None)
+        if nested is None:
+            nested = self._pending_serializer = PendingReasonSerializer()
+        return nested.to_representation(current[0])
 
 
 class WorkloadDetailSerializer(WorkloadSerializer):
