@@ -35,6 +35,9 @@ class _HeldElsewhere:
 
     def __exit__(self, *exc):
         if connection.vendor == "postgresql":
+            # Release explicitly: close() returns before the server has ended the session, so a lock
+            # released only by the disconnect may still be held for a moment after it.
+            self.conn.execute("SELECT pg_advisory_unlock_all()")
             self.conn.close()
         else:
             self.cm.__exit__(*exc)
