@@ -10,8 +10,8 @@ Invariants:
 * Read-only: no row is written, whatever the input (the changed queues are unsaved copies).
 * Deterministic: same rows, same ``now``, same inputs → the same result (the engine and the
   replay are deterministic; every query has a total order).
-* Bounded: at most ``max_jobs`` jobs (the most recent ones) and ``max_horizon_s`` simulated
-  seconds; the result says what was cut.
+* Bounded: at most ``max_jobs`` jobs (the most recent ones) and, per run, ``max_cycles`` cycles
+  and ``max_horizon_s`` simulated seconds; the result says what was cut.
 * Bad input raises ``WhatIfInputError`` whose keys name the field (``changes.<queue>.<field>``,
   ``yaml``, ``window_hours`` …) and whose messages state the rule.
 """
@@ -38,7 +38,9 @@ DEFAULT_WINDOW = timedelta(hours=24)
 MAX_WINDOW = timedelta(days=30)
 DEFAULT_MAX_JOBS = 400
 DEFAULT_MAX_HORIZON_S = 3 * 24 * 3600.0
-DEFAULT_PERIOD_S = 60.0
+#: Cycles per replay run at most: a cycle costs the engine tens of milliseconds, so this keeps a
+#: what-if to seconds even when the history keeps the engine busy (evicting, rebinding) every cycle.
+DEFAULT_MAX_CYCLES = 200
 #: Points per series in the returned timeline (longer runs are thinned evenly).
 TIMELINE_POINTS = 400
 
@@ -440,8 +442,8 @@ def _diff(a: Any, b: Any) -> float | None:
 def run_whatif(
     changes: Mapping[str, Any] | None = None, window: timedelta = DEFAULT_WINDOW, shard: Any = None, *,
     yaml_text: str | None = None, now: datetime | None = None, max_jobs: int = DEFAULT_MAX_JOBS,
-    max_horizon_s: float = DEFAULT_MAX_HORIZON_S, period_s: float = DEFAULT_PERIOD_S,
-    consolidation: bool = False,
+    max_horizon_s: float = DEFAULT_MAX_HORIZON_S, period_s: float | None = None,
+    max_cycles: int = DEFAULT_MAX_CYCLES, consolidation: bool = False,
 ) -> dict[str, Any]:
     """Replay the recorded jobs under the current tree and under the changed one; JSON-ready.
 
@@ -459,6 +461,11 @@ def run_whatif(
         raise WhatIfInputError({"max_jobs": [f"must be between 1 and 5000, got {max_jobs}"]})
     if not 0 < float(max_horizon_s) <= 90 * 24 * 3600:
         raise WhatIfInputError({"max_horizon_s": [f"must be more than 0 and at most 90 days, got {max_horizon_s}"]})
+    if period_s is None:
+        # One cycle per 1/288 of the window (5 min for a day), between 1 and 15 minutes.
+        period_s = min(900.0, max(60.0, 60.0 * math.ceil(window.total_seconds() / 288 / 60)))
+    if not 1 <= int(max_cycles) <= 20_000:
+        raise WhatIfInputError({"max_cycles": [f"must be between 1 and 20000, got {max_cycles}"]})
     if not 10 <= float(period_s) <= 3600:
         raise WhatIfInputError({"period_s": [f"must be between 10 and 3600 seconds, got {period_s}"]})
     shard = _shard(shard)
@@ -496,7 +503,8 @@ def run_whatif(
         cpu_placement=getattr(shard, "cpu_placement", "binpack"),
         k_value=float(getattr(shard, "k_value", 1.0)),
     )
-    config = ReplayConfig(period_s=float(period_s), cycle=cycle, max_cycles=max(1, math.ceil(max_horizon_s / period_s)))
+    budget = min(int(max_cycles), max(1, math.ceil(max_horizon_s / period_s)))
+    config = ReplayConfig(period_s=float(period_s), cycle=cycle, max_cycles=budget)
     ra = replay(rec.jobs, current, cluster, config, rec.queue_of)
     rb = replay(rec.jobs, proposed, cluster, config, rec.queue_of)
     pa, pb = ra.per_queue(), rb.per_queue()
@@ -524,8 +532,9 @@ def run_whatif(
         notes.append(f"{rec.dropped_for_bound} older workload(s) of the window were left out: at most {max_jobs} "
                      "are replayed")
     if horizon_hit:
-        notes.append(f"the replay stopped after {max_horizon_s / 3600:g} simulated hours with jobs unfinished "
-                     f"({sa['unfinished']} now, {sb['unfinished']} changed): their delay and JCT are not counted")
+        notes.append(f"a run stopped at its bound of {budget} cycles of {period_s:g} s with jobs unfinished "
+                     f"({sa['unfinished']} now, {sb['unfinished']} changed): jobs never started have no delay "
+                     "counted and unfinished ones no JCT; compare GPU-hours and allocation instead, or narrow the window")
     if rec.carried_in:
         notes.append(f"{rec.carried_in} workload(s) submitted before the window were still waiting or running when "
                      "it opened: they enter the replay at its start, with the part of their run inside it")
@@ -543,6 +552,7 @@ def run_whatif(
         "summary": summary,
         "timeline": {"current": _thin(ra.cycles, ra.queues), "changed": _thin(rb.cycles, rb.queues)},
         "truncated": {"jobs_left_out": rec.dropped_for_bound, "horizon_reached": horizon_hit,
-                      "max_jobs": max_jobs, "max_horizon_s": max_horizon_s},
+                      "max_jobs": max_jobs, "max_horizon_s": max_horizon_s, "max_cycles": budget,
+                      "period_s": period_s},
         "notes": notes,
     }

@@ -35,6 +35,8 @@ class WhatIfRequestSerializer(serializers.Serializer):
     max_horizon_hours = serializers.FloatField(required=False, default=whatif.DEFAULT_MAX_HORIZON_S / 3600,
                                                min_value=0.1, max_value=90 * 24,
                                                help_text="Stop each run after this many simulated hours.")
+    max_cycles = serializers.IntegerField(required=False, default=whatif.DEFAULT_MAX_CYCLES, min_value=1,
+                                          max_value=20_000, help_text="Stop each run after this many cycles.")
     consolidation = serializers.BooleanField(required=False, default=False,
                                              help_text="Also simulate consolidation (much slower).")
 
@@ -109,7 +111,8 @@ class WhatIfViewSet(viewsets.ViewSet):
             horizon = float(data["max_horizon_hours"]) * 3600
             result = whatif.run_whatif(
                 data.get("changes") or None, window, data["shard"], yaml_text=data.get("yaml") or None,
-                max_jobs=data["max_jobs"], max_horizon_s=horizon, consolidation=data["consolidation"],
+                max_jobs=data["max_jobs"], max_horizon_s=horizon, max_cycles=data["max_cycles"],
+                consolidation=data["consolidation"],
             )
         except whatif.WhatIfInputError as exc:
             return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)
