@@ -534,7 +534,7 @@ def run_whatif(
     if horizon_hit:
         notes.append(f"a run stopped at its bound of {budget} cycles of {period_s:g} s with jobs unfinished "
                      f"({sa['unfinished']} now, {sb['unfinished']} changed): jobs never started have no delay "
-                     "counted and unfinished ones no JCT; compare GPU-hours and allocation instead, or narrow the window")
+                     "counted, unfinished ones no JCT or GPU-hours; compare allocated GPUs instead, or narrow the window")
     if rec.carried_in:
         notes.append(f"{rec.carried_in} workload(s) submitted before the window were still waiting or running when "
                      "it opened: they enter the replay at its start, with the part of their run inside it")

@@ -26,7 +26,7 @@ COLUMNS = [
     ("queueing_delay_mean_s", "Mean queueing delay", "seconds", -1),
     ("queueing_delay_p95_s", "p95 queueing delay", "seconds", -1),
     ("jct_mean_s", "Mean JCT", "seconds", -1),
-    ("gpu_hours", "GPU-hours", "number", 1),
+    ("gpu_hours", "GPU-hours of finished jobs", "number", 1),
     ("allocated_gpus_avg", "Allocated GPUs (avg)", "number", 1),
     ("fair_share_gpus_avg", "Fair share GPUs (avg)", "number", 1),
     ("preemptions", "Preemptions", "count", -1),
@@ -138,8 +138,12 @@ def _cell(now: float | None, changed: float | None, delta: float | None, kind: s
     if delta is not None and not math.isclose(delta, 0.0, abs_tol=1e-6):
         tone = "better" if delta * better > 0 else "worse"
     sign = "+" if delta is not None and delta > 0 else ""
-    return {"now": _fmt(now, kind), "changed": _fmt(changed, kind), "tone": tone,
-            "delta": "0" if not tone else sign + _fmt(delta, kind)}
+    if delta is None:
+        # One run has no figure (no job of the queue started or finished there): no difference to show.
+        shown = "0" if now is None and changed is None else "n/a"
+    else:
+        shown = sign + _fmt(delta, kind) if tone else "0"
+    return {"now": _fmt(now, kind), "changed": _fmt(changed, kind), "tone": tone, "delta": shown}
 
 
 def present(result: dict[str, Any]) -> dict[str, Any]:

@@ -310,3 +310,16 @@ def test_choosing_a_queue_reloads_the_form_with_its_values(client, viewer, conte
     assert "<html" not in body
     assert 'name="gpu_over_quota_weight" value="3"' in body
     assert 'hx-get="' + reverse("queues:whatif") + '"' in body
+
+
+def test_differences_are_coloured_by_what_is_better_for_the_queue():
+    from kaiweb.dashboard.whatif_views import _cell
+
+    faster = _cell(600.0, 300.0, -300.0, "seconds", -1)
+    assert (faster["tone"], faster["delta"]) == ("better", "-5.0 min")
+    fewer_gpus = _cell(8.0, 6.0, -2.0, "number", 1)
+    assert (fewer_gpus["tone"], fewer_gpus["delta"]) == ("worse", "-2.00")
+    one_sided = _cell(None, 3600.0, None, "seconds", -1)
+    assert (one_sided["tone"], one_sided["delta"], one_sided["now"]) == ("", "n/a", "–")
+    same = _cell(5.0, 5.0, 0.0, "count", -1)
+    assert (same["tone"], same["delta"]) == ("", "0")
