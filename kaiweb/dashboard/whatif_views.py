@@ -23,12 +23,12 @@ WINDOW_CHOICES = [(1, "last hour"), (6, "last 6 hours"), (24, "last 24 hours"), 
                   (168, "last 7 days")]
 # (result key, label, unit kind, which way is better for the queue: -1 lower, +1 higher)
 COLUMNS = [
-    ("queueing_delay_mean_s", "Mean queueing delay", "seconds", -1),
-    ("queueing_delay_p95_s", "p95 queueing delay", "seconds", -1),
+    ("queueing_delay_mean_s", "Mean delay", "seconds", -1),
+    ("queueing_delay_p95_s", "p95 delay", "seconds", -1),
     ("jct_mean_s", "Mean JCT", "seconds", -1),
-    ("gpu_hours", "GPU-hours of finished jobs", "number", 1),
-    ("allocated_gpus_avg", "Allocated GPUs (avg)", "number", 1),
-    ("fair_share_gpus_avg", "Fair share GPUs (avg)", "number", 1),
+    ("gpu_hours", "GPU-h (finished)", "number", 1),
+    ("allocated_gpus_avg", "Alloc. GPUs (avg)", "number", 1),
+    ("fair_share_gpus_avg", "Fair share (avg)", "number", 1),
     ("preemptions", "Preemptions", "count", -1),
 ]
 SUMMARY = [
