@@ -93,8 +93,12 @@ class WhatIfViewSet(viewsets.ViewSet):
         responses={
             200: WhatIfResultSerializer,
             400: OpenApiResponse(
-                response={"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
-                description="Each bad field and the rule it breaks; nothing was run or saved.",
+                response={"type": "object", "additionalProperties": {"oneOf": [
+                    {"type": "array", "items": {"type": "string"}},
+                    {"type": "string"},
+                ]}},
+                description="Each bad field and the rules it breaks (`detail` for a body that is not JSON);"
+                            " nothing was run or saved.",
             ),
         },
         examples=[OpenApiExample("Raise a quota", request_only=True,
