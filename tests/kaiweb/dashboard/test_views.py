@@ -178,4 +178,5 @@ def test_overview_names_the_cluster_objects_the_scheduler_skips(client, viewer):
     client.force_login(viewer)
     page = client.get("/").content.decode()
     assert "Cluster objects the scheduler skips" in page
-    assert "ml/bad" in page and "metadata.annotations[gpu-fraction]" in page
+    assert "ml/bad" in page
+    assert "metadata.annotations[gpu-fraction]" in page
