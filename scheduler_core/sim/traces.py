@@ -328,47 +328,37 @@ def _sorted(jobs: list[Job]) -> tuple[Job, ...]:
     return tuple(sorted(jobs, key=lambda j: j.submit_time))  # sorted() is stable
 
 
+def _read_gpu_jobs(path: str | Path, submit_column: str) -> JobTrace:
+    """Jobs from a CSV with `job_id`, `<submit_column>`, `duration` and `num_gpu` (no user or VC)."""
+    p = Path(path)
+    jobs: list[Job] = []
+    for line, row in _rows(p, ("job_id", submit_column, "duration", "num_gpu")):
+        n = _int(p, line, row, "num_gpu", minimum=1)
+        pods, per = _gang(n)
+        jobs.append(
+            Job(
+                job_id=row["job_id"],
+                submit_time=_float(p, line, row, submit_column),
+                duration=_float(p, line, row, "duration"),
+                num_gpu=n,
+                num_pods=pods,
+                gpu_per_pod=per,
+            )
+        )
+    return JobTrace(name=p.stem, jobs=_sorted(jobs), has_users=False)
+
+
 def read_itp_jobs(path: str | Path) -> JobTrace:
     """Read a Microsoft ITP trace (``raw/clusterNN.csv`` or ``elasticflow/clusterNN.csv``).
 
     The trace has no user or VC; jobs keep their ``job_id`` so a replay can map them to queues.
     """
-    p = Path(path)
-    jobs: list[Job] = []
-    for line, row in _rows(p, ("job_id", "submission_time", "duration", "num_gpu")):
-        n = _int(p, line, row, "num_gpu", minimum=1)
-        pods, per = _gang(n)
-        jobs.append(
-            Job(
-                job_id=row["job_id"],
-                submit_time=_float(p, line, row, "submission_time"),
-                duration=_float(p, line, row, "duration"),
-                num_gpu=n,
-                num_pods=pods,
-                gpu_per_pod=per,
-            )
-        )
-    return JobTrace(name=p.stem, jobs=_sorted(jobs), has_users=False)
+    return _read_gpu_jobs(path, "submission_time")
 
 
 def read_philly_vc_jobs(path: str | Path) -> JobTrace:
     """Read the pkusys ElasticFlow Philly VC file (``submit_time``, ``num_gpu``, ``duration``)."""
-    p = Path(path)
-    jobs: list[Job] = []
-    for line, row in _rows(p, ("job_id", "submit_time", "num_gpu", "duration")):
-        n = _int(p, line, row, "num_gpu", minimum=1)
-        pods, per = _gang(n)
-        jobs.append(
-            Job(
-                job_id=row["job_id"],
-                submit_time=_float(p, line, row, "submit_time"),
-                duration=_float(p, line, row, "duration"),
-                num_gpu=n,
-                num_pods=pods,
-                gpu_per_pod=per,
-            )
-        )
-    return JobTrace(name=p.stem, jobs=_sorted(jobs), has_users=False)
+    return _read_gpu_jobs(path, "submit_time")
 
 
 def read_dirlab_jobs(path: str | Path, *, include_cpu_jobs: bool = False) -> JobTrace:
