@@ -56,6 +56,10 @@ class SchedulingShard(TimeStampedModel):
     )
     preempt_min_runtime = models.DurationField(null=True, blank=True)
     reclaim_min_runtime = models.DurationField(null=True, blank=True)
+    args = models.JSONField(
+        default=dict, blank=True,
+        help_text="KAI's SchedulingShard spec.args, e.g. {\"restrict-node-scheduling\": \"true\"}.",
+    )
     enabled = models.BooleanField(default=True)
 
     class Meta:
@@ -220,3 +224,20 @@ class PendingReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}: {self.reason}"
+
+
+class Topology(models.Model):
+    """A Topology object of the cluster (``kai.scheduler/v1alpha1``): node label keys, outermost first."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="topologies")
+    name = models.CharField(max_length=253)
+    levels = models.JSONField(default=list, help_text="Node label keys, outermost level first.")
+
+    class Meta:
+        ordering = ("cluster", "name")
+        constraints = [
+            models.UniqueConstraint(fields=("cluster", "name"), name="%(app_label)s_%(class)s_unique_cluster_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"

@@ -33,6 +33,14 @@ class Workload(TimeStampedModel):
         default=list, blank=True, help_text="[{name, minMember, parent}] as in the PodGroup spec."
     )
     topology_constraint = models.JSONField(default=dict, blank=True)
+    preemption_delay_seconds = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0)],
+        help_text="PodGroup spec.preemptionDelay: how long after it starts the workload cannot be preempted.",
+    )
+    staleness_grace_seconds = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0)],
+        help_text="PodGroup spec.stalenessGracePeriod: how long a gang may run below its minimum before eviction.",
+    )
     labels = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=16, choices=WorkloadState.choices, default=WorkloadState.PENDING)
     submitted_at = models.DateTimeField(db_index=True, help_text="Creation time in the cluster.")

