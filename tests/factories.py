@@ -129,6 +129,7 @@ class PodFactory(factory.django.DjangoModelFactory):
 
     workload = factory.SubFactory(WorkloadFactory)
     name = factory.Sequence(lambda n: f"pod-{n}")
+    uid = factory.Sequence(lambda n: f"uid-pod-{n}")
     gpu = 1
     cpu = 4000
     memory = 16 * 1024**3

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import transaction
 
-from kaiweb.cluster.models import Node, SchedulingShard
+from kaiweb.cluster.models import Node, SchedulingShard, Topology
 from kaiweb.queues.models import PriorityClass, Queue
 from kaiweb.scheduling.choices import DecisionKind, DecisionStatus, PreemptionAction
 from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
@@ -148,6 +148,48 @@ def pod_to_request(pod: Pod) -> m.TaskRequest:
     return request_from({f: getattr(pod, f) for f in fields})
 
 
+def topology_constraint(value: dict[str, Any] | None) -> m.TopologyConstraint | None:
+    """A PodGroup's (or subgroup's) ``topologyConstraint`` as the engine's."""
+    if not value or not value.get("topology"):
+        return None
+    return m.TopologyConstraint(value["topology"], value.get("requiredTopologyLevel") or None,
+                                value.get("preferredTopologyLevel") or None)
+
+
+def gang_tree(subgroups: list[dict[str, Any]] | None, min_subgroup: int | None,
+              constraint: dict[str, Any] | None) -> m.SubGroupSpec | None:
+    """A PodGroup's gang structure as the engine's tree.
+
+    ``subGroups`` is a flat list whose entries name their ``parent``: a subgroup that is nobody's
+    parent is a pod set (pods name it with the subgroup label; ``minMember`` of them are needed);
+    the others are inner nodes (``minSubGroup`` of their children are needed, all when unset). The
+    PodGroup's own ``minSubGroup`` and topology constraint belong to the root. Without subgroups
+    (and without a topology constraint) the job is a plain gang: None."""
+    root_tc = topology_constraint(constraint)
+    entries = [sg for sg in subgroups or [] if isinstance(sg, dict) and sg.get("name")]
+    if not entries:
+        if root_tc is None:
+            return None
+        return m.SubGroupSpec(name="", min_subgroups=None, topology_constraint=root_tc)
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    for sg in entries:
+        children.setdefault(sg.get("parent") or None, []).append(sg)
+
+    def node(name: str, sg: dict[str, Any] | None, depth: int) -> m.SubGroupSpec:
+        kids = children.get(name or None, []) if depth < 32 else []
+        return m.SubGroupSpec(
+            name=name,
+            min_subgroups=min_subgroup if sg is None else sg.get("minSubGroup"),
+            topology_constraint=root_tc if sg is None else topology_constraint(sg.get("topologyConstraint")),
+            pod_sets=tuple(m.PodSetSpec(k["name"], int(k.get("minMember") or 0),
+                                        topology_constraint(k.get("topologyConstraint")))
+                           for k in kids if k["name"] not in children),
+            subgroups=tuple(node(k["name"], k, depth + 1) for k in kids if k["name"] in children),
+        )
+
+    return node("", None, 0)
+
+
 def workload_uid(workload: Workload) -> str:
     return f"{workload.namespace}/{workload.name}" if workload.namespace else workload.name
 
@@ -203,7 +245,8 @@ def build_snapshot(
     jobs: list[m.JobSpec] = []
     rows = workload_qs.values("id", "namespace", "name", "labels", "queue_id", "queue__name", "priority_class__name",
                               "preemptibility", "min_member", "submitted_at", "last_start_at", "last_eviction_at",
-                              "stale_since")
+                              "stale_since", "min_subgroup", "subgroups", "topology_constraint",
+                              "preemption_delay_seconds", "staleness_grace_seconds")
     for order, w in enumerate(rows):
         if not _matches_partition(w["labels"], shard):
             continue
@@ -239,6 +282,9 @@ def build_snapshot(
             creation=to_epoch(w["submitted_at"]) or 0.0,
             build_order=order,
             min_available=min(min_available, len(tasks)),
+            subgroups=gang_tree(w["subgroups"], w["min_subgroup"], w["topology_constraint"]),
+            preemption_delay_s=w["preemption_delay_seconds"],
+            staleness_grace_s=w["staleness_grace_seconds"],
             last_start=to_epoch(w["last_start_at"]),
             last_eviction=to_epoch(w["last_eviction_at"]),
             stale_since=to_epoch(w["stale_since"]),
@@ -246,8 +292,12 @@ def build_snapshot(
         index.workloads[uid] = w["id"]
         index.workload_queue[uid] = w["queue_id"]
 
+    topologies = Topology.objects.order_by("name")
+    if shard is not None:
+        topologies = topologies.filter(cluster_id=shard.cluster_id)
     snapshot = m.ClusterSnapshot(
         nodes=tuple(nodes), queues=tuple(queues), jobs=tuple(jobs), now=now,
+        topologies=tuple(m.TopologySpec(t.name, tuple(t.levels)) for t in topologies),
         usage={q: tuple(v) for q, v in (usage or {}).items() if q in index.queues},  # type: ignore[misc]
     )
     return snapshot, index
@@ -321,15 +371,21 @@ def persist_result(
         pod_id = index.pods.get((job, task))
         return pod_id, index.pod_uids.get(pod_id, "") if pod_id else ""
 
+    namespaces = {j.uid: j.namespace for j in snapshot.jobs}
+
+    def incarnation(pod_id: int | None, uid: str, job: str, task: str) -> str:
+        # What names the pod in a key: its uid; a pod without one, its row; never its name alone.
+        return uid or (f"pod{pod_id}" if pod_id else f"{cycle.pk}:{job}/{task}")
+
     for b in result.binds:
         pod_id, uid = pod_ref(b.job, b.task)
         rows.append(Decision(
             cycle=cycle, kind=DecisionKind.BIND, status=status, workload_id=index.workloads.get(b.job),
             pod_id=pod_id, node_id=index.nodes.get(b.node), workload_ref=b.job, pod_name=b.task,
             node_name=b.node, gpu_group=",".join(b.gpu_groups)[:64], reason="Allocated",
-            message=f"{b.task} bound to {b.node}",
+            message=f"{b.task} bound to {b.node}", namespace=namespaces.get(b.job, ""), pod_uid=uid,
             numbers={"gpu_portion": b.gpu_portion} if b.gpu_portion else {},
-            idempotency_key=bind_key(uid or f"{cycle.pk}:{b.job}/{b.task}", b.node),
+            idempotency_key=bind_key(incarnation(pod_id, uid, b.job, b.task), b.node),
         ))
     for p in result.pipelined:
         pod_id, uid = pod_ref(p.job, p.task)
@@ -338,8 +394,9 @@ def persist_result(
             pod_id=pod_id, node_id=index.nodes.get(p.node), workload_ref=p.job, pod_name=p.task,
             node_name=p.node, gpu_group=",".join(p.gpu_groups)[:64], reason=f"Pipelined:{p.action}"[:64],
             message=f"{p.task} waits for resources being released on {p.node} ({p.action})",
+            namespace=namespaces.get(p.job, ""), pod_uid=uid,
             numbers={"moved_from": p.moved_from} if p.moved_from else {},
-            idempotency_key=pipeline_key(cycle.pk, uid or f"{p.job}/{p.task}", p.node),
+            idempotency_key=pipeline_key(cycle.pk, incarnation(pod_id, uid, p.job, p.task), p.node),
         ))
     evict_rows: list[tuple[Decision, m.EvictionDecision]] = []
     running = {(j.uid, t.name) for j in snapshot.jobs for t in j.tasks if t.state in m.ACTIVE_USED_STATES}
@@ -353,8 +410,9 @@ def persist_result(
             cycle=cycle, kind=DecisionKind.EVICT, status=status, workload_id=index.workloads.get(e.job),
             pod_id=pod_id, node_id=index.nodes.get(e.node), workload_ref=e.job, pod_name=e.task,
             node_name=e.node, reason=e.reason.code[:64], message=e.reason.message,
+            namespace=namespaces.get(e.job, ""), pod_uid=uid,
             numbers=dict(e.reason.details, action=e.action, preemptor=e.preemptor),
-            idempotency_key=evict_key(uid or f"{cycle.pk}:{e.job}/{e.task}"),
+            idempotency_key=evict_key(incarnation(pod_id, uid, e.job, e.task)),
         )
         rows.append(row)
         evict_rows.append((row, e))

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from kaiweb.cluster.backends.types import ActionOutcome, ActionResult, BindAction, EvictAction
 from kaiweb.cluster.models import Cluster, SchedulingShard
+from kaiweb.core import clock
 from kaiweb.core.locks import advisory_lock
 from kaiweb.scheduling import adapters
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
@@ -155,12 +156,10 @@ def reconcile(shard: SchedulingShard, gateway: Any) -> dict[str, int]:
     applied, failed = [], []
     now = timezone.now()
     for d in planned:
-        namespace, _, _name = d.workload_ref.partition("/")
-        uid = _uid_from_key(d.idempotency_key)
         if d.kind == DecisionKind.BIND:
-            done = _check(gateway, "is_bound", namespace, d.pod_name, uid, d.node_name)
+            done = _check(gateway, "is_bound", d.namespace, d.pod_name, d.pod_uid, d.node_name)
         else:
-            done = _check(gateway, "is_gone", namespace, d.pod_name, uid)
+            done = _check(gateway, "is_gone", d.namespace, d.pod_name, d.pod_uid)
         if done:
             d.status, d.applied_at = DecisionStatus.APPLIED, now
             d.message = f"{d.message} (confirmed by reconciliation)"
@@ -176,12 +175,6 @@ def reconcile(shard: SchedulingShard, gateway: Any) -> dict[str, int]:
         abandoned = SchedulingCycle.objects.filter(shard=shard, status=CycleStatus.RUNNING).update(
             status=CycleStatus.FAILED, error=INTERRUPTED, finished_at=now)
     return {"applied": len(applied), "failed": len(failed), "abandoned_cycles": abandoned}
-
-
-def _uid_from_key(key: str) -> str:
-    # bind:<uid>:<node> / evict:<uid>
-    parts = key.split(":")
-    return parts[1] if len(parts) > 1 and parts[0] in ("bind", "evict") else ""
 
 
 def _check(gateway: Any, method: str, *args: str) -> bool:
@@ -255,7 +248,7 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         t = time.perf_counter()
         from kaiweb.usage.accounting import usage_for_engine
 
-        now = gateway.now() if hasattr(gateway, "now") else time.time()
+        now = gateway.now() if hasattr(gateway, "now") else clock.timestamp()
         snapshot, index = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard))
         phases["snapshot"] = _ms(t)
 
@@ -324,8 +317,7 @@ def apply_decisions(gateway: Any, decisions: list[Decision]) -> dict[int, Action
     binds: list[tuple[Decision, BindAction]] = []
     evicts: list[tuple[Decision, EvictAction]] = []
     for d in decisions:
-        namespace, _, _name = d.workload_ref.partition("/")
-        uid = _uid_from_key(d.idempotency_key)
+        namespace, uid = d.namespace, d.pod_uid
         if d.kind == DecisionKind.BIND:
             portion = d.numbers.get("gpu_portion") if d.numbers else None
             binds.append((d, BindAction(namespace=namespace, name=d.pod_name, uid=uid, node=d.node_name,
@@ -386,7 +378,7 @@ def dump_snapshot(shard: SchedulingShard | int | str | None = None) -> dict[str,
     gateway = gateway_for(shard.cluster)
     from kaiweb.usage.accounting import usage_for_engine
 
-    now = gateway.now() if hasattr(gateway, "now") else time.time()
+    now = gateway.now() if hasattr(gateway, "now") else clock.timestamp()
     snapshot, _ = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard))
     return {"kind": "kaiweb.snapshot/v1", "shard": f"{shard.cluster.name}/{shard.name}",
             "snapshot": snapshot.to_dict(), "config": cycle_config(shard).to_dict()}

@@ -49,7 +49,9 @@ class Decision(models.Model):
     node = models.ForeignKey("cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="decisions")
     # Names kept as text so history survives the deletion of the objects.
     workload_ref = models.CharField(max_length=320, help_text="namespace/name")
+    namespace = models.CharField(max_length=63, blank=True, help_text="The pod's namespace.")
     pod_name = models.CharField(max_length=253, blank=True)
+    pod_uid = models.CharField(max_length=64, blank=True, help_text="The pod incarnation the action is for.")
     node_name = models.CharField(max_length=253, blank=True)
     gpu_group = models.CharField(max_length=64, blank=True)
     reason = models.CharField(max_length=64, help_text="The engine's machine-readable reason code.")

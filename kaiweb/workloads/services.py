@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -95,6 +96,8 @@ def create_workload(data: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] =
             for key in unknown:
                 errors[f"pods[{index}].{key}"] = "is not a field that can be set"
             pod = Pod(workload=workload, **{k: v for k, v in pod_data.items() if k in POD_FIELDS})
+            # Every pod is known by its uid (decisions name the incarnation they are for).
+            pod.uid = pod.uid or uuid.uuid4().hex
             if pod.name in names:
                 errors[f"pods[{index}].name"] = f"pod name {pod.name!r} is used twice in this workload"
             names.add(pod.name)

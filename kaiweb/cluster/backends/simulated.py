@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count
 
 from kaiweb.cluster.backends.types import (
     ActionOutcome,
@@ -331,14 +331,12 @@ class SimulatedGateway:
     def evict(self, action: EvictAction) -> ActionResult:
         return self.apply(evicts=[action])[0]
 
-    def _pods_for(self, refs: Sequence[BindAction | EvictAction]) -> dict[tuple[str, str], Pod]:
+    def _pods_for(self, refs: Sequence[BindAction | EvictAction]) -> dict[str, Pod]:
+        """The pods the actions name, by uid (two workloads may have pods of the same name)."""
         if not refs:
             return {}
-        cond = Q()
-        for ref in refs:
-            cond |= Q(workload__namespace=ref.namespace, name=ref.name)
-        pods = Pod.objects.filter(cond, workload__cluster=self.cluster).select_related("workload")
-        return {(p.workload.namespace, p.name): p for p in pods}
+        pods = Pod.objects.filter(uid__in={r.uid for r in refs if r.uid}, workload__cluster=self.cluster)
+        return {p.uid: p for p in pods.select_related("workload")}
 
     def apply(self, binds: Sequence[BindAction] = (), evicts: Sequence[EvictAction] = ()) -> list[ActionResult]:
         """Carry out binds and evictions in bulk (a few queries); one result per action, in order.
@@ -354,8 +352,8 @@ class SimulatedGateway:
         touched: set[int] = set()
         evicted_workloads: set[int] = set()
         for i, ev in enumerate(evicts):
-            pod = pods.get((ev.namespace, ev.name))
-            if pod is None or (ev.uid and pod.uid != ev.uid) or pod.state not in (*ALLOCATED_POD_STATES, PodState.RELEASING):
+            pod = pods.get(ev.uid)
+            if pod is None or pod.state not in (*ALLOCATED_POD_STATES, PodState.RELEASING):
                 results[i] = ActionResult(ActionOutcome.ALREADY_GONE, f"pod {ev.namespace}/{ev.name} "
                                           "(that incarnation) is no longer running")
                 continue
@@ -368,9 +366,9 @@ class SimulatedGateway:
             results[i] = ActionResult(ActionOutcome.EVICTED, f"pod {ev.namespace}/{ev.name} evicted and recreated")
         offset = len(evicts)
         for j, b in enumerate(binds):
-            pod = pods.get((b.namespace, b.name))
+            pod = pods.get(b.uid)
             node = nodes.get(b.node)
-            if pod is None or (b.uid and pod.uid != b.uid):
+            if pod is None:
                 results[offset + j] = ActionResult(ActionOutcome.ALREADY_GONE,
                                                    f"pod {b.namespace}/{b.name} (that incarnation) no longer exists")
                 continue
