@@ -202,6 +202,8 @@ if KAI_CLUSTER_BACKEND not in {"simulated", "kubernetes"}:
 KAI_CYCLE_SECONDS = env.float("KAI_CYCLE_SECONDS", default=5.0)
 KAI_USAGE_SECONDS = env.float("KAI_USAGE_SECONDS", default=60.0)
 KAI_SCHEDULER_NAME = env.str("KAI_SCHEDULER_NAME", default="kai-scheduler")
+# The queue of a pod whose pod, owner and namespace name none (empty: such a pod is reported, not scheduled).
+KAI_DEFAULT_QUEUE = env.str("KAI_DEFAULT_QUEUE", default="")
 # Kubernetes backend: API server URL (empty: in-cluster, else KUBECONFIG), request timeout, and how
 # recent a heartbeat of `manage.py watch_cluster` must be for the cycle to skip its own full list.
 KAI_KUBERNETES_HOST = env.str("KAI_KUBERNETES_HOST", default="")

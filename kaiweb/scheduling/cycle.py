@@ -81,14 +81,27 @@ def engine_run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig) -> m.Cy
 
 
 def resolve_shard(shard: SchedulingShard | int | str | None) -> SchedulingShard:
-    """A shard by instance, id, "cluster/shard" or shard name; default: the first enabled shard."""
+    """A shard by instance, id, "cluster/shard" or shard name.
+
+    Default: the first enabled shard of a cluster of the configured backend
+    (``KAI_CLUSTER_BACKEND``); for ``kubernetes`` that is the mirrored cluster, made on first use,
+    so switching the backend schedules the real cluster and not an empty simulated one."""
+    from django.conf import settings
+
     if isinstance(shard, SchedulingShard):
         return shard
     qs = SchedulingShard.objects.select_related("cluster")
     if shard is None:
-        found = qs.filter(enabled=True, cluster__enabled=True).order_by("cluster__name", "name").first()
+        backend = settings.KAI_CLUSTER_BACKEND
+        if backend == "kubernetes":
+            from kaiweb.cluster.mirror import kubernetes_cluster
+
+            kubernetes_cluster()
+        found = (qs.filter(enabled=True, cluster__enabled=True, cluster__backend=backend)
+                 .order_by("cluster__name", "name").first())
         if found is None:
-            raise LookupError("shard: no enabled scheduling shard exists (manage.py seed_demo creates one)")
+            raise LookupError(f"shard: no enabled scheduling shard of a {backend} cluster exists "
+                              "(manage.py seed_demo creates the simulated one)")
         return found
     if isinstance(shard, int) or (isinstance(shard, str) and shard.isdigit()):
         found = qs.filter(pk=int(shard)).first()

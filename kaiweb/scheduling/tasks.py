@@ -20,7 +20,14 @@ def run_cycle_task(shard_id: int | None = None, trigger: str = "beat") -> int | 
 @shared_task(name="scheduling.dispatch_cycles", ignore_result=True)
 def dispatch_cycles_task() -> list[int]:
     """Beat entry: one `scheduling.run_cycle` per enabled shard, so shards run in parallel on
-    different workers (each under its own lock)."""
+    different workers (each under its own lock). With the kubernetes backend, the mirrored
+    cluster (and its default shard) exists from the first beat on, before any watcher ran."""
+    from django.conf import settings
+
+    if settings.KAI_CLUSTER_BACKEND == "kubernetes":
+        from kaiweb.cluster.mirror import kubernetes_cluster
+
+        kubernetes_cluster()
     shard_ids = list(
         SchedulingShard.objects.filter(enabled=True, cluster__enabled=True).order_by("pk").values_list("pk", flat=True)
     )
