@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from scheduler_core import model as m
+from scheduler_core import predicates as pr
 from scheduler_core.ordering import (
     JobsOrder,
     _member_order_key,
@@ -25,6 +26,7 @@ from scheduler_core.ordering import (
 from scheduler_core.session import (
     CPU,
     GPU,
+    MEM,
     PODS,
     JobState,
     PodSet,
@@ -116,6 +118,10 @@ class Placer:
         self.use_resource_type = cfg.has_plugin("resourcetype")
         self.use_placement = cfg.has_plugin("nodeplacement") or cfg.plugins is None
         self._affinity_cache: dict[tuple, np.ndarray] = {}
+        self._static_reasons: dict[tuple, list[str | None]] = {}
+        self._preferred_cache: dict[tuple, np.ndarray] = {}
+        # placed pods with required anti-affinity keep matching pods out of their domain
+        self.anti_holders = [t for t in s.tasks if t.spec.pod_anti_affinity]
         self.all_nodes = np.arange(len(s.nodes))
         # per task shape: the node order of the last full scoring, its idle-fit flags, the position
         # of the last choice and the node version after placing it; see place()
@@ -123,40 +129,172 @@ class Placer:
         self._failed: dict[tuple, int] = {}
 
     # ---- predicates -------------------------------------------------------------------------
+    def _static_key(self, t: TaskState) -> tuple:
+        return (t.shape_id if t.shape_id >= 0 else t.shape, self.predicates)
+
     def _static_mask(self, t: TaskState) -> np.ndarray:
-        """Predicates that do not depend on node usage (ready, affinity, selectors, MIG type)."""
-        spec = t.spec
-        r = spec.request
-        key = (spec.node_affinity, tuple(sorted(spec.node_selector.items())), r.gpu_kind,
-               tuple(sorted(r.mig)), self.predicates)
+        """Predicates that do not depend on node usage (``predicates.static_failure``), cached per
+        pod shape: the shape holds every field they read (request kind, MIG profiles, extended
+        resources, node selector and affinity, tolerations)."""
+        key = self._static_key(t)
         mask = self._affinity_cache.get(key)
         if mask is not None:
             return mask
-        s = self.s
-        out = np.ones(len(s.nodes), dtype=bool)
-        for i, ns in enumerate(s.nodes):
-            n = ns.spec
-            ok = True
-            if self.predicates:
-                if not n.ready:
-                    ok = False
-                elif spec.node_affinity is not None and n.label(m.NODE_TYPE_LABEL) not in spec.node_affinity:
-                    ok = False
-                elif any(n.label(k) != v for k, v in spec.node_selector.items()):
-                    ok = False
-                elif r.gpu_kind == m.GPU_MEMORY and not n.gpu_memory_synced:
-                    ok = False
-            # MIG / resource type rules are part of resource fit (always on)
-            if ok:
-                if r.gpu_kind == m.GPU_MIG:
-                    ok = n.mig_enabled and n.mig_strategy != "single"
-                elif r.gpu_kind == m.GPU_WHOLE:
-                    ok = n.mig_strategy != "mixed"
-                elif r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY):
-                    ok = not n.mig_enabled
-            out[i] = ok
+        spec = t.spec
+        reasons = [pr.static_failure(ns.spec, spec, self.predicates) for ns in self.s.nodes]
+        out = np.array([x is None for x in reasons], dtype=bool)
         self._affinity_cache[key] = out
+        self._static_reasons[key] = reasons
         return out
+
+    def static_reasons(self, t: TaskState) -> list[str | None]:
+        """Per node, why the static predicates keep ``t`` off it (None = they let it on)."""
+        self._static_mask(t)
+        return self._static_reasons[self._static_key(t)]
+
+    def _preferred_scores(self, t: TaskState, cand: np.ndarray) -> np.ndarray | None:
+        """Preferred node affinity: kube's NodeAffinity score, normalised to 0..100 over all nodes
+        and weighted (``predicates.PREFERRED_NODE_AFFINITY_WEIGHT``); plus preferred pod
+        (anti-)affinity, normalised the same way (``PREFERRED_POD_AFFINITY_WEIGHT``)."""
+        out: np.ndarray | None = None
+        prefs = t.spec.preferred_node_affinity
+        if prefs:
+            key = (t.shape_id if t.shape_id >= 0 else t.shape,)
+            full = self._preferred_cache.get(key)
+            if full is None:
+                raw = np.array([float(pr.preferred_node_affinity_raw(ns.spec, prefs)) for ns in self.s.nodes])
+                top = raw.max() if len(raw) else 0.0
+                full = raw * (100.0 / top) if top > 0 else np.zeros(len(raw))
+                full *= pr.PREFERRED_NODE_AFFINITY_WEIGHT
+                self._preferred_cache[key] = full
+            out = full[cand].copy()
+        if t.spec.preferred_pod_affinity or t.spec.preferred_pod_anti_affinity:
+            raw = self._pod_preference_raw(t, cand)
+            lo, hi = (raw.min(), raw.max()) if len(raw) else (0.0, 0.0)
+            norm = (raw - lo) * (100.0 / (hi - lo)) if hi > lo else np.zeros(len(raw))
+            norm *= pr.PREFERRED_POD_AFFINITY_WEIGHT
+            out = norm if out is None else out + norm
+        return out
+
+    # ---- dynamic predicates (host ports, pod affinity) -----------------------------------------
+    def _placed(self, t: TaskState, with_releasing: bool) -> list[TaskState]:
+        """Pods on nodes other than ``t`` (releasing ones only if ``with_releasing``)."""
+        out = []
+        for o in self.s.tasks:
+            if o is t or o.node is None or o.status not in m.ACTIVE_USED_STATES:
+                continue
+            if not with_releasing and o.status in (m.RELEASING, m.STUCK_IN_RELEASING):
+                continue
+            out.append(o)
+        return out
+
+    def _domains(self, key: str, pods: list[TaskState]) -> set[str]:
+        out = set()
+        for o in pods:
+            v = self.s.nodes[o.node].spec.label(key)  # type: ignore[index]
+            if v is not None:
+                out.add(v)
+        return out
+
+    def _pod_preference_raw(self, t: TaskState, cand: np.ndarray) -> np.ndarray:
+        spec, ns_ = t.spec, t.job.spec.namespace
+        placed = self._placed(t, True)
+        raw = np.zeros(len(cand))
+        for sign, terms in ((1.0, spec.preferred_pod_affinity), (-1.0, spec.preferred_pod_anti_affinity)):
+            for w in terms:
+                chosen = [o for o in placed
+                          if pr.pod_term_selects(w.term, ns_, o.job.spec.namespace, o.spec.labels)]
+                doms = self._domains(w.term.topology_key, chosen)
+                for k, i in enumerate(cand.tolist()):
+                    v = self.s.nodes[i].spec.label(w.term.topology_key)
+                    if v is not None and v in doms:
+                        raw[k] += sign * w.weight
+        return raw
+
+    def _dynamic_context(self, t: TaskState, with_releasing: bool) -> tuple:
+        """What the dynamic predicates of ``t`` compare against: per required (anti-)affinity
+        term the topology domains holding a selected pod (None = no selected pod anywhere), and
+        the placed pods whose anti-affinity selects ``t``."""
+        spec, ns_ = t.spec, t.job.spec.namespace
+        placed = self._placed(t, with_releasing) if (spec.pod_affinity or spec.pod_anti_affinity
+                                                      or self.anti_holders) else []
+        aff = []
+        for term in spec.pod_affinity:
+            chosen = [o for o in placed if pr.pod_term_selects(term, ns_, o.job.spec.namespace, o.spec.labels)]
+            aff.append((term, self._domains(term.topology_key, chosen) if chosen else None))
+        anti = []
+        for term in spec.pod_anti_affinity:
+            chosen = [o for o in placed if pr.pod_term_selects(term, ns_, o.job.spec.namespace, o.spec.labels)]
+            anti.append((term, self._domains(term.topology_key, chosen)))
+        existing: list[tuple[str, set[str]]] = []
+        for o in placed:
+            if not o.spec.pod_anti_affinity:
+                continue
+            for term in o.spec.pod_anti_affinity:
+                if pr.pod_term_selects(term, o.job.spec.namespace, ns_, spec.labels):
+                    existing.append((term.topology_key, self._domains(term.topology_key, [o])))
+        return aff, anti, existing, with_releasing
+
+    def dynamic_failure(self, t: TaskState, i: int, ctx: tuple) -> str | None:
+        """Why ``t`` may not go to node ``i`` given the pods placed now; None if it may."""
+        aff, anti, existing, with_releasing = ctx
+        spec = t.spec
+        node = self.s.nodes[i]
+        if spec.host_ports:
+            for j in node.tasks:
+                o = self.s.tasks[j]
+                if o is t or not o.spec.host_ports:
+                    continue
+                if not with_releasing and o.status in (m.RELEASING, m.STUCK_IN_RELEASING):
+                    continue
+                if pr.ports_conflict(spec.host_ports, o.spec.host_ports):
+                    return pr.HOST_PORTS
+        for term, doms in aff:
+            if doms is None:
+                # no pod matches anywhere: kube lets the first pod of a group in if it matches itself
+                if pr.pod_term_selects(term, t.job.spec.namespace, t.job.spec.namespace, spec.labels) \
+                        and node.spec.label(term.topology_key) is not None:
+                    continue
+                return pr.POD_AFFINITY
+            v = node.spec.label(term.topology_key)
+            if v is None or v not in doms:
+                return pr.POD_AFFINITY
+        for term, doms in anti:
+            v = node.spec.label(term.topology_key)
+            if v is not None and v in doms:
+                return pr.POD_ANTI_AFFINITY
+        for key, doms in existing:
+            v = node.spec.label(key)
+            if v is not None and v in doms:
+                return pr.EXISTING_ANTI_AFFINITY
+        return None
+
+    def _apply_dynamic(self, t: TaskState, cand: np.ndarray, fit_idle: np.ndarray, fit_any: np.ndarray) -> None:
+        """Clear the fit flags of nodes the dynamic predicates refuse: on idle resources every
+        pod counts; pipelining onto releasing resources ignores the pods being released."""
+        idle_ctx = self._dynamic_context(t, True)
+        any_ctx = None
+        for k in np.flatnonzero(fit_any).tolist():
+            i = int(cand[k])
+            if self.dynamic_failure(t, i, idle_ctx) is None:
+                continue
+            fit_idle[k] = False
+            if any_ctx is None:
+                any_ctx = self._dynamic_context(t, False)
+            if self.dynamic_failure(t, i, any_ctx) is not None:
+                fit_any[k] = False
+
+    def _apply_extended(self, t: TaskState, cand: np.ndarray, fit_idle: np.ndarray, fit_any: np.ndarray) -> None:
+        ext = t.request.extended
+        for k in np.flatnonzero(fit_any).tolist():
+            ns = self.s.nodes[int(cand[k])]
+            for name, amount in ext.items():
+                idle = ns.ext_idle.get(name, 0.0)
+                if idle + _EPS < amount:
+                    fit_idle[k] = False
+                if idle + ns.ext_releasing.get(name, 0.0) + _EPS < amount:
+                    fit_any[k] = False
+                    break
 
     def _mig_fits(self, t: TaskState, i: int) -> tuple[bool, bool]:
         """(fits on idle, fits on idle+releasing) for a MIG request."""
@@ -269,7 +407,8 @@ class Placer:
         # binpack, no topology term, no sharing bonus).
         key = None
         if (self.fast_paths and extra_score is None and cand is self.all_nodes and r.gpu_kind == m.GPU_WHOLE
-                and not self.node_gpu_spread):
+                and not self.node_gpu_spread and not t.dynamic and not t.prefers and not r.extended
+                and not self.anti_holders):
             key = (t.shape_id, pipeline_only) if t.shape_id >= 0 else (t.shape, pipeline_only)
             last = self._last.get(key) if t.status == m.PENDING else None
             if last is not None and last[4] == s.node_version:
@@ -318,6 +457,10 @@ class Placer:
                     a, b = self._mig_fits(t, int(i))
                     fit_idle[k] = fit_idle[k] and a
                     fit_any[k] = b
+        if r.extended:
+            self._apply_extended(t, cand, fit_idle, fit_any)
+        if t.dynamic or self.anti_holders:
+            self._apply_dynamic(t, cand, fit_idle, fit_any)
         if t.shared:
             # a node fits a shared task if enough devices (groups with room + whole GPUs) exist
             n = r.gpu_devices
@@ -331,6 +474,10 @@ class Placer:
             if key is not None:
                 self._failed[key] = s.node_version
             return False
+        if t.prefers:
+            pref = self._preferred_scores(t, cand)
+            if pref is not None:
+                extra_score = pref if extra_score is None else extra_score + pref
         score = self.scores(t, cand, fit_idle, extra_score)
         order = np.lexsort((cand, -score))
         fits_sorted = fit_any[order]
@@ -584,17 +731,96 @@ def allocate_job(s: Session, placer: Placer, stmt: Statement, job: JobState, pip
                     else:
                         stmt.move(t, m.PIPELINED, t.node, t.groups)
         return True
-    stmt.rollback(cp)
     failed = next((f for f in failure if isinstance(f, TaskState)), None)
+    # predicate failures are explained on the state the failed task saw (the batch's earlier
+    # pods in place: their host ports and anti-affinity count)
+    summary = predicate_failure_reason(s, placer, tasks, failed) if record and failed is not None else None
+    stmt.rollback(cp)
     topo_problem = next((f for f in failure if isinstance(f, m.Reason)), None)
     if record and failed is None and topo_problem is not None:
         s.pending_reasons[job.uid] = topo_problem
     if record and failed is not None:
-        s.pending_reasons[job.uid] = fit_failure_reason(s, job, tasks, failed)
+        s.pending_reasons[job.uid] = summary or fit_failure_reason(s, job, tasks, failed)
     for t in tasks:
         if t.status == m.PENDING and t.spec.node is not None:
             t.was_cleared = True
     return False
+
+
+def node_failures(s: Session, placer: Placer, t: TaskState) -> list[str | None]:
+    """Per node, why ``t`` cannot go there now (KAI's / Kubernetes' wording), None if it could:
+    the static predicates first, then the room left (idle + releasing), then host ports and pod
+    affinity."""
+    static = placer.static_reasons(t)
+    r = t.request
+    free = s.idle + s.rel
+    vec = t.vec
+    out: list[str | None] = []
+    ctx = placer._dynamic_context(t, False) if (t.dynamic or placer.anti_holders) else None
+    for i, why in enumerate(static):
+        if why is None:
+            row = free[i]
+            if row[PODS] + _EPS < 1:
+                why = pr.POD_NUMBER
+            elif not t.shared and row[GPU] + _EPS < vec[GPU]:
+                why = pr.insufficient("GPUs")
+            elif row[CPU] + _EPS < vec[CPU]:
+                why = pr.insufficient("CPU cores")
+            elif row[MEM] + _EPS < vec[MEM]:
+                why = pr.insufficient("memory")
+            elif r.gpu_kind == m.GPU_MIG and not placer._mig_fits(t, i)[1]:
+                ns = s.nodes[i]
+                short = sorted(p for p, c in r.mig.items()
+                               if ns.mig_idle.get(p, 0.0) + ns.mig_releasing.get(p, 0.0) + _EPS < c)
+                why = pr.insufficient_mig(short[0] if short else "")
+            elif t.shared and len(placer._shared_options(t, i)[0]) < r.gpu_devices:
+                why = pr.insufficient("GPU memory")
+            else:
+                ns = s.nodes[i]
+                short = sorted(p for p, c in r.extended.items()
+                               if ns.ext_idle.get(p, 0.0) + ns.ext_releasing.get(p, 0.0) + _EPS < c)
+                if short:
+                    why = pr.insufficient(short[0])
+                elif ctx is not None:
+                    why = placer.dynamic_failure(t, i, ctx)
+        out.append(why)
+    return out
+
+
+def nodes_summary(reasons: list[str | None]) -> str:
+    """KAI's fit-error histogram: ``0/3 nodes are available: 1 node(s) had untolerated taint
+    {gpu: true}, 2 node(s) didn't have enough resources: GPUs.`` (reasons sorted as text)."""
+    counts: dict[str, int] = {}
+    for why in reasons:
+        if why is not None:
+            counts[why] = counts.get(why, 0) + 1
+    free = sum(1 for why in reasons if why is None)
+    parts = sorted(f"{c} {why}" for why, c in counts.items())
+    return f"{free}/{len(reasons)} nodes are available" + (": " + ", ".join(parts) if parts else "") + "."
+
+
+def predicate_failure_reason(s: Session, placer: Placer, tasks: list[TaskState], failed: TaskState) -> m.Reason | None:
+    """KAI's per-node histogram for a pod that some predicate (taints, affinity, cordon, host
+    ports, extended resources, ...) keeps off some nodes: ``task p: 0/2 nodes are available: 1
+    node(s) had untolerated taint {k: v}, 1 ...``, with the counts in ``details["nodes"]``; code
+    ``no-node-matches`` when no node passes the static predicates at all. None when only room is
+    short (``fit_failure_reason`` explains that)."""
+    r = failed.request
+    if not len(s.nodes) or (placer._static_mask(failed).all() and not failed.dynamic and not placer.anti_holders
+                            and not r.extended):
+        return None
+    n = len(tasks)
+    reasons = node_failures(s, placer, failed)
+    static = placer.static_reasons(failed)
+    counts: dict[str, int] = {}
+    for why in reasons:
+        if why is not None:
+            counts[why] = counts.get(why, 0) + 1
+    who = f"task {failed.name}" if n == 1 else f"task {failed.name} of a batch of {n} pods"
+    code = "no-node-matches" if all(x is not None for x in static) else "no-node-fits"
+    return m.Reason(code, f"{who}: {nodes_summary(reasons)}",
+                    {"pods": n, "task": failed.name, "nodes_total": len(reasons),
+                     "nodes_available": sum(1 for x in reasons if x is None), "nodes": dict(sorted(counts.items()))})
 
 
 def fit_failure_reason(s: Session, job: JobState, tasks: list[TaskState], failed: TaskState) -> m.Reason:

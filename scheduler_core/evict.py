@@ -377,7 +377,11 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
     demand = _gpu_demand(tasks)
     budget = s.config.max_victim_scenarios
     n_nodes = len(s.nodes)
-    allowed = np.ones(n_nodes, dtype=bool)
+    # only nodes some pending pod may use at all (taints, affinity, cordon, GPU type): the
+    # victims' GPUs elsewhere cannot help it
+    allowed = np.zeros(n_nodes, dtype=bool)
+    for t in tasks:
+        allowed |= placer._static_mask(t)
     tried: set[frozenset[int]] = set()
 
     def freed_of(chunks: list[list[TaskState]]) -> np.ndarray:
@@ -556,8 +560,11 @@ class _Signatures:
             if t.status != m.PENDING:
                 continue
             r = t.spec.request
-            cons.append((r.gpu_kind, tuple(sorted(r.mig)), t.spec.node_affinity or (),
-                         tuple(sorted(t.spec.node_selector.items()))))
+            sp = t.spec
+            cons.append((r.gpu_kind, tuple(sorted(r.mig)), sp.node_affinity or (),
+                         tuple(sorted(sp.node_selector.items())), repr(sp.tolerations),
+                         repr(sp.required_node_affinity), sp.host_ports, repr(sp.pod_affinity),
+                         repr(sp.pod_anti_affinity), tuple(sorted(r.extended.items()))))
         return (scope, job.priority, job.preemptible, tuple(sorted(cons)))
 
     @staticmethod

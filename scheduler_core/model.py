@@ -132,9 +132,82 @@ class QueueSpec:
     preempt_min_runtime_s: float | None = None
 
 
+#: taint effects; NoSchedule and NoExecute keep pods off unless tolerated, PreferNoSchedule does not
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+#: node selector operators of Kubernetes' nodeSelectorTerms
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint: pods without a matching toleration keep off (effect NoSchedule / NoExecute)."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration. Operator ``Exists`` ignores the value; an empty key with ``Exists``
+    tolerates every taint; an empty effect matches every effect."""
+
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorRequirement:
+    """One matchExpression (or matchField, whose only key is ``metadata.name``)."""
+
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """An AND of requirements on node labels and fields. A term without requirements matches no node."""
+
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+    match_fields: tuple[NodeSelectorRequirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredSchedulingTerm:
+    """A preferred node affinity term and its weight (1..100)."""
+
+    weight: int
+    term: NodeSelectorTerm = NodeSelectorTerm()
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    """Pods (by labels, in ``namespaces``; empty = the pod's own namespace) that must (or must not)
+    run in the same ``topology_key`` domain as this pod. ``label_selector`` None matches no pod."""
+
+    topology_key: str
+    match_labels: tuple[tuple[str, str], ...] | None = ()
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()  # In / NotIn / Exists / DoesNotExist
+    namespaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedPodAffinityTerm:
+    """A preferred pod (anti-)affinity term and its weight (1..100)."""
+
+    weight: int
+    term: PodAffinityTerm
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
-    """A node: allocatable resources, GPU devices, MIG instances, labels."""
+    """A node: allocatable resources, GPU devices, MIG instances, labels, taints.
+
+    ``unschedulable`` (cordoned): no new pod is placed, running pods stay. ``extended``: other
+    allocatable resources by name (e.g. ``ephemeral-storage``, ``example.com/nic``)."""
 
     name: str
     cpu_millis: float = 0.0
@@ -148,6 +221,9 @@ class NodeSpec:
     mig_instances: dict[str, int] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     ready: bool = True
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    extended: dict[str, float] = field(default_factory=dict)
 
     @property
     def whole_gpus(self) -> int:
@@ -188,6 +264,7 @@ class TaskRequest:
     gpu_memory_mib: int = 0  # gpu_memory: MiB per device
     gpu_devices: int = 1  # fraction / gpu_memory: number of devices
     mig: dict[str, int] = field(default_factory=dict)  # profile -> count
+    extended: dict[str, float] = field(default_factory=dict)  # other resources by name -> amount
 
     @property
     def shared(self) -> bool:
@@ -232,6 +309,16 @@ class TaskSpec:
     task_order_priority: int | None = None
     node_affinity: tuple[str, ...] | None = None  # allowed values of kai.scheduler/type
     node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    #: requiredDuringScheduling nodeSelectorTerms (OR of terms); None = no requirement
+    required_node_affinity: tuple[NodeSelectorTerm, ...] | None = None
+    preferred_node_affinity: tuple[PreferredSchedulingTerm, ...] = ()
+    host_ports: tuple[str, ...] = ()  # "protocol/port" (with "/hostIP" when bound to one address)
+    labels: dict[str, str] = field(default_factory=dict)  # the pod's labels (pod affinity)
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()  # required
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()  # required
+    preferred_pod_affinity: tuple[WeightedPodAffinityTerm, ...] = ()
+    preferred_pod_anti_affinity: tuple[WeightedPodAffinityTerm, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,7 @@ def _subgroup(x: dict[str, Any]) -> m.SubGroupSpec:
     )
 
 
-def _task(t: dict[str, Any]) -> m.TaskSpec:
+def _task(t: dict[str, Any], job_name: str = "") -> m.TaskSpec:
     kind = t.get("gpu_request_kind", "none")
     req = m.TaskRequest(
         cpu_millis=float(t.get("cpu_millis", 0)), memory_bytes=float(t.get("memory_bytes", 0)), gpu_kind=kind,
@@ -85,7 +85,23 @@ def _task(t: dict[str, Any]) -> m.TaskSpec:
         gpu_groups=tuple(t.get("gpu_groups") or ()), subgroup=t.get("subgroup"),
         task_order_priority=t.get("task_order_priority"),
         node_affinity=tuple(t["node_affinity"]) if t.get("node_affinity") is not None else None,
+        **_pod_affinity(t.get("pod_affinity"), job_name),
     )
+
+
+def _pod_affinity(pa: dict[str, Any] | None, job_name: str) -> dict[str, Any]:
+    """The harness's pod affinity: the pod carries ``labels`` (and ``job-name``); a topology
+    key adds a required affinity (resp. anti-affinity) term selecting pods with those labels."""
+    if not pa:
+        return {"labels": {"job-name": job_name}}
+    labels = dict(pa.get("labels") or {})
+    selector = tuple(sorted(labels.items()))
+    out: dict[str, Any] = {"labels": {"job-name": job_name, **labels}}
+    if labels and pa.get("affinity_topology_key"):
+        out["pod_affinity"] = (m.PodAffinityTerm(pa["affinity_topology_key"], selector),)
+    if labels and pa.get("anti_affinity_topology_key"):
+        out["pod_anti_affinity"] = (m.PodAffinityTerm(pa["anti_affinity_topology_key"], selector),)
+    return out
 
 
 def _job(j: dict[str, Any]) -> m.JobSpec:
@@ -95,7 +111,7 @@ def _job(j: dict[str, Any]) -> m.JobSpec:
         preemptible=bool(j.get("preemptible", True)),
         creation=T0 - 60.0 * j.get("age_minutes", 0) + 1e-6 * j.get("build_order", 0),
         build_order=int(j.get("build_order", 0)), subgroups=_subgroup(j["subgroups"]) if j.get("subgroups") else None,
-        min_available=j.get("min_available"), tasks=tuple(_task(t) for t in j.get("tasks", [])),
+        min_available=j.get("min_available"), tasks=tuple(_task(t, j["name"]) for t in j.get("tasks", [])),
         preemption_delay_s=j.get("preemption_delay_s"), staleness_grace_s=j.get("staleness_grace_period_s"),
         stale_since=(T0 - stale_for) if stale_for is not None else None,
         deleting=bool(j.get("delete_job_in_test", False)),

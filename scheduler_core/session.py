@@ -69,6 +69,8 @@ class NodeState:
     mig_idle: dict[str, float] = field(default_factory=dict)
     mig_releasing: dict[str, float] = field(default_factory=dict)
     tasks: set[int] = field(default_factory=set)
+    ext_idle: dict[str, float] = field(default_factory=dict)  # extended resources, as MIG instances
+    ext_releasing: dict[str, float] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -137,7 +139,8 @@ def request_info(r: m.TaskRequest) -> tuple:
         gpu_units = r.mig_gpu_units
     qvec = (float(r.cpu_millis), float(r.memory_bytes), gpu_units)
     shape = (r.cpu_millis, r.memory_bytes, r.gpu_kind, r.gpus, r.gpu_fraction, r.gpu_memory_mib,
-             r.gpu_devices, tuple(sorted(r.mig.items())) if r.mig else ())
+             r.gpu_devices, tuple(sorted(r.mig.items())) if r.mig else (),
+             tuple(sorted(r.extended.items())) if r.extended else ())
     shared = r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY)  # a fraction / GPU-memory pod
     # whole GPUs an eviction of this pod gives back to its node (a shared device counts one)
     freed = whole + (1.0 if shared else 0.0)
@@ -150,7 +153,8 @@ class TaskState:
 
     __slots__ = ("index", "job", "spec", "name", "status", "node", "groups", "pod_set", "vec", "qvec",
                  "req_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
-                 "orig_groups", "was_cleared", "shape", "shape_id", "q_counted", "pre_evict", "freed_gpus", "shared")
+                 "orig_groups", "was_cleared", "shape", "shape_id", "q_counted", "pre_evict", "freed_gpus", "shared",
+                 "dynamic", "prefers")
 
     def __init__(self, index: int, job: JobState, spec: m.TaskSpec, info: tuple | None = None) -> None:
         self.index = index
@@ -180,6 +184,20 @@ class TaskState:
         # what placement depends on: the request and the node constraints
         self.shape = req_shape + (spec.node_affinity,
                                   tuple(sorted(spec.node_selector.items())) if spec.node_selector else ())
+        # placement constraints beyond the node selector (all empty for most pods)
+        self.dynamic = False  # host ports or pod (anti-)affinity: checked at every placement
+        self.prefers = False  # preferred node or pod affinity: adds to the node score
+        if (spec.tolerations or spec.required_node_affinity is not None or spec.preferred_node_affinity
+                or spec.host_ports or spec.pod_affinity or spec.pod_anti_affinity or spec.preferred_pod_affinity
+                or spec.preferred_pod_anti_affinity):
+            self.shape = self.shape + (spec.tolerations, spec.required_node_affinity, spec.preferred_node_affinity,
+                                       spec.host_ports, spec.pod_affinity, spec.pod_anti_affinity,
+                                       spec.preferred_pod_affinity, spec.preferred_pod_anti_affinity,
+                                       job.spec.namespace,
+                                       tuple(sorted(spec.labels.items())) if spec.pod_affinity else ())
+            self.dynamic = bool(spec.host_ports or spec.pod_affinity or spec.pod_anti_affinity)
+            self.prefers = bool(spec.preferred_node_affinity or spec.preferred_pod_affinity
+                                or spec.preferred_pod_anti_affinity)
         self.shape_id = -1  # small integer per distinct shape, set by the session
 
     @property
@@ -345,6 +363,9 @@ class Session:
             self.cap[i] = (n.cpu_millis, n.memory_bytes, float(n.whole_gpus), float(n.max_pods))
             self.nodes[i].mig_idle = {p: float(c) for p, c in n.mig_instances.items()}
             self.nodes[i].mig_releasing = {p: 0.0 for p in n.mig_instances}
+            if n.extended:
+                self.nodes[i].ext_idle = {k: float(v) for k, v in n.extended.items()}
+                self.nodes[i].ext_releasing = {k: 0.0 for k in n.extended}
         self.idle = self.cap.copy()
         self.rel = np.zeros((count, 4))
         self.gpu_mem = np.array([float(n.gpu_memory_mib) for n in nodes]) if nodes else np.zeros(0)
@@ -356,8 +377,8 @@ class Session:
         # whole-cluster capacity for fair share: ready nodes; GPUs in quota units (MIG slices)
         total = [0.0, 0.0, 0.0]
         for n in nodes:
-            if not n.ready:
-                continue
+            if not n.ready or n.unschedulable:
+                continue  # KAI: a cordoned node is not ready, and not part of the capacity
             total[0] += n.cpu_millis
             total[1] += n.memory_bytes
             total[2] += n.whole_gpus + sum(m.mig_profile_slices(p) * c for p, c in n.mig_instances.items())
@@ -712,6 +733,15 @@ class Session:
                     ns.mig_releasing[p] = ns.mig_releasing.get(p, 0.0) + sign * c
                 elif status == m.PIPELINED:
                     ns.mig_releasing[p] = ns.mig_releasing.get(p, 0.0) - sign * c
+        ext = t.request.extended
+        if ext:
+            for p, c in ext.items():
+                if status in _ACTIVE_NODE or status == m.RELEASING:
+                    ns.ext_idle[p] = ns.ext_idle.get(p, 0.0) - sign * c
+                if status == m.RELEASING:
+                    ns.ext_releasing[p] = ns.ext_releasing.get(p, 0.0) + sign * c
+                elif status == m.PIPELINED:
+                    ns.ext_releasing[p] = ns.ext_releasing.get(p, 0.0) - sign * c
 
     # ---- per-session caps (CycleConfig.max_binds / max_pipelines / max_evictions) -----------
     def statement_delta(self, stmt: Statement) -> dict[str, int]:
