@@ -143,12 +143,12 @@ def group_pod(
                   workload_defaults=workload_defaults_from(workload_defaults), list_pods=list_pods)
     try:
         top, owners = _owner_chain(ctx)
-        hand_made = _hand_made_pod_group(ctx, owners)
-        if hand_made:
-            return Skipped(hand_made)
         for owner in owners:
             if owner.annotations.get(SKIP_ANNOTATION) == "true":
                 return Skipped(f"skip-podgrouper annotation on {owner.describe()}")
+        hand_made = _hand_made_pod_group(ctx, owners)
+        if hand_made:
+            return Skipped(hand_made)
         plan = _plan(ctx, top, owners)
     except Bad as err:
         return Problem(err.field, err.rule, err.message)
