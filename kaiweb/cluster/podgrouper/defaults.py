@@ -205,7 +205,7 @@ def default_plan(ctx: Context, top: Obj, all_owners: list[Obj] | None = None) ->
     then only the top owner counts for the priority class and preemptibility (as in KAI).
     """
     owners = all_owners or [top]
-    priority, used_defaults = _priority_with_defaults(ctx, owners, TRAIN_PRIORITY)
+    priority, _ = _priority_with_defaults(ctx, owners, TRAIN_PRIORITY)
     plan = Plan(
         name=f"pg-{top.name}-{top.uid}",
         namespace=ctx.pod_namespace,
@@ -214,7 +214,7 @@ def default_plan(ctx: Context, top: Obj, all_owners: list[Obj] | None = None) ->
         annotations=_plan_annotations(ctx, top),
         queue=queue_for(ctx, top),
         priority_class=priority,
-        preemptibility=_preemptibility(ctx, owners, used_defaults),
+        preemptibility=_preemptibility(ctx, owners),
         preemption_delay=_duration(ctx, owners, PREEMPTION_DELAY_ANNOTATION, negative_ok=False),
         staleness_grace=_duration(ctx, owners, STALENESS_ANNOTATION, negative_ok=True),
         min_member=1,
@@ -335,29 +335,21 @@ def priority_for(ctx: Context, top: Obj, fallback: str) -> str:
 # ------------------------------------------------------------------------------------------ preemptibility, durations
 
 
-def _preemptibility(ctx: Context, owners: list[Obj], use_defaults: bool) -> str:
+def _preemptibility(ctx: Context, owners: list[Obj]) -> str:
     """The preemptibility label of the first owner that has a valid one, else the pod's, else the
-    per-type default; empty when none (the scheduler then goes by the priority class)."""
-    for owner in owners:
-        value = owner.labels.get(PREEMPTIBILITY_LABEL)
-        if value is not None:
-            if value in PREEMPTIBILITY_VALUES or value == "":
-                if value:
-                    return value
-            else:
-                ctx.notes.append(f"{owner.describe()}: label {PREEMPTIBILITY_LABEL}={value!r} ignored: "
-                                 f"must be preemptible or non-preemptible")
-    value = ctx.pod_labels.get(PREEMPTIBILITY_LABEL)
-    if value is not None:
-        if value in PREEMPTIBILITY_VALUES:
+    per-type default; empty when none (the scheduler then goes by the priority class). As in KAI, an
+    empty label value is valid and ends the search; an unknown value is noted and passed over."""
+    found = [(o.describe(), o.labels.get(PREEMPTIBILITY_LABEL)) for o in owners]
+    found.append((f"pod {ctx.pod_namespace}/{ctx.pod_name}", ctx.pod_labels.get(PREEMPTIBILITY_LABEL)))
+    for where, value in found:
+        if value is None:
+            continue
+        if value in PREEMPTIBILITY_VALUES or value == "":
             return value
-        if value:
-            ctx.notes.append(f"pod {ctx.pod_namespace}/{ctx.pod_name}: label {PREEMPTIBILITY_LABEL}={value!r} "
-                             f"ignored: must be preemptible or non-preemptible")
-    del use_defaults  # KAI reads the per-type defaults here whether or not the priority came from them
+        ctx.notes.append(f"{where}: label {PREEMPTIBILITY_LABEL}={value!r} ignored: "
+                         f"must be preemptible or non-preemptible")
     for owner in owners:
-        defaults = ctx.defaults_for(owner)
-        value = (defaults or {}).get("preemptibility", "").lower()
+        value = (ctx.defaults_for(owner) or {}).get("preemptibility", "").lower()
         if value in PREEMPTIBILITY_VALUES:
             return value
     return ""
