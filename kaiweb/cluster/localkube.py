@@ -38,7 +38,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,17 +159,20 @@ class LocalKube:
     ``controllers`` lists the controller-manager's controllers (None: no controller-manager). The
     default runs what an API-only cluster needs: ``disruption`` (PodDisruptionBudget status, without
     which every eviction answers 429), ``garbagecollector`` and ``namespace``. Add ``job``,
-    ``replicaset`` and ``deployment`` to have workloads create their pods.
+    ``replicaset`` and ``deployment`` to have workloads create their pods. ``apiserver_args`` are
+    added to the API server's command line (e.g. ``--watch-cache-sizes=pods#0`` sends pod watches
+    straight to etcd, where a compaction expires old resourceVersions with 410 Gone).
     """
 
     kubeconfig: Path
     version: str
 
     def __init__(self, bin_dir: Path | None = None, *, controllers: str | None = DEFAULT_CONTROLLERS,
-                 workdir: Path | None = None) -> None:
+                 workdir: Path | None = None, apiserver_args: Sequence[str] = ()) -> None:
         self.bin_dir = Path(bin_dir) if bin_dir is not None else find_binaries()
         self.controllers = controllers
         self.workdir = Path(workdir) if workdir is not None else None
+        self.apiserver_args = list(apiserver_args)
         self.version = ""
         self._root: Path | None = None
         self._children: list[_Child] = []
@@ -354,6 +357,7 @@ class LocalKube:
             "--endpoint-reconciler-type", "none",
             "--disable-admission-plugins", "ServiceAccount",
             "--profiling=false",
+            *self.apiserver_args,
         ])
         self._wait(apiserver, lambda: self._get(f"{self.host}/readyz") == b"ok", "did not become ready")
         self._write_kubeconfig()

@@ -1,0 +1,73 @@
+"""Fixtures for tests on a real kube-apiserver (`kaiweb.cluster.localkube.LocalKube`).
+
+``kube_cluster`` (one per test module) and ``kube_cluster_fresh`` (an empty cluster for each test)
+have our CRDs from ``deploy/kubernetes/crds.yaml`` installed. ``apiserver`` runs a test on both the
+fake server and the real one behind the same small interface (`tests.kube.servers`). Without the
+binaries (``make kube`` builds them) the real-server tests are skipped with a notice saying so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kaiweb.cluster.localkube import LocalKube, find_binaries
+from tests.fakes.kube_apiserver import FakeKubeApiServer
+from tests.kube.servers import FakeServer, RealServer
+
+CRDS = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "crds.yaml"
+NO_BINARIES = "no kube-apiserver/etcd binaries: run `make kube`"
+
+
+def start_cluster(**kwargs: object) -> LocalKube:
+    """A started LocalKube with our CRDs, or a skip when the binaries are missing."""
+    bin_dir = find_binaries()
+    if bin_dir is None:
+        pytest.skip(NO_BINARIES)
+    kube = LocalKube(bin_dir, **kwargs).start()  # type: ignore[arg-type]
+    try:
+        kube.install_crds(CRDS)
+    except BaseException:
+        kube.stop()
+        raise
+    return kube
+
+
+@pytest.fixture(scope="module")
+def kube_cluster() -> Iterator[LocalKube]:
+    """A real API server with our CRDs, shared by the tests of one module (they tidy up after themselves)."""
+    kube = start_cluster()
+    try:
+        yield kube
+    finally:
+        kube.stop()
+
+
+@pytest.fixture
+def kube_cluster_fresh(kube_cluster: LocalKube) -> LocalKube:
+    """The module's cluster, started again on an empty etcd for this test (about 3 s)."""
+    kube_cluster.reset()
+    kube_cluster.install_crds(CRDS)
+    return kube_cluster
+
+
+@pytest.fixture(scope="module")
+def _real_server(kube_cluster: LocalKube) -> RealServer:
+    return RealServer(kube_cluster)
+
+
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.kube)])
+def apiserver(request: pytest.FixtureRequest) -> Iterator[FakeServer | RealServer]:
+    """The fake API server, then a real one (emptied before the test), behind one interface."""
+    if request.param == "fake":
+        fake = FakeKubeApiServer().start()
+        try:
+            yield FakeServer(fake)
+        finally:
+            fake.stop()
+        return
+    server: RealServer = request.getfixturevalue("_real_server")
+    server.wipe()
+    yield server
