@@ -1,0 +1,360 @@
+"""The Helm chart deploy/helm/kaiweb: lint, rendering, its refusals, and a real kube-apiserver's verdict.
+
+helm comes from ``deploy/helm/build-helm.sh`` (``HELM`` names another binary); the API server from
+``kaiweb.cluster.localkube`` (``make kube``). Without them the tests that need them are skipped, with
+the command that provides them.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "kaiweb"
+RELEASE = "rel"
+NAMESPACE = "kaiweb-chart"
+SECRETS = ["django.secretKey.existingSecret=kaiweb-django", "database.existingSecret=kaiweb-db",
+           "redis.existingSecret=kaiweb-redis"]
+INLINE_URLS = ["django.secretKey.existingSecret=kaiweb-django", "database.url=postgres://kaiweb:pw@db:5432/kaiweb",
+               "redis.url=redis://redis:6379/0"]
+COMPONENTS = ("web", "worker", "beat", "watcher")
+
+pytestmark = pytest.mark.kube
+
+
+def find_helm() -> str | None:
+    """HELM, else the cache build-helm.sh installs into, else helm on PATH."""
+    if os.environ.get("HELM"):
+        return os.environ["HELM"] if os.access(os.environ["HELM"], os.X_OK) else None
+    home = os.environ.get("KAI_KUBE_HOME")
+    cache = Path(home) if home else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kaiweb-kube"
+    built = cache / "bin" / "helm"
+    if os.access(built, os.X_OK):
+        return str(built)
+    return shutil.which("helm")
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    path = find_helm()
+    if path is None:
+        pytest.skip("no helm binary: run deploy/helm/build-helm.sh (or set HELM=/path/to/helm)")
+    return path
+
+
+def run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm, *args], capture_output=True, text=True, check=False, timeout=120)
+
+
+def template(helm: str, values: list[str], *extra: str) -> subprocess.CompletedProcess[str]:
+    sets = [arg for s in values for arg in ("--set", s)]
+    return run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *sets, *extra)
+
+
+def render(helm: str, values: list[str]) -> list[dict[str, Any]]:
+    result = template(helm, values)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def name(component: str) -> str:
+    return f"{RELEASE}-kaiweb-{component}"
+
+
+def pod_templates(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every pod template (Deployments and the migrate Job), by component."""
+    return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"]["template"]
+            for d in docs if d["kind"] in ("Deployment", "Job")}
+
+
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container["env"]}
+
+
+# -- lint and rendering (helm only) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [SECRETS, INLINE_URLS], ids=["existing-secrets", "inline-urls"])
+def test_lint_strict_passes(helm: str, values: list[str]) -> None:
+    sets = [arg for s in values for arg in ("--set", s)]
+    result = run_helm(helm, "lint", "--strict", str(CHART), *sets)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_renders_a_deployment_per_component_a_service_and_the_migrate_hook(helm: str) -> None:
+    docs = render(helm, SECRETS)
+    deployments = by_kind(docs, "Deployment")
+    assert sorted(deployments) == sorted(name(c) for c in COMPONENTS)
+    assert list(by_kind(docs, "Service")) == [name("web")]
+    job = by_kind(docs, "Job")[name("migrate")]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["python", "manage.py", "migrate", "--noinput"]
+    assert sorted(by_kind(docs, "ServiceAccount")) == sorted(name(c) for c in (*COMPONENTS, "migrate"))
+    assert by_kind(docs, "Secret") == {}  # every secret comes from the existing Secrets named
+
+
+def test_beat_is_a_single_replica_that_never_overlaps_itself(helm: str) -> None:
+    beat = by_kind(render(helm, SECRETS), "Deployment")[name("beat")]
+    assert beat["spec"]["replicas"] == 1
+    assert beat["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_web_probes_healthz_and_readyz(helm: str) -> None:
+    web = by_kind(render(helm, SECRETS), "Deployment")[name("web")]
+    container = web["spec"]["template"]["spec"]["containers"][0]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # The kubelet's probes carry the pod's IP as Host: Django must accept it.
+    hosts = env_of(container)["DJANGO_ALLOWED_HOSTS"]["value"].split(",")
+    assert "$(POD_IP)" in hosts
+    assert f"{name('web')}.{NAMESPACE}.svc" in hosts
+
+
+def test_worker_probe_pings_the_workers_own_node_name(helm: str) -> None:
+    worker = by_kind(render(helm, SECRETS), "Deployment")[name("worker")]
+    container = worker["spec"]["template"]["spec"]["containers"][0]
+    command = container["command"]
+    assert command[command.index("--hostname") + 1] == "celery@$(POD_NAME)"
+    probe = " ".join(container["livenessProbe"]["exec"]["command"])
+    assert "celery -A kaiweb inspect ping" in probe
+    assert '--destination "celery@$POD_NAME"' in probe
+
+
+def test_every_pod_runs_restricted(helm: str) -> None:
+    for component, pod in pod_templates(render(helm, SECRETS)).items():
+        spec = pod["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True, component
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, component
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        for container in spec["containers"]:
+            sc = container["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, component
+            assert sc["allowPrivilegeEscalation"] is False, component
+            assert sc["capabilities"]["drop"] == ["ALL"], component
+            tmp = [m for m in container["volumeMounts"] if m["mountPath"] == "/tmp"]
+            assert tmp, f"{component}: /tmp is not mounted"
+            assert "emptyDir" in volumes[tmp[0]["name"]], component
+
+
+def test_secrets_come_from_the_named_secrets(helm: str) -> None:
+    for component, pod in pod_templates(render(helm, SECRETS)).items():
+        env = env_of(pod["spec"]["containers"][0])
+        refs = {k: env[k]["valueFrom"]["secretKeyRef"] for k in ("DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL")}
+        assert refs == {"DJANGO_SECRET_KEY": {"name": "kaiweb-django", "key": "secret-key"},
+                        "DATABASE_URL": {"name": "kaiweb-db", "key": "database-url"},
+                        "REDIS_URL": {"name": "kaiweb-redis", "key": "redis-url"}}, component
+        assert env["DJANGO_DEBUG"]["value"] == "false", component
+
+
+def test_inline_urls_live_in_the_charts_secret_and_a_hook_secret_for_migrate(helm: str) -> None:
+    docs = render(helm, INLINE_URLS)
+    secrets = by_kind(docs, "Secret")
+    expected = {"database-url": "postgres://kaiweb:pw@db:5432/kaiweb", "redis-url": "redis://redis:6379/0"}
+    assert secrets[f"{RELEASE}-kaiweb"]["stringData"] == expected
+    hook_secret = secrets[name("migrate")]
+    assert hook_secret["stringData"] == expected
+    assert hook_secret["metadata"]["annotations"]["helm.sh/hook-weight"] == "-10"  # before the Job (weight 0)
+    pods = pod_templates(docs)
+    migrate_env = env_of(pods["migrate"]["spec"]["containers"][0])
+    assert migrate_env["DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": name("migrate"), "key": "database-url"}
+    web_env = env_of(pods["web"]["spec"]["containers"][0])
+    assert web_env["DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": f"{RELEASE}-kaiweb", "key": "database-url"}
+
+
+def test_scheduling_values_reach_the_environment(helm: str) -> None:
+    docs = render(helm, [*SECRETS, "scheduling.schedulerName=team-a", "scheduling.cycleSeconds=2",
+                         "prometheus.url=http://prometheus.monitoring:9090"])
+    env = env_of(pod_templates(docs)["worker"]["spec"]["containers"][0])
+    assert env["KAI_SCHEDULER_NAME"]["value"] == "team-a"
+    assert env["KAI_CYCLE_SECONDS"]["value"] == "2"
+    assert env["KAI_PROMETHEUS_URL"]["value"] == "http://prometheus.monitoring:9090"
+    assert env["KAI_CLUSTER_BACKEND"]["value"] == "kubernetes"
+
+
+def test_only_the_worker_and_the_watcher_are_bound_to_the_scheduler_role(helm: str) -> None:
+    docs = render(helm, SECRETS)
+    binding = by_kind(docs, "ClusterRoleBinding")[name("scheduler")]
+    assert [s["name"] for s in binding["subjects"]] == [name("worker"), name("watcher")]
+    assert by_kind(docs, "RoleBinding") == {}
+    assert by_kind(docs, "Role") == {}
+    role = by_kind(docs, "ClusterRole")[name("scheduler")]
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"], rule
+        assert "*" not in rule["resources"], rule
+        assert "secrets" not in rule["resources"], rule
+    accounts = by_kind(docs, "ServiceAccount")
+    assert accounts[name("beat")]["automountServiceAccountToken"] is False
+    assert accounts[name("migrate")]["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ([], "django.secretKey.existingSecret is required"),
+    (["django.secretKey.existingSecret=k", "redis.url=redis://r:6379/0"], "database.url or database.existingSecret is required"),
+    (["django.secretKey.existingSecret=k", "database.url=postgres://d/k"], "redis.url or redis.existingSecret is required"),
+    ([*SECRETS, "database.url=postgres://d/k"], "database: set database.url or database.existingSecret, not both"),
+    ([*SECRETS, "beat.replicas=2"], "beat.replicas must be 1, not 2"),
+    ([*SECRETS, "watcher.replicas=2"], "watcher.replicas must be 0 or 1, not 2"),
+    ([*SECRETS, "scheduling.backend=volcano"], "/scheduling/backend"),
+], ids=["no-secret-key", "no-database", "no-redis", "two-databases", "two-beats", "two-watchers", "bad-backend"])
+def test_rendering_refuses_with_a_message_naming_the_value(helm: str, values: list[str], message: str) -> None:
+    result = template(helm, values)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+# -- the derived files are current --------------------------------------------------------------------
+
+
+def test_chart_crds_are_the_plain_crds() -> None:
+    source = ROOT / "deploy" / "kubernetes" / "crds.yaml"
+    copy_ = CHART / "crds" / "kai-crds.yaml"
+    assert copy_.read_bytes() == source.read_bytes(), f"{copy_} is stale: run deploy/helm/render.sh"
+
+
+def test_plain_manifests_are_the_charts_rendering(helm: str) -> None:
+    result = subprocess.run([str(ROOT / "deploy" / "helm" / "render.sh"), "--check"], capture_output=True,
+                            text=True, check=False, timeout=120, env={**os.environ, "HELM": helm})
+    assert result.returncode == 0, result.stderr
+
+
+# -- the real API server ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kube(helm: str) -> Iterator[Any]:
+    from kaiweb.cluster.localkube import LocalKube, find_binaries
+
+    if find_binaries() is None:
+        pytest.skip("no kube-apiserver/etcd: run `make kube` (deploy/kube/build.sh)")
+    with LocalKube(controllers=None) as cluster:
+        cluster.install_crds(CHART / "crds" / "kai-crds.yaml")
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def dynamic(kube: Any) -> Any:
+    from kubernetes import client
+    from kubernetes.dynamic import DynamicClient
+
+    api = kube.api_client()
+    namespace = {"metadata": {"name": NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    client.CoreV1Api(api).create_namespace(namespace)
+    return DynamicClient(api)
+
+
+def dry_run_create(dynamic: Any, doc: dict[str, Any]) -> None:
+    resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+    namespace = doc["metadata"].get("namespace") if resource.namespaced else None
+    dynamic.create(resource, body=doc, namespace=namespace, dry_run="All",
+                   query_params=[("fieldValidation", "Strict")])
+
+
+@pytest.mark.parametrize("values", [SECRETS, INLINE_URLS], ids=["existing-secrets", "inline-urls"])
+def test_api_server_accepts_every_rendered_object_in_a_dry_run(helm: str, dynamic: Any, values: list[str]) -> None:
+    from kubernetes.dynamic.exceptions import DynamicApiError
+
+    docs = render(helm, values)
+    refused = []
+    for doc in docs:
+        try:
+            dry_run_create(dynamic, doc)
+        except DynamicApiError as exc:
+            refused.append(f"{doc['kind']} {doc['metadata']['name']}: {exc.status} {exc.summary()}")
+    assert refused == []
+    assert len(docs) >= 12
+
+
+def test_api_server_admits_every_pod_under_the_restricted_pod_security_standard(helm: str, dynamic: Any) -> None:
+    from kubernetes.dynamic.exceptions import DynamicApiError
+
+    pods = pod_templates(render(helm, SECRETS))
+    # The namespace enforces "restricted": a pod without the security context is refused there...
+    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain", "namespace": NAMESPACE},
+             "spec": {"containers": [{"name": "c", "image": "kaiweb:test"}]}}
+    with pytest.raises(DynamicApiError) as refused:
+        dry_run_create(dynamic, plain)
+    assert refused.value.status == 403
+    # ...and every kaiweb pod is admitted.
+    refusals = []
+    for component, template_ in pods.items():
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": f"{component}-probe", "namespace": NAMESPACE, **copy.deepcopy(template_["metadata"])},
+               "spec": copy.deepcopy(template_["spec"])}
+        try:
+            dry_run_create(dynamic, pod)
+        except DynamicApiError as exc:
+            refusals.append(f"{component}: {exc.status} {exc.summary()}")
+    assert refusals == []
+    assert sorted(pods) == ["beat", "migrate", "watcher", "web", "worker"]
+
+
+def can(kube: Any, component: str, verb: str, resource: str, *, group: str = "", subresource: str = "",
+        namespace: str = "default") -> bool:
+    from kubernetes import client
+
+    account = name(component)
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+        "user": f"system:serviceaccount:{NAMESPACE}:{account}",
+        "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"],
+        "resourceAttributes": {"verb": verb, "resource": resource, "group": group, "subresource": subresource,
+                               "namespace": namespace}}}
+    with client.ApiClient(kube.configuration()) as api:
+        answer = client.AuthorizationV1Api(api).create_subject_access_review(review)
+    return bool(answer.status.allowed)
+
+
+@pytest.fixture(scope="module")
+def rbac_installed(helm: str, kube: Any, dynamic: Any) -> None:
+    """The chart's ServiceAccounts and RBAC objects, created for real."""
+    for doc in render(helm, SECRETS):
+        if doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+            resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            dynamic.create(resource, body=doc, namespace=NAMESPACE if resource.namespaced else None)
+
+
+SCHEDULER_NEEDS = [
+    ("list", "nodes", "", ""), ("watch", "pods", "", ""), ("patch", "pods", "", ""),
+    ("create", "pods", "", "binding"), ("create", "pods", "", "eviction"), ("patch", "pods", "", "status"),
+    ("create", "events", "", ""), ("list", "priorityclasses", "scheduling.k8s.io", ""),
+    ("get", "namespaces", "", ""), ("create", "podgroups", "scheduling.run.ai", ""),
+    ("patch", "podgroups", "scheduling.run.ai", "status"), ("patch", "queues", "scheduling.run.ai", "status"),
+    ("update", "queues", "scheduling.run.ai", ""), ("list", "topologies", "kai.scheduler", ""),
+    ("get", "jobs", "batch", ""), ("get", "replicasets", "apps", ""),
+]
+NOBODY_NEEDS = [
+    ("get", "secrets", "", ""), ("create", "pods", "", ""), ("delete", "pods", "", ""),
+    ("update", "nodes", "", ""), ("delete", "podgroups", "scheduling.run.ai", ""),
+    ("create", "clusterrolebindings", "rbac.authorization.k8s.io", ""), ("list", "jobs", "batch", ""),
+]
+
+
+@pytest.mark.usefixtures("rbac_installed")
+@pytest.mark.parametrize("component", ["worker", "watcher"])
+def test_scheduler_components_may_do_what_a_scheduler_does_and_no_more(kube: Any, component: str) -> None:
+    missing = [need for need in SCHEDULER_NEEDS
+               if not can(kube, component, need[0], need[1], group=need[2], subresource=need[3])]
+    assert missing == []
+    excess = [extra for extra in NOBODY_NEEDS
+              if can(kube, component, extra[0], extra[1], group=extra[2], subresource=extra[3])]
+    assert excess == []
+
+
+@pytest.mark.usefixtures("rbac_installed")
+@pytest.mark.parametrize("component", ["web", "beat", "migrate"])
+def test_web_beat_and_migrate_get_no_cluster_permissions(kube: Any, component: str) -> None:
+    granted = [need for need in SCHEDULER_NEEDS + NOBODY_NEEDS
+               if can(kube, component, need[0], need[1], group=need[2], subresource=need[3])]
+    assert granted == []
