@@ -358,3 +358,40 @@ def test_web_beat_and_migrate_get_no_cluster_permissions(kube: Any, component: s
     granted = [need for need in SCHEDULER_NEEDS + NOBODY_NEEDS
                if can(kube, component, need[0], need[1], group=need[2], subresource=need[3])]
     assert granted == []
+
+
+def test_helm_installs_upgrades_and_uninstalls_a_release_on_the_api_server(helm: str, kube: Any, tmp_path: Path) -> None:
+    """A real `helm install`/`upgrade`/`uninstall` (without hooks: no kubelet runs the migrate Job here)."""
+    from kubernetes import client
+
+    env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig), "HELM_CACHE_HOME": str(tmp_path / "cache"),
+           "HELM_CONFIG_HOME": str(tmp_path / "config"), "HELM_DATA_HOME": str(tmp_path / "data")}
+    namespace = "kaiweb-release"
+    sets = [arg for s in INLINE_URLS for arg in ("--set", s)]
+
+    def helm_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([helm, "--namespace", namespace, *args], capture_output=True, text=True,
+                              check=False, timeout=120, env=env)
+
+    def worker_env() -> dict[str, str]:
+        worker = apps.read_namespaced_deployment("live-kaiweb-worker", namespace)
+        return {e.name: e.value for e in worker.spec.template.spec.containers[0].env}
+
+    api = kube.api_client()
+    apps = client.AppsV1Api(api)
+    installed = helm_run("install", "live", str(CHART), "--create-namespace", "--no-hooks", *sets)
+    assert installed.returncode == 0, installed.stderr
+    assert "live-kaiweb-migrate hook migrates the database" in installed.stdout  # NOTES.txt
+    names = sorted(d.metadata.name for d in apps.list_namespaced_deployment(namespace).items)
+    assert names == sorted(f"live-kaiweb-{c}" for c in COMPONENTS)
+    assert worker_env()["KAI_CYCLE_SECONDS"] == "5"
+
+    upgraded = helm_run("upgrade", "live", str(CHART), "--no-hooks", *sets, "--set", "scheduling.cycleSeconds=3")
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert worker_env()["KAI_CYCLE_SECONDS"] == "3"
+
+    removed = helm_run("uninstall", "live", "--no-hooks")
+    assert removed.returncode == 0, removed.stderr
+    assert apps.list_namespaced_deployment(namespace).items == []
+    rbac = client.RbacAuthorizationV1Api(api)
+    assert "live-kaiweb-scheduler" not in {r.metadata.name for r in rbac.list_cluster_role().items}
