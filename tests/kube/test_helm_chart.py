@@ -316,6 +316,17 @@ def can(kube: Any, component: str, verb: str, resource: str, *, group: str = "",
     return bool(answer.status.allowed)
 
 
+def can_read_path(kube: Any, component: str, path: str) -> bool:
+    from kubernetes import client
+
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+        "user": f"system:serviceaccount:{NAMESPACE}:{name(component)}",
+        "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"],
+        "nonResourceAttributes": {"verb": "get", "path": path}}}
+    with client.ApiClient(kube.configuration()) as api:
+        return bool(client.AuthorizationV1Api(api).create_subject_access_review(review).status.allowed)
+
+
 @pytest.fixture(scope="module")
 def rbac_installed(helm: str, kube: Any, dynamic: Any) -> None:
     """The chart's ServiceAccounts and RBAC objects, created for real."""
@@ -358,6 +369,8 @@ def test_web_beat_and_migrate_get_no_cluster_permissions(kube: Any, component: s
     granted = [need for need in SCHEDULER_NEEDS + NOBODY_NEEDS
                if can(kube, component, need[0], need[1], group=need[2], subresource=need[3])]
     assert granted == []
+    # /version, all the web pods' readiness check reads, stays open to any authenticated account.
+    assert can_read_path(kube, component, "/version")
 
 
 def test_helm_installs_upgrades_and_uninstalls_a_release_on_the_api_server(helm: str, kube: Any, tmp_path: Path) -> None:
