@@ -242,10 +242,8 @@ class LocalKube:
         crds = [d for d in documents if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
         with client.ApiClient(self.configuration()) as api_client:
             ext = client.ApiextensionsV1Api(api_client)
-            names = []
             for crd in crds:
                 name = crd["metadata"]["name"]
-                names.append(name)
                 try:
                     ext.create_custom_resource_definition(crd)
                 except client.ApiException as exc:
@@ -256,10 +254,13 @@ class LocalKube:
                                                 "resourceVersion": current.metadata.resource_version}}
                     ext.replace_custom_resource_definition(name, body)
             deadline = time.monotonic() + 30
-            for name in names:
-                while not self._established(ext, name):
+            for crd in crds:
+                name = crd["metadata"]["name"]
+                # Established, and then actually served: the first list can still fail for a moment.
+                while not (self._established(ext, name) and all(self._get(url) is not None
+                                                                 for url in self._crd_urls(crd))):
                     if time.monotonic() > deadline:
-                        raise LocalKubeError(f"CRD {name} not Established within 30s")
+                        raise LocalKubeError(f"CRD {name} not Established and served within 30s")
                     time.sleep(POLL)
 
     def reset(self) -> None:
@@ -434,6 +435,12 @@ class LocalKube:
         partial.write_text(yaml.safe_dump(config, sort_keys=False))
         partial.chmod(0o600)
         partial.replace(self.kubeconfig)
+
+    def _crd_urls(self, crd: dict[str, Any]) -> list[str]:
+        spec = crd.get("spec") or {}
+        group, plural = spec.get("group", ""), (spec.get("names") or {}).get("plural", "")
+        return [f"{self.host}/apis/{group}/{v['name']}/{plural}?limit=1"
+                for v in spec.get("versions") or [] if v.get("served", True)]
 
     @staticmethod
     def _established(ext: client.ApiextensionsV1Api, name: str) -> bool:

@@ -1,4 +1,9 @@
-"""KubernetesGateway through the official client against the fake API server on loopback."""
+"""KubernetesGateway through the official client, on the fake API server and on a real one.
+
+Tests taking ``apiserver`` run twice: on the fake (``tests.fakes.kube_apiserver``) and on a real
+kube-apiserver (`kaiweb.cluster.localkube.LocalKube`, marked ``kube``). Tests that inject faults,
+or read what only the fake records, take ``kube_apiserver`` and run on the fake alone.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +33,10 @@ from kaiweb.cluster.gateway import (
     get_gateway,
 )
 from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
+from tests.kube.fixtures import _real_server, apiserver, kube_cluster  # noqa: F401 - fixtures
+from tests.kube.servers import FakeServer, RealServer
+
+Server = FakeServer | RealServer
 
 GiB = 1024**3
 
@@ -38,9 +47,11 @@ def sleeps() -> list[float]:
 
 
 @pytest.fixture
-def gateway(kube_apiserver: FakeKubeApiServer, sleeps: list[float]) -> KubernetesGateway:  # noqa: F811
+def gateway(request: pytest.FixtureRequest, sleeps: list[float]) -> KubernetesGateway:
+    # On the server the test asked for: ``apiserver`` (fake, then real) or the fake alone.
+    server = request.getfixturevalue("apiserver" if "apiserver" in request.fixturenames else "kube_apiserver")
     # Backoff sleeps are recorded instead of slept: the tests check the schedule, not the clock.
-    return KubernetesGateway(kube_apiserver.api_client, request_timeout=2.0, max_attempts=4,
+    return KubernetesGateway(server.api_client, request_timeout=2.0, max_attempts=4,
                              backoff_base=0.1, backoff_max=2.0, sleep=sleeps.append)
 
 
@@ -49,31 +60,31 @@ def _requests_to(server: FakeKubeApiServer, fragment: str, method: str = "GET") 
                and "watch" not in r.query)
 
 
-def test_the_gateway_satisfies_the_protocol(gateway: KubernetesGateway) -> None:
+def test_the_gateway_satisfies_the_protocol(apiserver: Server, gateway: KubernetesGateway) -> None:  # noqa: F811
     assert isinstance(gateway, ClusterGateway)
-    assert gateway.ping() == "Kubernetes v1.31.0-fake"
+    assert gateway.ping() == f"Kubernetes {apiserver.git_version}"
 
 
 # -- nodes --------------------------------------------------------------------------------------
 
 
 def test_list_nodes_maps_allocatable_gpu_labels_readiness_and_taints(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_node("gpu-1", cpu="96", memory="1Ti", gpus=8, pods="110", labels={
+    apiserver.add_node("gpu-1", cpu="96", memory="1Ti", gpus=8, pods="110", labels={
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559",
         "topology.kubernetes.io/zone": "z1"})
-    kube_apiserver.add_node("mig-1", cpu="3500m", memory="64Gi", gpus=0, ready=False, unschedulable=True,
+    apiserver.add_node("mig-1", cpu="3500m", memory="64Gi", gpus=0, ready=False, unschedulable=True,
                             labels={"nvidia.com/mig.strategy": "mixed"},
                             extra_allocatable={"nvidia.com/mig-3g.40gb": "2"})
-    node = kube_apiserver.get("nodes", "mig-1")
+    node = apiserver.get("nodes", "mig-1")
     node["spec"]["taints"] = [{"key": "gpu", "value": "mig", "effect": "NoSchedule"}]
-    kube_apiserver.put("nodes", node)
+    apiserver.put("nodes", node)
 
     listing = gateway.list_nodes()
 
     assert listing.problems == ()
-    assert listing.resource_version == str(kube_apiserver.resource_version)
+    assert apiserver.resource_version_is_current(listing.resource_version)
     nodes = {n.name: n for n in listing}
     h100 = nodes["gpu-1"]
     assert (h100.cpu_millis, h100.memory_bytes, h100.gpus, h100.max_pods) == (96_000, 1024 * GiB, 8, 110)
@@ -95,18 +106,18 @@ def test_list_nodes_maps_allocatable_gpu_labels_readiness_and_taints(
 
 
 def test_gpu_memory_label_given_in_bytes_is_read_as_mib(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_node("a100", labels={"nvidia.com/gpu.memory": str(40960 * 1024 * 1024)})
+    apiserver.add_node("a100", labels={"nvidia.com/gpu.memory": str(40960 * 1024 * 1024)})
 
     assert gateway.list_nodes().items[0].gpu_memory_mib == 40960
 
 
 def test_a_node_with_a_malformed_gpu_memory_label_is_reported_and_others_listed(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_node("good")
-    kube_apiserver.add_node("bad", labels={"nvidia.com/gpu.memory": "80GB"})
+    apiserver.add_node("good")
+    apiserver.add_node("bad", labels={"nvidia.com/gpu.memory": "80GB"})
 
     listing = gateway.list_nodes()
 
@@ -120,22 +131,26 @@ def test_a_node_with_a_malformed_gpu_memory_label_is_reported_and_others_listed(
 
 
 def test_list_pods_returns_only_pods_for_the_configured_scheduler(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_pod("ours", namespace="ml")
-    kube_apiserver.add_pod("theirs", scheduler="default-scheduler")
-    kube_apiserver.add_pod("custom", scheduler="kai-scheduler-b")
+    apiserver.add_pod("ours", namespace="ml")
+    apiserver.add_pod("theirs", scheduler="default-scheduler")
+    apiserver.add_pod("custom", scheduler="kai-scheduler-b")
 
     assert [p.name for p in gateway.list_pods()] == ["ours"]
-    other = KubernetesGateway(kube_apiserver.api_client, scheduler_name="kai-scheduler-b")
+    other = KubernetesGateway(apiserver.api_client, scheduler_name="kai-scheduler-b")
     assert [p.name for p in other.list_pods()] == ["custom"]
+    if not apiserver.records_requests:
+        return
     # The filter runs on the server, not after downloading every pod of the cluster.
-    selectors = [r.query.get("fieldSelector") for r in kube_apiserver.requests if r.path == "/api/v1/pods"]
+    selectors = [r.query.get("fieldSelector") for r in apiserver.requests if r.path == "/api/v1/pods"]
     assert selectors == [["spec.schedulerName=kai-scheduler"], ["spec.schedulerName=kai-scheduler-b"]]
 
 
-def test_pod_fields_are_mapped(kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway) -> None:  # noqa: F811
-    created = kube_apiserver.put("pods", {
+def test_pod_fields_are_mapped(apiserver: Server, gateway: KubernetesGateway) -> None:  # noqa: F811
+    apiserver.add_priority_class("train", 50)
+    apiserver.add_runtime_class("kata", {"cpu": "100m"})  # a real server takes the overhead from it
+    created = apiserver.put("pods", {
         "metadata": {
             "name": "trainer-0", "namespace": "ml",
             "labels": {"kai.scheduler/queue": "team-a", "kai.scheduler/subgroup-name": "workers",
@@ -145,14 +160,14 @@ def test_pod_fields_are_mapped(kube_apiserver: FakeKubeApiServer, gateway: Kuber
         },
         "spec": {
             "schedulerName": "kai-scheduler", "priorityClassName": "train", "priority": 50,
-            "nodeSelector": {"pool": "a"},
+            "nodeSelector": {"pool": "a"}, "runtimeClassName": "kata",
             "containers": [
-                {"name": "main", "resources": {"requests": {"cpu": "1500m", "memory": "4Gi"}}},
-                {"name": "side", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+                {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1500m", "memory": "4Gi"}}},
+                {"name": "side", "image": "busybox", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
             ],
             "initContainers": [
                 # A regular init container whose peak is above the containers' sum for CPU only.
-                {"name": "fetch", "resources": {"requests": {"cpu": "3", "memory": "1Gi"}}},
+                {"name": "fetch", "image": "busybox", "resources": {"requests": {"cpu": "3", "memory": "1Gi"}}},
             ],
             "overhead": {"cpu": "100m"},
         },
@@ -177,9 +192,9 @@ def test_pod_fields_are_mapped(kube_apiserver: FakeKubeApiServer, gateway: Kuber
 
 
 def test_gpu_requests_given_as_limits_only_count_as_requests(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_pod("whole", requests={"cpu": "2"}, limits={"nvidia.com/gpu": "4"})
+    apiserver.add_pod("whole", requests={"cpu": "2"}, limits={"nvidia.com/gpu": "4"})
 
     (pod,) = gateway.list_pods()
 
@@ -187,13 +202,13 @@ def test_gpu_requests_given_as_limits_only_count_as_requests(
     assert not pod.is_fractional
 
 
-def test_native_sidecars_add_to_the_request(kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway) -> None:  # noqa: F811
-    pod = kube_apiserver.add_pod("sidecar", requests={"cpu": "1"})
+def test_native_sidecars_add_to_the_request(apiserver: Server, gateway: KubernetesGateway) -> None:  # noqa: F811
+    pod = apiserver.add_pod("sidecar", requests={"cpu": "1"})
     pod["spec"]["initContainers"] = [
-        {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "250m"}}},
-        {"name": "setup", "resources": {"requests": {"cpu": "1"}}},
+        {"name": "proxy", "image": "busybox", "restartPolicy": "Always", "resources": {"requests": {"cpu": "250m"}}},
+        {"name": "setup", "image": "busybox", "resources": {"requests": {"cpu": "1"}}},
     ]
-    kube_apiserver.put("pods", pod)
+    apiserver.put("pods", pod)
 
     # containers 1 + sidecar 0.25 = 1.25, above the init peak of 0.25 + 1 = 1.25: equal, so 1250m.
     assert gateway.list_pods().items[0].requests.cpu_millis == 1250
@@ -213,15 +228,15 @@ def test_native_sidecars_add_to_the_request(kube_apiserver: FakeKubeApiServer, g
     ],
 )
 def test_pod_phase_maps_to_the_scheduler_state(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
     phase: str, node: str | None, deleting: bool, gated: bool, state: str,
 ) -> None:
-    pod = kube_apiserver.add_pod("p", node=node, phase=phase)
-    if deleting:
-        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pod = apiserver.add_pod("p", node=node, phase=phase)
     if gated:
         pod["spec"]["schedulingGates"] = [{"name": "wait"}]
-    kube_apiserver.put("pods", pod)
+        apiserver.put("pods", pod)
+    if deleting:
+        apiserver.begin_deletion("p")
 
     (observed,) = gateway.list_pods()
 
@@ -248,14 +263,21 @@ def test_pod_phase_maps_to_the_scheduler_state(
     ],
 )
 def test_an_unreadable_pod_is_reported_with_field_and_rule_and_the_others_are_returned(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
     annotations: dict[str, str] | None, labels: dict[str, str] | None, requests: dict[str, str] | None,
     field: str, rule: str,
 ) -> None:
-    kube_apiserver.add_pod("good-1")
-    bad = kube_apiserver.add_pod("bad", namespace="ml", annotations=annotations, labels=labels,
-                                 requests=requests, queue=None if labels else "team-a")
-    kube_apiserver.add_pod("good-2")
+    apiserver.add_pod("good-1")
+    if requests is not None and apiserver.kind == "real":
+        # A real server checks quantities itself: such a pod never exists there (a text that is no
+        # quantity cannot even be decoded, 400; a negative or fractional device count is invalid, 422).
+        with pytest.raises(client.ApiException) as refused:
+            apiserver.add_pod("bad", namespace="ml", requests=requests)
+        assert refused.value.status in (400, 422)
+        return
+    bad = apiserver.add_pod("bad", namespace="ml", annotations=annotations, labels=labels,
+                            requests=requests, queue=None if labels else "team-a")
+    apiserver.add_pod("good-2")
 
     listing = gateway.list_pods()
 
@@ -291,9 +313,9 @@ def test_objects_of_an_unexpected_shape_are_reported_not_raised(
 
 
 def test_a_pod_without_queue_label_is_readable_when_its_pod_group_names_the_queue(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_pod("member", queue=None, pod_group="pg-1")
+    apiserver.add_pod("member", queue=None, pod_group="pg-1")
 
     listing = gateway.list_pods()
 
@@ -337,13 +359,13 @@ def test_list_pod_groups_maps_the_spec_with_kai_defaults(
 
 
 def test_list_queues_maps_the_spec_and_unset_values_take_kai_meaning(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_queue("dept-a", {"priority": 200, "displayName": "Department A", "resources": {
+    apiserver.add_queue("dept-a", {"priority": 200, "displayName": "Department A", "resources": {
         "cpu": {"quota": 128000, "limit": -1, "overQuotaWeight": 1},
         "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
         "gpu": {"quota": 16, "limit": 24, "overQuotaWeight": 2.5}}})
-    kube_apiserver.add_queue("team-x", {"parentQueue": "dept-a", "resources": {"gpu": {"quota": 0.5}}})
+    apiserver.add_queue("team-x", {"parentQueue": "dept-a", "resources": {"gpu": {"quota": 0.5}}})
 
     listing = gateway.list_queues()
 
@@ -389,9 +411,9 @@ def test_a_queue_with_malformed_resources_is_reported_and_the_others_listed(
     assert problem.message.startswith(f"Queue broken: {field}")
 
 
-def test_list_priority_classes(kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway) -> None:  # noqa: F811
-    kube_apiserver.add_priority_class("train", 50, global_default=True)
-    kube_apiserver.add_priority_class("inference", 125)
+def test_list_priority_classes(apiserver: Server, gateway: KubernetesGateway) -> None:  # noqa: F811
+    apiserver.add_priority_class("train", 50, global_default=True)
+    apiserver.add_priority_class("inference", 125)
 
     classes = {c.name: c for c in gateway.list_priority_classes()}
 
@@ -403,36 +425,37 @@ def test_list_priority_classes(kube_apiserver: FakeKubeApiServer, gateway: Kuber
 
 
 def test_the_clients_binding_response_quirk_is_reproduced_and_the_gateway_handles_it(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_pod("p1")
-    kube_apiserver.add_pod("p2")
-    api = client.CoreV1Api(kube_apiserver.api_client)
+    apiserver.add_pod("p1")
+    apiserver.add_pod("p2")
+    api = client.CoreV1Api(apiserver.api_client)
     body = client.V1Binding(metadata=client.V1ObjectMeta(name="p1"),
                             target=client.V1ObjectReference(kind="Node", name="n1"))
     # The server answers a Binding with a Status, which the client cannot read as a V1Binding.
     with pytest.raises(ValueError, match="target"):
         api.create_namespaced_binding("default", body)
-    assert kube_apiserver.get("pods", "p1")["spec"]["nodeName"] == "n1"
+    assert apiserver.get("pods", "p1")["spec"]["nodeName"] == "n1"
 
-    pod = kube_apiserver.get("pods", "p2")
+    pod = apiserver.get("pods", "p2")
     result = gateway.bind(BindAction("default", "p2", pod["metadata"]["uid"], "n1"))
 
     assert result.outcome == ActionOutcome.BOUND
 
 
 def test_bind_sets_the_node_and_binding_twice_makes_one_binding(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    uid = kube_apiserver.add_pod("p", namespace="ml")["metadata"]["uid"]
+    uid = apiserver.add_pod("p", namespace="ml")["metadata"]["uid"]
     action = BindAction("ml", "p", uid, "gpu-1", idempotency_key="cycle-7/bind/ml/p")
 
     first = gateway.bind(action)
     second = gateway.bind(action)
 
     assert (first.outcome, second.outcome) == (ActionOutcome.BOUND, ActionOutcome.ALREADY_BOUND)
-    assert len(kube_apiserver.bindings) == 1
-    pod = kube_apiserver.get("pods", "p", "ml")
+    if apiserver.records_requests:
+        assert len(apiserver.bindings) == 1
+    pod = apiserver.get("pods", "p", "ml")
     assert pod["spec"]["nodeName"] == "gpu-1"
     assert pod["metadata"]["annotations"]["kaiweb.io/bind-key"] == "cycle-7/bind/ml/p"
     (observed,) = gateway.list_pods()
@@ -440,38 +463,46 @@ def test_bind_sets_the_node_and_binding_twice_makes_one_binding(
 
 
 def test_bind_of_a_pod_bound_to_another_node_is_refused_clearly(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    uid = kube_apiserver.add_pod("p", node="gpu-2")["metadata"]["uid"]
+    uid = apiserver.add_pod("p", node="gpu-2")["metadata"]["uid"]
 
     with pytest.raises(ClusterRejected, match="already bound to gpu-2") as err:
         gateway.bind(BindAction("default", "p", uid, "gpu-1"))
 
     assert err.value.status == 409
-    assert kube_apiserver.get("pods", "p")["spec"]["nodeName"] == "gpu-2"
+    assert apiserver.get("pods", "p")["spec"]["nodeName"] == "gpu-2"
 
 
-def test_bind_of_a_missing_or_replaced_pod_is_refused(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
-) -> None:
+def test_bind_of_a_missing_pod_is_refused(apiserver: Server, gateway: KubernetesGateway) -> None:  # noqa: F811
     with pytest.raises(ClusterRejected, match="no longer exists") as err:
         gateway.bind(BindAction("default", "ghost", "uid-1", "gpu-1"))
     assert err.value.status == 404
 
-    kube_apiserver.add_pod("p")
+
+def test_bind_of_a_replaced_pod_is_refused(
+    apiserver: Server, gateway: KubernetesGateway, request: pytest.FixtureRequest,  # noqa: F811
+) -> None:
+    if apiserver.kind == "real":
+        # kube-apiserver v1.34 binds whatever pod has the name: it does not take the Binding's
+        # metadata.uid as a precondition (the fake does). The gateway relies on it today.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="the real server ignores the Binding's uid"))
+    apiserver.add_pod("p")
+
     with pytest.raises(ClusterRejected, match="replaced"):
         gateway.bind(BindAction("default", "p", "uid-of-an-older-pod", "gpu-1"))
-    assert "nodeName" not in kube_apiserver.get("pods", "p")["spec"]
+
+    assert "nodeName" not in apiserver.get("pods", "p")["spec"]
 
 
 def test_a_fractional_bind_writes_the_gpu_group_and_portion(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    uid = kube_apiserver.add_pod("frac", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
+    uid = apiserver.add_pod("frac", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
 
     gateway.bind(BindAction("default", "frac", uid, "gpu-1", gpu_group="grp-1", gpu_portion=0.5))
 
-    pod = kube_apiserver.get("pods", "frac")
+    pod = apiserver.get("pods", "frac")
     assert pod["metadata"]["labels"]["runai-gpu-group"] == "grp-1"
     assert pod["metadata"]["annotations"]["runai-gpu-group"] == "grp-1"
     assert pod["metadata"]["annotations"]["kaiweb.io/gpu-portion"] == "0.5"
@@ -480,27 +511,28 @@ def test_a_fractional_bind_writes_the_gpu_group_and_portion(
 
 
 def test_a_fractional_bind_never_relabels_a_pod_bound_elsewhere(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    uid = kube_apiserver.add_pod("frac", node="gpu-2", labels={"runai-gpu-group": "grp-old"},
+    uid = apiserver.add_pod("frac", node="gpu-2", labels={"runai-gpu-group": "grp-old"},
                                  annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
 
     with pytest.raises(ClusterRejected, match="already bound to gpu-2"):
         gateway.bind(BindAction("default", "frac", uid, "gpu-1", gpu_group="grp-new", gpu_portion=0.5))
 
-    assert kube_apiserver.get("pods", "frac")["metadata"]["labels"]["runai-gpu-group"] == "grp-old"
+    assert apiserver.get("pods", "frac")["metadata"]["labels"]["runai-gpu-group"] == "grp-old"
 
 
 def test_a_fractional_bind_repeated_is_one_binding(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    uid = kube_apiserver.add_pod("frac", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
+    uid = apiserver.add_pod("frac", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
     action = BindAction("default", "frac", uid, "gpu-1", gpu_group="grp-1", gpu_portion=0.5)
 
     outcomes = [gateway.bind(action).outcome, gateway.bind(action).outcome]
 
     assert outcomes == [ActionOutcome.BOUND, ActionOutcome.ALREADY_BOUND]
-    assert len(kube_apiserver.bindings) == 1
+    if apiserver.records_requests:
+        assert len(apiserver.bindings) == 1
 
 
 def test_a_fractional_bind_reads_again_when_the_pod_changed_meanwhile(
@@ -534,65 +566,69 @@ def test_a_bind_whose_answer_was_lost_is_recognised_on_retry(
 # -- evict --------------------------------------------------------------------------------------
 
 
-def test_evict_honours_the_grace_period(kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway) -> None:  # noqa: F811
-    uid = kube_apiserver.add_pod("victim", node="gpu-1", phase="Running")["metadata"]["uid"]
+def test_evict_honours_the_grace_period(apiserver: Server, gateway: KubernetesGateway) -> None:  # noqa: F811
+    uid = apiserver.add_pod("victim", node="gpu-1", phase="Running")["metadata"]["uid"]
 
     result = gateway.evict(EvictAction("default", "victim", uid, grace_seconds=30, reason="Preempted",
                                        message="preempted by ml/urgent"))
 
     assert result.outcome == ActionOutcome.EVICTED
-    assert kube_apiserver.evictions == [{"namespace": "default", "name": "victim", "grace": 30}]
-    pod = kube_apiserver.get("pods", "victim")
+    if apiserver.records_requests:
+        assert apiserver.evictions == [{"namespace": "default", "name": "victim", "grace": 30}]
+    pod = apiserver.get("pods", "victim")
     assert pod["metadata"]["deletionGracePeriodSeconds"] == 30
     assert gateway.list_pods().items[0].state == PodState.RELEASING
-    events = kube_apiserver.list("events", "default")
+    events = apiserver.list("events", "default")
     assert [(e["reason"], e["message"], e["involvedObject"]["name"]) for e in events] == [
         ("Preempted", "preempted by ml/urgent", "victim")]
 
-    kube_apiserver.complete_terminations()
+    apiserver.complete_terminations()
     assert len(gateway.list_pods()) == 0
 
 
 def test_evict_with_zero_grace_deletes_and_evicting_again_is_success(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    uid = kube_apiserver.add_pod("victim", node="gpu-1", phase="Running")["metadata"]["uid"]
+    uid = apiserver.add_pod("victim", node="gpu-1", phase="Running")["metadata"]["uid"]
     action = EvictAction("default", "victim", uid, grace_seconds=0)
 
     assert gateway.evict(action).outcome == ActionOutcome.EVICTED
-    assert kube_apiserver.get("pods", "victim") is None
+    assert apiserver.get("pods", "victim") is None
     assert gateway.evict(action).outcome == ActionOutcome.ALREADY_GONE
     assert gateway.evict(EvictAction("default", "never-was", "x")).outcome == ActionOutcome.ALREADY_GONE
 
 
 def test_an_old_eviction_never_evicts_a_new_pod_with_the_same_name(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_pod("worker-0", node="gpu-1", phase="Running")
+    apiserver.add_pod("worker-0", node="gpu-1", phase="Running")
 
     result = gateway.evict(EvictAction("default", "worker-0", "uid-of-the-previous-worker-0", grace_seconds=0))
 
     assert result.outcome == ActionOutcome.ALREADY_GONE
-    assert kube_apiserver.get("pods", "worker-0") is not None
-    assert kube_apiserver.evictions == []
+    assert "deletionTimestamp" not in apiserver.get("pods", "worker-0")["metadata"]
+    if apiserver.records_requests:
+        assert apiserver.evictions == []
 
 
 # -- errors, retries, timeouts ------------------------------------------------------------------
 
 
 def test_large_lists_are_read_page_by_page(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
 ) -> None:
     monkeypatch.setattr("kaiweb.cluster.backends.kubernetes.PAGE_SIZE", 2)
     for i in range(5):
-        kube_apiserver.add_pod(f"p{i}")
-    listed_rv = str(kube_apiserver.resource_version)
+        apiserver.add_pod(f"p{i}")
 
     listing = gateway.list_pods()
 
     assert [p.name for p in listing] == ["p0", "p1", "p2", "p3", "p4"]
-    assert listing.resource_version == listed_rv
-    pages = [r.query.get("continue") for r in kube_apiserver.requests if r.path == "/api/v1/pods"]
+    assert apiserver.resource_version_is_current(listing.resource_version)
+    if not apiserver.records_requests:
+        return
+    listed_rv = listing.resource_version
+    pages = [r.query.get("continue") for r in apiserver.requests if r.path == "/api/v1/pods"]
     assert pages == [None, [f"2:{listed_rv}"], [f"4:{listed_rv}"]]
 
 
@@ -712,19 +748,19 @@ def test_an_unreachable_server_raises_cluster_unavailable() -> None:
 
 
 def test_report_pending_sets_the_condition_and_one_warning_event(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    uid = kube_apiserver.add_pod("waiting", namespace="ml")["metadata"]["uid"]
+    uid = apiserver.add_pod("waiting", namespace="ml")["metadata"]["uid"]
     message = "team-a quota has reached the allowable limit of 8 GPUs"
 
     gateway.report_pending(PodRef("ml", "waiting", uid), "OverLimit", message)
     gateway.report_pending(PodRef("ml", "waiting", uid), "OverLimit", message)
 
-    pod = kube_apiserver.get("pods", "waiting", "ml")
+    pod = apiserver.get("pods", "waiting", "ml")
     (condition,) = pod["status"]["conditions"]
     assert (condition["type"], condition["status"], condition["reason"], condition["message"]) == (
         "PodScheduled", "False", "Unschedulable", message)
-    (event,) = kube_apiserver.list("events", "ml")
+    (event,) = apiserver.list("events", "ml")
     assert (event["type"], event["reason"], event["message"], event["count"]) == ("Warning", "OverLimit", message, 2)
     assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "waiting", "namespace": "ml",
                                        "uid": uid}
@@ -732,42 +768,42 @@ def test_report_pending_sets_the_condition_and_one_warning_event(
 
 
 def test_report_pending_replaces_the_previous_explanation(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    uid = kube_apiserver.add_pod("waiting")["metadata"]["uid"]
+    uid = apiserver.add_pod("waiting")["metadata"]["uid"]
     gateway.report_pending(PodRef("default", "waiting", uid), "Unschedulable", "no node has 8 free GPUs")
     gateway.report_pending(PodRef("default", "waiting", uid), "Unschedulable", "gang needs 4 pods, 3 fit")
 
-    (condition,) = kube_apiserver.get("pods", "waiting")["status"]["conditions"]
+    (condition,) = apiserver.get("pods", "waiting")["status"]["conditions"]
     assert condition["message"] == "gang needs 4 pods, 3 fit"
-    assert len(kube_apiserver.list("events")) == 2
+    assert len(apiserver.list("events")) == 2
 
 
 def test_report_pending_for_a_pod_that_is_gone_does_nothing(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
     gateway.report_pending(PodRef("default", "gone", "u"), "Unschedulable", "no GPU")
 
-    assert kube_apiserver.list("events") == []
+    assert apiserver.list("events") == []
 
 
 def test_write_queue_status_writes_kai_status_fields(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_queue("dept-a", {"resources": {"gpu": {"quota": 4, "limit": -1}}})
+    apiserver.add_queue("dept-a", {"resources": {"gpu": {"quota": 4, "limit": -1}}})
 
     gateway.write_queue_status(QueueStatusUpdate(
         "dept-a", allocated=ResourceAmounts(cpu_millis=2500, memory_bytes=8 * 10**9, gpus=2.5),
         requested=ResourceAmounts(gpus=4), child_queues=("team-x",)))
 
-    queue = kube_apiserver.get("queues", "dept-a")
+    queue = apiserver.get("queues", "dept-a")
     assert queue["status"]["allocated"] == {"cpu": "2500m", "memory": "8000000000", "nvidia.com/gpu": "2.5"}
     assert queue["status"]["requested"]["nvidia.com/gpu"] == "4"
     assert queue["status"]["childQueues"] == ["team-x"]
     assert queue["spec"]["resources"]["gpu"]["quota"] == 4  # the status write leaves the spec alone
 
 
-def test_write_queue_status_of_a_missing_queue_is_refused(gateway: KubernetesGateway) -> None:
+def test_write_queue_status_of_a_missing_queue_is_refused(apiserver: Server, gateway: KubernetesGateway) -> None:  # noqa: F811
     with pytest.raises(ClusterRejected, match="write Queue ghost status: 404"):
         gateway.write_queue_status(QueueStatusUpdate("ghost"))
 
@@ -811,14 +847,14 @@ def test_queue_sync_diff_orders_creates_parents_first() -> None:
 
 
 def test_queue_sync_applied_to_the_cluster_converges(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_queue("dept", {"priority": 300, "resources": {"gpu": {"quota": 1}}})
-    kube_apiserver.add_queue("retired", {"resources": {}})
-    queue = kube_apiserver.get("queues", "dept")
+    apiserver.add_queue("dept", {"priority": 300, "resources": {"gpu": {"quota": 1}}})
+    apiserver.add_queue("retired", {"resources": {}})
+    queue = apiserver.get("queues", "dept")
     queue["metadata"]["labels"] = {"owner": "platform"}
     queue["status"] = {"allocated": {"nvidia.com/gpu": "1"}}
-    kube_apiserver.put("queues", queue)
+    apiserver.put("queues", queue)
     database = [_spec("dept", gpu_quota=16), _spec("team-a", parent="dept")]
 
     plan = diff_queues(database, gateway.list_queues().items, deleted_in_database=["retired"])
@@ -826,16 +862,16 @@ def test_queue_sync_applied_to_the_cluster_converges(
 
     assert len(messages) == 3
     assert diff_queues(database, gateway.list_queues().items) == []
-    dept = kube_apiserver.get("queues", "dept")
+    dept = apiserver.get("queues", "dept")
     assert dept["spec"]["priority"] == 100
     assert dept["spec"]["resources"]["gpu"]["quota"] == 16
     assert dept["metadata"]["labels"] == {"owner": "platform"}  # not the database's to remove
     assert dept["status"] == {"allocated": {"nvidia.com/gpu": "1"}}
-    assert kube_apiserver.get("queues", "retired") is None
-    assert kube_apiserver.get("queues", "team-a")["spec"]["parentQueue"] == "dept"
+    assert apiserver.get("queues", "retired") is None
+    assert apiserver.get("queues", "team-a")["spec"]["parentQueue"] == "dept"
 
 
-def test_upsert_queue_round_trips_the_spec_and_delete_is_idempotent(gateway: KubernetesGateway) -> None:
+def test_upsert_queue_round_trips_the_spec_and_delete_is_idempotent(apiserver: Server, gateway: KubernetesGateway) -> None:  # noqa: F811
     spec = QueueSpec("q", parent="p", priority=150, display_name="Q", cpu=QueueResource(1500, 3000, 0.5),
                      memory=QueueResource(-1, -1, 1), gpu=QueueResource(0.7, 2, 1))
 
@@ -874,16 +910,16 @@ def test_get_gateway_builds_the_kubernetes_backend_from_settings(
     gateway.api_client.close()  # type: ignore[attr-defined]
 
 
-# -- the fake itself answers like a server ------------------------------------------------------
+# -- the fake answers like the real server ------------------------------------------------------
 
 
-def test_the_fake_serves_namespaced_lists_with_label_and_field_selectors(
-    kube_apiserver: FakeKubeApiServer,  # noqa: F811
+def test_the_server_serves_namespaced_lists_with_label_and_field_selectors(
+    apiserver: Server,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_pod("a", namespace="ml", labels={"app": "train"}, node="n1")
-    kube_apiserver.add_pod("b", namespace="ml", labels={"app": "serve"})
-    kube_apiserver.add_pod("c", namespace="other", labels={"app": "train"})
-    api = client.CoreV1Api(kube_apiserver.api_client)
+    apiserver.add_pod("a", namespace="ml", labels={"app": "train"}, node="n1")
+    apiserver.add_pod("b", namespace="ml", labels={"app": "serve"})
+    apiserver.add_pod("c", namespace="other", labels={"app": "train"})
+    api = client.CoreV1Api(apiserver.api_client)
 
     assert [p.metadata.name for p in api.list_namespaced_pod("ml").items] == ["a", "b"]
     assert [p.metadata.name for p in api.list_pod_for_all_namespaces(label_selector="app=train").items] == ["a", "c"]
