@@ -185,7 +185,7 @@ class PreferredSchedulingTerm:
 
 @dataclass(frozen=True, slots=True)
 class PodAffinityTerm:
-    """Pods (by labels, in ``namespaces``; empty = the pod's own namespace) that must (or must not)
+    """Pods (by labels, in ``namespaces``; empty = the pod's own namespace, ``*`` = all) that must (or must not)
     run in the same ``topology_key`` domain as this pod. ``label_selector`` None matches no pod."""
 
     topology_key: str

@@ -218,7 +218,7 @@ def ports_conflict(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
 def pod_term_selects(term: m.PodAffinityTerm, own_namespace: str, namespace: str, labels: Mapping[str, str]) -> bool:
     """Whether a pod (its namespace and labels) is one the term refers to."""
     namespaces = term.namespaces or (own_namespace,)
-    if namespace not in namespaces:
+    if namespace not in namespaces and "*" not in namespaces:
         return False
     if term.match_labels is None:
         return False

@@ -85,11 +85,12 @@ _FINISHED = (PodState.SUCCEEDED, PodState.FAILED)
 # Well-known node labels that place a node in the topology (zone, region).
 _TOPOLOGY_LABELS = {"region": "topology.kubernetes.io/region", "zone": "topology.kubernetes.io/zone"}
 _NODE_FIELDS = ("labels", "allocatable_cpu", "allocatable_memory", "allocatable_gpu", "allocatable_pods",
-                "gpu_product", "gpu_memory_mib", "mig_enabled", "topology", "ready", "unschedulable")
+                "gpu_product", "gpu_memory_mib", "mig_enabled", "topology", "ready", "unschedulable", "taints",
+                "mig_strategy", "extended_resources")
 _WORKLOAD_FIELDS = ("uid", "queue_id", "priority_class_id", "preemptibility", "min_member", "min_subgroup",
                     "subgroups", "topology_constraint", "labels", "submitted_at")
 _POD_FIELDS = ("workload_id", "uid", "subgroup", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices",
-               "mig_profile", "cpu", "memory", "task_priority", "state", "node_id", "gpu_group")
+               "mig_profile", "cpu", "memory", "task_priority", "state", "node_id", "gpu_group", "constraints")
 
 
 # ----------------------------------------------------------------------------------- problems
@@ -158,6 +159,11 @@ def node_values(node: ObservedNode) -> dict[str, Any]:
         "topology": {level: labels[key] for level, key in _TOPOLOGY_LABELS.items() if key in labels},
         "ready": bool(node.ready),
         "unschedulable": bool(node.unschedulable),
+        "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints],
+        "mig_strategy": (node.mig_strategy or "")[:16],
+        # MIG instances under their resource names (as pods request them), then the other resources
+        "extended_resources": {**{f"nvidia.com/{k}": int(v) for k, v in sorted(node.allocatable.mig.items())},
+                               **{k: int(v) for k, v in sorted(node.allocatable.other.items())}},
     }
 
 
@@ -178,7 +184,24 @@ def pod_values(pod: ObservedPod) -> dict[str, Any]:
         "task_priority": int(pod.priority or 0),
         "state": _STATE_FROM_OBSERVED.get(pod.state, PodState.UNKNOWN),
         "gpu_group": (pod.gpu_group or "")[:64],
+        "constraints": pod_constraints(pod),
     }
+
+
+def pod_constraints(pod: ObservedPod) -> dict[str, Any]:
+    """Where a pod may run, for the Pod row's ``constraints``: only the keys it has."""
+    requests = pod.requests
+    values: dict[str, Any] = {
+        "labels": dict(pod.labels),
+        "nodeSelector": dict(pod.node_selector),
+        "affinity": dict(pod.affinity),
+        "tolerations": [{"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect}
+                        for t in pod.tolerations],
+        "hostPorts": list(pod.host_ports),
+        "mig": {f"nvidia.com/{k}": int(v) for k, v in sorted(requests.mig.items()) if v},
+        "extended": {k: int(v) for k, v in sorted(requests.other.items()) if v},
+    }
+    return {k: v for k, v in values.items() if v}
 
 
 def implicit_group_name(pod: ObservedPod) -> str:

@@ -94,6 +94,12 @@ class Node(models.Model):
     )
     ready = models.BooleanField(default=True)
     unschedulable = models.BooleanField(default=False, help_text="Cordoned.")
+    taints = models.JSONField(default=list, blank=True, help_text="[{key, value, effect}] as in spec.taints.")
+    mig_strategy = models.CharField(max_length=16, blank=True, help_text="nvidia.com/mig.strategy: single or mixed.")
+    extended_resources = models.JSONField(
+        default=dict, blank=True,
+        help_text="Other allocatable resources by name, e.g. {'nvidia.com/mig-1g.10gb': 7, 'ephemeral-storage': 1e11}.",
+    )
     observed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -118,7 +124,10 @@ class Node(models.Model):
             cluster=cluster, name=spec.name, labels=dict(spec.labels), allocatable_cpu=spec.cpu_millis,
             allocatable_memory=int(spec.memory_bytes), allocatable_gpu=spec.whole_gpus,
             allocatable_pods=spec.max_pods, gpu_memory_mib=spec.gpu_memory_mib if spec.gpu_memory_synced else 0,
-            mig_enabled=spec.mig_enabled, ready=spec.ready,
+            mig_enabled=spec.mig_enabled, ready=spec.ready, unschedulable=spec.unschedulable,
+            taints=[{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.taints],
+            mig_strategy=spec.mig_strategy or "",
+            extended_resources={**dict(spec.mig_instances), **dict(spec.extended)},
         )
 
 

@@ -114,7 +114,14 @@ def queue_to_spec(queue: Queue, parent_name: str | None) -> m.QueueSpec:
     )
 
 
+MIG_PREFIX = "nvidia.com/mig-"
+
+
 def node_to_spec(node: Node) -> m.NodeSpec:
+    """A Node row as the engine's NodeSpec: capacity, labels, taints, cordon, MIG instances and
+    the other extended resources."""
+    extended = {str(k): v for k, v in (node.extended_resources or {}).items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return m.NodeSpec(
         name=node.name,
         cpu_millis=node.allocatable_cpu,
@@ -124,13 +131,30 @@ def node_to_spec(node: Node) -> m.NodeSpec:
         gpu_memory_synced=bool(node.gpu_memory_mib),
         max_pods=node.allocatable_pods,
         labels={str(k): str(v) for k, v in (node.labels or {}).items()},
-        ready=node.ready and not node.unschedulable,
+        ready=node.ready,
+        unschedulable=node.unschedulable,
+        taints=tuple(m.Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
+                     for t in (node.taints or []) if isinstance(t, dict)),
+        mig_strategy=node.mig_strategy or None,
+        mig_instances={k: int(v) for k, v in extended.items() if k.startswith(MIG_PREFIX)},
+        extended={k: float(v) for k, v in extended.items() if not k.startswith(MIG_PREFIX)},
     )
 
 
 def request_from(pod: dict[str, Any]) -> m.TaskRequest:
-    """The engine's request of a pod row; a fraction wins over GPU memory, as in KAI."""
+    """The engine's request of a pod row; MIG wins over a fraction, which wins over GPU memory,
+    as in KAI. MIG instances and other extended resources come from ``constraints``."""
     cpu, memory = float(pod["cpu"]), float(pod["memory"])
+    constraints = pod.get("constraints") or {}
+    extended = {str(k): float(v) for k, v in _mapping(constraints.get("extended")).items() if _amount(v)}
+    mig = {str(k): int(v) for k, v in _mapping(constraints.get("mig")).items() if _amount(v)}
+    if not mig and pod.get("mig_profile"):
+        mig = {f"{MIG_PREFIX}{pod['mig_profile']}": 1}
+    if mig:
+        return m.TaskRequest(cpu_millis=cpu, memory_bytes=memory, gpu_kind=m.GPU_MIG, mig=mig, extended=extended)
+    if extended:
+        plain = request_from({**pod, "constraints": {}, "mig_profile": ""})
+        return dataclasses.replace(plain, extended=extended)
     if pod["gpu_fraction"] is not None:
         return m.TaskRequest(cpu_millis=cpu, memory_bytes=memory, gpu_kind=m.GPU_FRACTION,
                              gpu_fraction=pod["gpu_fraction"], gpu_devices=pod["gpu_devices"])
@@ -144,8 +168,100 @@ def request_from(pod: dict[str, Any]) -> m.TaskRequest:
 
 def pod_to_request(pod: Pod) -> m.TaskRequest:
     """The engine's request of a Pod row."""
-    fields = ("cpu", "memory", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices")
+    fields = ("cpu", "memory", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices", "mig_profile", "constraints")
     return request_from({f: getattr(pod, f) for f in fields})
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _amount(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _requirement(raw: Any) -> m.NodeSelectorRequirement | None:
+    if not isinstance(raw, dict) or not raw.get("key") or raw.get("operator") not in m.SELECTOR_OPERATORS:
+        return None
+    return m.NodeSelectorRequirement(str(raw["key"]), str(raw["operator"]),
+                                     tuple(str(v) for v in raw.get("values") or ()))
+
+
+def _node_term(raw: Any) -> m.NodeSelectorTerm:
+    raw = _mapping(raw)
+    exprs = [_requirement(r) for r in raw.get("matchExpressions") or ()]
+    fields = [_requirement(r) for r in raw.get("matchFields") or ()]
+    if None in exprs or None in fields:
+        # an unreadable requirement matches nothing, rather than everything
+        return m.NodeSelectorTerm()
+    return m.NodeSelectorTerm(tuple(exprs), tuple(fields))  # type: ignore[arg-type]
+
+
+def _pod_term(raw: Any) -> m.PodAffinityTerm:
+    raw = _mapping(raw)
+    sel = raw.get("labelSelector")
+    labels: tuple[tuple[str, str], ...] | None = None
+    exprs: tuple[m.NodeSelectorRequirement, ...] = ()
+    if isinstance(sel, dict):
+        labels = tuple(sorted((str(k), str(v)) for k, v in _mapping(sel.get("matchLabels")).items()))
+        reqs = [_requirement(r) for r in sel.get("matchExpressions") or ()]
+        if None in reqs:
+            labels = None  # selects nothing
+        else:
+            exprs = tuple(reqs)  # type: ignore[arg-type]
+    return m.PodAffinityTerm(str(raw.get("topologyKey", "")), labels, exprs,
+                             tuple(str(n) for n in raw.get("namespaces") or ()))
+
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def task_constraints(constraints: dict[str, Any] | None) -> dict[str, Any]:
+    """TaskSpec fields from a Pod row's ``constraints`` (the pod's nodeSelector, affinity,
+    tolerations, host ports and labels, as the mirror stored them). Constraints that cannot be
+    read keep the pod off every node rather than letting it anywhere."""
+    c = _mapping(constraints)
+    if not c:
+        return {}
+    try:
+        return _task_constraints(c)
+    except (AttributeError, TypeError, ValueError):
+        return {"required_node_affinity": (m.NodeSelectorTerm(),)}
+
+
+def _task_constraints(c: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if c.get("nodeSelector"):
+        out["node_selector"] = {str(k): str(v) for k, v in _mapping(c["nodeSelector"]).items()}
+    if c.get("labels"):
+        out["labels"] = {str(k): str(v) for k, v in _mapping(c["labels"]).items()}
+    if c.get("hostPorts"):
+        out["host_ports"] = tuple(str(p) for p in c["hostPorts"])
+    if c.get("tolerations"):
+        out["tolerations"] = tuple(
+            m.Toleration(str(t.get("key", "")), str(t.get("operator") or "Equal"), str(t.get("value", "")),
+                         str(t.get("effect", "")))
+            for t in c["tolerations"] if isinstance(t, dict))
+    aff = _mapping(c.get("affinity"))
+    node_aff = _mapping(aff.get("nodeAffinity"))
+    if REQUIRED in node_aff:
+        out["required_node_affinity"] = tuple(_node_term(t) for t in
+                                              _mapping(node_aff[REQUIRED]).get("nodeSelectorTerms") or ())
+    if node_aff.get(PREFERRED):
+        out["preferred_node_affinity"] = tuple(
+            m.PreferredSchedulingTerm(int(p.get("weight") or 0), _node_term(p.get("preference")))
+            for p in node_aff[PREFERRED] if isinstance(p, dict))
+    for key, required, preferred in (("podAffinity", "pod_affinity", "preferred_pod_affinity"),
+                                     ("podAntiAffinity", "pod_anti_affinity", "preferred_pod_anti_affinity")):
+        part = _mapping(aff.get(key))
+        if part.get(REQUIRED):
+            out[required] = tuple(_pod_term(t) for t in part[REQUIRED])
+        if part.get(PREFERRED):
+            out[preferred] = tuple(
+                m.WeightedPodAffinityTerm(int(p.get("weight") or 0), _pod_term(p.get("podAffinityTerm")))
+                for p in part[PREFERRED] if isinstance(p, dict))
+    return out
 
 
 def topology_constraint(value: dict[str, Any] | None) -> m.TopologyConstraint | None:
@@ -240,7 +356,8 @@ def build_snapshot(
         pod_qs = pod_qs.filter(workload__cluster_id=shard.cluster_id)
     pods_of: dict[int, list[dict[str, Any]]] = {}
     for p in pod_qs.values("id", "workload_id", "name", "uid", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices",
-                           "cpu", "memory", "state", "node_id", "gpu_group", "subgroup", "task_priority"):
+                           "cpu", "memory", "state", "node_id", "gpu_group", "subgroup", "task_priority",
+                           "mig_profile", "constraints"):
         pods_of.setdefault(p["workload_id"], []).append(p)
     jobs: list[m.JobSpec] = []
     rows = workload_qs.values("id", "namespace", "name", "labels", "queue_id", "queue__name", "priority_class__name",
@@ -266,6 +383,7 @@ def build_snapshot(
                 gpu_groups=(p["gpu_group"],) if p["gpu_group"] else (),
                 subgroup=p["subgroup"] or None,
                 task_order_priority=p["task_priority"],
+                **task_constraints(p["constraints"]),
             ))
             index.pods[(uid, p["name"])] = p["id"]
             index.pod_uids[p["id"]] = p["uid"]

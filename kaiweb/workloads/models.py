@@ -87,6 +87,11 @@ class Pod(models.Model):
         "cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="pods"
     )
     gpu_group = models.CharField(max_length=64, blank=True, help_text="Shared-GPU group of a fractional pod.")
+    constraints = models.JSONField(
+        default=dict, blank=True,
+        help_text="Where the pod may run, as its spec says: nodeSelector, affinity, tolerations, hostPorts, "
+                  "its labels (for others' pod affinity), MIG and other extended resource requests.",
+    )
     duration_seconds = models.FloatField(
         null=True, blank=True, validators=[MinValueValidator(0)],
         help_text="Simulated cluster only: how long the pod runs once started.",

@@ -29,6 +29,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 
+from kaiweb.cluster.backends.pod_constraints import (
+    ConstraintError,
+    check_taint_effect,
+    parse_affinity,
+    parse_host_ports,
+    parse_tolerations,
+)
 from kaiweb.cluster.backends.types import (
     BIND_KEY_ANNOTATION,
     GPU_FRACTION_ANNOTATION,
@@ -274,6 +281,12 @@ def _parse_pod(raw: Mapping[str, Any]) -> ObservedPod:
                    f"must be whole devices (use the {GPU_FRACTION_ANNOTATION} annotation for a share)",
                    requests.gpus)
     priority = spec.get("priority")
+    try:
+        tolerations = parse_tolerations(spec.get("tolerations"))
+        affinity = parse_affinity(spec.get("affinity"))
+        host_ports = parse_host_ports(spec)
+    except ConstraintError as bad:
+        raise _Bad(bad.field, bad.rule, bad.value) from bad
     return ObservedPod(
         namespace=meta.get("namespace", "") or "",
         name=meta.get("name", ""),
@@ -296,6 +309,9 @@ def _parse_pod(raw: Mapping[str, Any]) -> ObservedPod:
         created_at=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
         deleted_at=_time(meta.get("deletionTimestamp"), "metadata.deletionTimestamp"),
         resource_version=str(meta.get("resourceVersion", "")),
+        tolerations=tolerations,
+        affinity=affinity,
+        host_ports=host_ports,
     )
 
 
@@ -316,6 +332,15 @@ def parse_node(raw: Mapping[str, Any]) -> ObservedNode | Unreadable:
             if gpu_memory >= _BYTES_THRESHOLD_MIB:
                 gpu_memory //= 1024 * 1024
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        taints = []
+        for i, t in enumerate(spec.get("taints") or []):
+            if not t.get("key"):
+                raise _Bad(f"spec.taints[{i}].key", "is required")
+            try:
+                effect = check_taint_effect(t.get("effect"), f"spec.taints[{i}].effect")
+            except ConstraintError as bad:
+                raise _Bad(bad.field, bad.rule, bad.value) from bad
+            taints.append(Taint(str(t["key"]), str(t.get("value", "") or ""), effect))
         return ObservedNode(
             name=meta.get("name", ""),
             allocatable=allocatable,
@@ -326,8 +351,7 @@ def parse_node(raw: Mapping[str, Any]) -> ObservedNode | Unreadable:
             labels=labels,
             ready=ready,
             unschedulable=bool(spec.get("unschedulable")),
-            taints=tuple(Taint(t.get("key", ""), t.get("value", "") or "", t.get("effect", ""))
-                         for t in spec.get("taints") or []),
+            taints=tuple(taints),
             resource_version=str(meta.get("resourceVersion", "")),
             uid=meta.get("uid", "") or "",
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -99,7 +99,17 @@ class ResourceAmounts:
 class Taint:
     key: str
     value: str
-    effect: str
+    effect: str  # NoSchedule / PreferNoSchedule / NoExecute
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""  # "" with operator Exists tolerates every taint
+    operator: str = "Equal"  # Equal / Exists
+    value: str = ""
+    effect: str = ""  # "" matches every effect
+
+
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,11 @@ class ObservedPod:
     created_at: datetime | None
     deleted_at: datetime | None  # metadata.deletionTimestamp
     resource_version: str
+    tolerations: tuple[Toleration, ...] = ()
+    # spec.affinity as Kubernetes spells it, checked and reduced to the fields the scheduler
+    # reads: nodeAffinity / podAffinity / podAntiAffinity, each with required... and preferred...
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+    host_ports: tuple[str, ...] = ()  # "TCP/8080", or "TCP/8080/10.0.0.1" when bound to one address
 
     @property
     def ref(self) -> PodRef:
