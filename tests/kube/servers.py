@@ -218,6 +218,14 @@ class RealServer:
             written = resource.status.replace(body=written_body, namespace=namespace)
         return self._noted(written)
 
+    def put_status(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Write only ``status`` (the status subresource), as a kubelet or a controller does."""
+        namespace = obj["metadata"].get("namespace") if KINDS[plural][2] else None
+        current = self.get(plural, obj["metadata"]["name"], namespace or "")
+        assert current is not None, f"{plural} {obj['metadata']['name']} does not exist"
+        current["status"] = obj.get("status") or {}
+        return self._noted(self.resource(plural).status.replace(body=current, namespace=namespace))
+
     def _wait_gone(self, plural: str, name: str, namespace: str) -> None:
         deadline = time.monotonic() + 10
         while self.get(plural, name, namespace) is not None:
@@ -247,7 +255,15 @@ class RealServer:
     # -- builders (the fake's signatures) ------------------------------------------------------
 
     def add_node(self, name: str, **kwargs: Any) -> dict[str, Any]:
-        return self.put("nodes", node_body(name, **kwargs))
+        """A node; when Ready, without the not-ready taint admission gives every new node (the node
+        lifecycle controller, not run here, would lift it once the node reports Ready)."""
+        node = self.put("nodes", node_body(name, **kwargs))
+        if kwargs.get("ready", True):
+            taints = [t for t in node["spec"].get("taints") or [] if t["key"] != "node.kubernetes.io/not-ready"]
+            if taints != (node["spec"].get("taints") or []):
+                node["spec"]["taints"] = taints
+                node = self._noted(self.resource("nodes").replace(body=node))
+        return node
 
     def add_pod(
         self, name: str, *, namespace: str = "default", queue: str | None = "team-a",
