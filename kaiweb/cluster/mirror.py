@@ -59,7 +59,16 @@ from kaiweb.cluster.backends.types import (
 )
 from kaiweb.cluster.backends.types import PodState as ObservedState
 from kaiweb.cluster.gateway import ClusterError, ClusterRejected
-from kaiweb.cluster.models import Cluster, GpuDevice, MirrorState, Node, PendingReport, UnreadableObject
+from kaiweb.cluster.models import (
+    Cluster,
+    GpuDevice,
+    MirrorState,
+    Node,
+    PendingReport,
+    Topology,
+    UnreadableObject,
+)
+from kaiweb.core import clock
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
 
@@ -88,7 +97,8 @@ _NODE_FIELDS = ("labels", "allocatable_cpu", "allocatable_memory", "allocatable_
                 "gpu_product", "gpu_memory_mib", "mig_enabled", "topology", "ready", "unschedulable", "taints",
                 "mig_strategy", "extended_resources")
 _WORKLOAD_FIELDS = ("uid", "queue_id", "priority_class_id", "preemptibility", "min_member", "min_subgroup",
-                    "subgroups", "topology_constraint", "labels", "submitted_at")
+                    "subgroups", "topology_constraint", "preemption_delay_seconds", "staleness_grace_seconds",
+                    "labels", "submitted_at")
 _POD_FIELDS = ("workload_id", "uid", "subgroup", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices",
                "mig_profile", "cpu", "memory", "task_priority", "state", "node_id", "gpu_group", "constraints")
 
@@ -205,30 +215,44 @@ def pod_constraints(pod: ObservedPod) -> dict[str, Any]:
 
 
 def implicit_group_name(pod: ObservedPod) -> str:
-    """The workload of a pod without a PodGroup, named as KAI's podgrouper names its PodGroup."""
-    return (f"pg-{pod.name}-{pod.uid}" if pod.uid else f"pg-{pod.name}")[:253]
+    """The workload of a pod not (yet) in a PodGroup.
+
+    Named apart from the PodGroup the pod-grouper makes for it (``pg-<pod>-<uid>``), so the two
+    never meet under one name: once the pod names its PodGroup, it moves there and this empty
+    workload goes."""
+    return (f"pod-{pod.name}-{pod.uid}" if pod.uid else f"pod-{pod.name}")[:253]
 
 
 def workload_key(pod: ObservedPod) -> tuple[str, str]:
     return (pod.namespace, pod.pod_group or implicit_group_name(pod))
 
 
+def _constraint_json(tc: Any) -> dict[str, Any]:
+    """A topology constraint as the PodGroup spec spells it ({} for none)."""
+    if tc is None:
+        return {}
+    return {"topology": tc.topology, "requiredTopologyLevel": tc.required_level,
+            "preferredTopologyLevel": tc.preferred_level}
+
+
 def _group_values(group: ObservedPodGroup) -> dict[str, Any]:
-    tc = group.topology_constraint
     return {
         "uid": group.uid[:64],
         "preemptibility": group.preemptibility or "",
         "min_member": group.min_member,
         "min_subgroup": group.min_sub_group,
-        "subgroups": [{"name": sg.name, "minMember": sg.min_member, "parent": sg.parent} for sg in group.sub_groups],
-        "topology_constraint": ({"topology": tc.topology, "requiredTopologyLevel": tc.required_level,
-                                 "preferredTopologyLevel": tc.preferred_level} if tc else {}),
+        "subgroups": [{"name": sg.name, "minMember": sg.min_member, "parent": sg.parent,
+                       "minSubGroup": sg.min_sub_group, "topologyConstraint": _constraint_json(sg.topology_constraint)}
+                      for sg in group.sub_groups],
+        "topology_constraint": _constraint_json(group.topology_constraint),
+        "preemption_delay_seconds": group.preemption_delay_s,
+        "staleness_grace_seconds": group.staleness_grace_s,
     }
 
 
 def _implicit_values(pod: ObservedPod) -> dict[str, Any]:
     return {"uid": "", "preemptibility": "", "min_member": 1, "min_subgroup": None, "subgroups": [],
-            "topology_constraint": {}}
+            "topology_constraint": {}, "preemption_delay_seconds": None, "staleness_grace_seconds": None}
 
 
 def workload_state(pods: Sequence[Any], min_member: int | None) -> str:
@@ -457,7 +481,7 @@ def _plan(groups: Iterable[ObservedPodGroup], pods: Iterable[ObservedPod], queue
             continue
         values = _group_values(g)
         values.update(queue_id=queues.ids[g.queue], priority_class_id=classes.get(g.priority_class or ""),
-                      labels=dict(g.labels), submitted_at=g.created_at or timezone.now())
+                      labels=dict(g.labels), submitted_at=g.created_at or clock.now())
         plan.workloads[key] = values
     for p in sorted(pods, key=lambda p: (p.namespace, p.name)):
         key = workload_key(p)
@@ -487,7 +511,7 @@ def _plan(groups: Iterable[ObservedPodGroup], pods: Iterable[ObservedPod], queue
             values = _implicit_values(p)
             values.update(queue_id=queues.ids[p.queue or ""], priority_class_id=classes.get(p.priority_class or ""),
                           labels={**dict(p.labels), IMPLICIT_GROUP_LABEL: "true"},
-                          submitted_at=p.created_at or timezone.now())
+                          submitted_at=p.created_at or clock.now())
             plan.workloads[key] = values
         plan.pods[(p.namespace, p.name)] = (key, pod_values(p), p.node)
         if raw is not None:
@@ -507,7 +531,7 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
 
     Returns the pods left out because the node they are bound to is not in the mirror (yet):
     they wait for it, so that a pod is never counted without the node it uses."""
-    now = timezone.now()
+    now = clock.now()
     wqs = Workload.objects.filter(cluster=cluster)
     pqs = Pod.objects.filter(workload__cluster=cluster)
     pod_keys = set(plan.pods) | set(delete_pods)
@@ -781,16 +805,18 @@ def sync_queues(gateway: Any, cluster: Cluster, listing: Listing[ObservedQueue] 
     db = _database_specs()
     deleted = set(state.synced_queues) - set(db)
     unreadable = {p.name for p in problems}
-    actions = diff_queues(db.values(), listing.items, deleted_in_database=deleted)
+    actions = diff_queues(db.values(), listing.items, deleted_in_database=deleted, base=_agreed_specs(state))
     observed = {q.name: q for q in listing.items}
     messages: list[str] = []
     imports = [a.spec for a in actions if a.op == "import" and a.spec is not None]
     imported, refused = import_queues(imports)
     problems.extend(refused)
-    for name in imported:
-        messages.append(f"Queue {name} exists only in the cluster: imported into kaiweb.")
     for action in actions:
         if action.op == "import":
+            if action.name in imported:
+                messages.append(action.message)
+                if action.name in db:
+                    log.warning("%s", action.message)
             continue
         if action.op == "create" and action.name in unreadable:
             messages.append(f"Queue {action.name}: the cluster's CRD is unreadable; the database's spec replaces it.")
@@ -810,12 +836,37 @@ def sync_queues(gateway: Any, cluster: Cluster, listing: Listing[ObservedQueue] 
                             now)
             _audit_override(action.name, changes)
         messages.append(action.message)
-    # Queues present on both sides now: a later disappearance from the database is a deletion.
+    # Queues present on both sides now, with the spec both agree on: a later disappearance from the
+    # database is a deletion, and a later difference is judged against this spec.
     in_cluster = (set(observed) | {a.name for a in actions if a.op == "create"}) - {
         a.name for a in actions if a.op == "delete"}
-    state.synced_queues = sorted((set(db) | set(imported)) & in_cluster)
+    failed = {p.name for p in problems}
+    agreed = _database_specs() if imported else db
+    previous = _agreed_specs(state)
+    state.synced_queues = {name: _spec_json(agreed[name] if name not in failed else previous.get(name, agreed[name]))
+                           for name in sorted(set(agreed) & in_cluster)}
     state.save(update_fields=["synced_queues"])
     return messages, problems
+
+
+def _spec_json(spec: QueueSpec) -> dict[str, Any]:
+    from kaiweb.cluster.backends.kubernetes import queue_crd_spec
+
+    return queue_crd_spec(spec)
+
+
+def _agreed_specs(state: MirrorState) -> dict[str, QueueSpec]:
+    """The spec of each queue as the database and the cluster last agreed on it (none recorded yet: {})."""
+    from kaiweb.cluster.backends.kubernetes import parse_queue_spec
+
+    recorded = state.synced_queues if isinstance(state.synced_queues, dict) else {}
+    out = {}
+    for name, spec in recorded.items():
+        try:
+            out[name] = parse_queue_spec(name, spec)
+        except Exception:  # noqa: BLE001 - an unreadable record is as good as none
+            continue
+    return out
 
 
 # ----------------------------------------------------------------------------------- full sync
@@ -846,6 +897,12 @@ def sync_full(gateway: Any, cluster: Cluster) -> SyncReport:
     report.queues = messages
     problems.extend(queue_problems)
     _import_priority_classes(classes.items, report)
+    if hasattr(gateway, "list_topologies"):
+        topologies = _list_optional(gateway.list_topologies)
+        shards = _list_optional(gateway.list_shards)
+        problems.extend(Problem.of(u) for u in (*topologies.problems, *shards.problems))
+        _apply_topologies(cluster, topologies.items)
+        _apply_shards(cluster, shards.items)
 
     unreadable_pods = {(p.namespace, p.name) for p in problems if p.kind == "Pod"}
     with transaction.atomic():
@@ -860,7 +917,8 @@ def sync_full(gateway: Any, cluster: Cluster) -> SyncReport:
             plan.pods[key] = (wkey, values, node)
         problems.extend(_apply_plan(cluster, plan, full=True, report=report,
                                     touched_workloads={w for w, _, _ in kept.values()}))
-        _store_problems(cluster, problems, replace_kinds=("Node", "Pod", "PodGroup", "Queue", "PriorityClass"))
+        _store_problems(cluster, problems, replace_kinds=("Node", "Pod", "PodGroup", "Queue", "PriorityClass", "Topology",
+                                                            "SchedulingShard"))
         state = mirror_state(cluster)
         state.last_full_sync_at = timezone.now()
         report.problems.extend(p.message for p in problems)
@@ -868,6 +926,46 @@ def sync_full(gateway: Any, cluster: Cluster) -> SyncReport:
                                 "queues": len(queues), "problems": len(problems)}
         state.save(update_fields=["last_full_sync_at", "last_full_sync"])
     return report
+
+
+def _apply_topologies(cluster: Cluster, observed: Sequence[Any]) -> None:
+    """The cluster's Topology objects replace the mirrored ones."""
+    wanted = {t.name: list(t.levels) for t in observed}
+    current = {t.name: t for t in Topology.objects.filter(cluster=cluster)}
+    Topology.objects.filter(cluster=cluster).exclude(name__in=list(wanted)).delete()
+    for name, levels in wanted.items():
+        row = current.get(name)
+        if row is None:
+            Topology.objects.create(cluster=cluster, name=name, levels=levels)
+        elif row.levels != levels:
+            row.levels = levels
+            row.save(update_fields=["levels"])
+
+
+def _apply_shards(cluster: Cluster, observed: Sequence[Any]) -> None:
+    """KAI's SchedulingShard objects configure the shard of the same name (created when missing).
+
+    A shard the cluster does not describe keeps its configuration from the database."""
+    from kaiweb.cluster.models import SchedulingShard
+
+    for shard in observed:
+        row = SchedulingShard.objects.filter(cluster=cluster, name=shard.name).first()
+        if row is None:
+            row = SchedulingShard(cluster=cluster, name=shard.name)
+        values = {"partition_label_value": shard.partition_label_value,
+                  "gpu_placement": shard.gpu_placement or "binpack", "cpu_placement": shard.cpu_placement or "binpack",
+                  "args": dict(shard.args)}
+        if shard.k_value is not None:
+            values["k_value"] = shard.k_value
+        if shard.preempt_min_runtime_s is not None:
+            values["preempt_min_runtime"] = timedelta(seconds=shard.preempt_min_runtime_s)
+        if shard.reclaim_min_runtime_s is not None:
+            values["reclaim_min_runtime"] = timedelta(seconds=shard.reclaim_min_runtime_s)
+        if row.pk is not None and all(getattr(row, k) == v for k, v in values.items()):
+            continue
+        for key, value in values.items():
+            setattr(row, key, value)
+        row.save()
 
 
 def _holding_resources(cluster: Cluster, keys: set[tuple[str, str]]) -> dict[tuple[str, str], Any]:
@@ -1029,27 +1127,21 @@ def _apply_queue_event(cluster: Cluster, event: Any, gateway: Any) -> None:
                 log.warning("Queue %s: could not be recreated in the cluster: %s", name, exc)
         _store_problems(cluster, [], clear=[("Queue", "", name)])
         return
+    if gateway is not None:
+        # One rule for who wins (see sync_queues): a changed Queue re-runs the queue sync.
+        _messages, problems = sync_queues(gateway, cluster)
+        _store_problems(cluster, [p for p in problems if p.kind == "Queue"], replace_kinds=("Queue",))
+        _retry_deferred(cluster, lambda p: p.kind in ("Pod", "PodGroup"))
+        return
     observed: ObservedQueue = event.obj
     if name not in db:
         imported, refused = import_queues([observed.spec])
         _store_problems(cluster, refused, clear=[("Queue", "", name)] if imported else [])
         if imported:
-            state = mirror_state(cluster)
-            state.synced_queues = sorted(set(state.synced_queues) | {name})
-            state.save(update_fields=["synced_queues"])
             log.info("Queue %s exists only in the cluster: imported into kaiweb", name)
             _retry_deferred(cluster, lambda p: p.kind in ("Pod", "PodGroup"))
         return
-    changes = _spec_changes(db[name], observed.spec)
-    if changes and gateway is not None:
-        try:
-            gateway.upsert_queue(db[name])
-        except ClusterError as exc:
-            log.warning("Queue %s: could not be written to the cluster: %s", name, exc)
-            return
-        for path, (was, now) in changes.items():
-            log.warning("Queue %s: %s %r in the cluster overridden by the database's %r", name, path, was, now)
-        _audit_override(name, changes)
+    # Without a gateway nothing can be written to the cluster: the next sync settles the difference.
     _store_problems(cluster, [], clear=[("Queue", "", name)])
 
 
@@ -1084,6 +1176,7 @@ def _retry_deferred(cluster: Cluster, wanted: Any) -> None:
 class WriteBackReport:
     queue_statuses: int = 0
     pending_reports: int = 0
+    pod_group_statuses: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -1165,7 +1258,8 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
         cycle=cycle, is_current=True, workload__cluster=cluster)}
     for p in Pod.objects.filter(workload_id__in=list(reasons), state=PodState.PENDING).select_related("workload"):
         pr = reasons[p.workload_id]
-        wanted[(p.workload.namespace, p.name)] = (p.uid, pr.reason, pr.message or pr.reason)
+        # KAI's event reason for a pod left pending is Kubernetes' own "Unschedulable".
+        wanted[(p.workload.namespace, p.name)] = (p.uid, "Unschedulable", pr.message or pr.reason)
     for u in UnreadableObject.objects.filter(cluster=cluster, kind="Pod"):
         wanted[(u.namespace, u.name)] = (u.uid, "Deferred" if u.deferred else "Unreadable", u.message)
     known = {(r.namespace, r.name): r for r in PendingReport.objects.filter(cluster=cluster)}
@@ -1189,6 +1283,18 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
         else:
             row.uid, row.reason, row.digest, row.reported_at = uid, reason[:64], digest, now
             update.append(row)
+    if hasattr(gateway, "list_pod_groups_raw"):
+        from kaiweb.cluster import status_writer
+
+        try:
+            listed = {((r.get("metadata") or {}).get("namespace", ""), (r.get("metadata") or {}).get("name", "")): r
+                      for r in gateway.list_pod_groups_raw()}
+        except ClusterError as exc:
+            report.errors.append(str(exc))
+            listed = {}
+        written = status_writer.write_pod_group_status(gateway, cycle, listed)
+        report.pod_group_statuses = written.statuses_written
+        report.errors.extend(written.errors)
     still_pending = wanted.keys() | set(Pod.objects.filter(workload__cluster=cluster, state=PodState.PENDING)
                                         .values_list("workload__namespace", "name"))
     with transaction.atomic():

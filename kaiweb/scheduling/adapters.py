@@ -13,6 +13,8 @@ CRD's MB (10^6 bytes, as KAI's proportion plugin converts them).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -424,6 +426,21 @@ def build_snapshot(
 # ------------------------------------------------------------------------------------ idempotency
 
 
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def gpu_group_name(group: str, cycle_id: int | None) -> str:
+    """The name a shared GPU's group is known by in the cluster (the ``runai-gpu-group`` label).
+
+    A group read from the cluster keeps its name. One the engine opened in this cycle (its own
+    names are not valid label values) is named from the cycle and the engine's name, so every pod
+    the cycle puts on that GPU gets the same label and no other cycle's group can share it."""
+    if _LABEL_VALUE.match(group):
+        return group
+    digest = hashlib.sha256(f"{cycle_id}:{group}".encode()).hexdigest()[:20]
+    return f"gpu-group-{digest}"
+
+
 def bind_key(pod_uid: str, node: str) -> str:
     """A bind is identified by the pod incarnation and the node: binding it twice is one bind."""
     return f"bind:{pod_uid}:{node}"[:128]
@@ -491,6 +508,9 @@ def persist_result(
 
     namespaces = {j.uid: j.namespace for j in snapshot.jobs}
 
+    def groups(names: tuple[str, ...]) -> str:
+        return ",".join(gpu_group_name(g, cycle.pk) for g in names)[:64]
+
     def incarnation(pod_id: int | None, uid: str, job: str, task: str) -> str:
         # What names the pod in a key: its uid; a pod without one, its row; never its name alone.
         return uid or (f"pod{pod_id}" if pod_id else f"{cycle.pk}:{job}/{task}")
@@ -500,7 +520,7 @@ def persist_result(
         rows.append(Decision(
             cycle=cycle, kind=DecisionKind.BIND, status=status, workload_id=index.workloads.get(b.job),
             pod_id=pod_id, node_id=index.nodes.get(b.node), workload_ref=b.job, pod_name=b.task,
-            node_name=b.node, gpu_group=",".join(b.gpu_groups)[:64], reason="Allocated",
+            node_name=b.node, gpu_group=groups(b.gpu_groups), reason="Allocated",
             message=f"{b.task} bound to {b.node}", namespace=namespaces.get(b.job, ""), pod_uid=uid,
             numbers={"gpu_portion": b.gpu_portion} if b.gpu_portion else {},
             idempotency_key=bind_key(incarnation(pod_id, uid, b.job, b.task), b.node),
@@ -510,7 +530,7 @@ def persist_result(
         rows.append(Decision(
             cycle=cycle, kind=DecisionKind.PIPELINE, status=status, workload_id=index.workloads.get(p.job),
             pod_id=pod_id, node_id=index.nodes.get(p.node), workload_ref=p.job, pod_name=p.task,
-            node_name=p.node, gpu_group=",".join(p.gpu_groups)[:64], reason=f"Pipelined:{p.action}"[:64],
+            node_name=p.node, gpu_group=groups(p.gpu_groups), reason=f"Pipelined:{p.action}"[:64],
             message=f"{p.task} waits for resources being released on {p.node} ({p.action})",
             namespace=namespaces.get(p.job, ""), pod_uid=uid,
             numbers={"moved_from": p.moved_from} if p.moved_from else {},

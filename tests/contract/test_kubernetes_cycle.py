@@ -209,7 +209,8 @@ def test_an_interrupted_cycle_is_reconciled_against_the_api_server(
     for pod in (took, lost):
         meta = pod["metadata"]
         Decision.objects.create(cycle=dead, kind=DecisionKind.BIND, status=DecisionStatus.PLANNED,
-                                workload_ref=f"default/pg-{meta['name']}", pod_name=meta["name"], node_name="gpu-1",
+                                workload_ref=f"default/pg-{meta['name']}", namespace="default",
+                                pod_name=meta["name"], pod_uid=meta["uid"], node_name="gpu-1",
                                 reason="Allocated", idempotency_key=f"bind:{meta['uid']}:gpu-1")
 
     run_cycle(shard)

@@ -1,4 +1,5 @@
-"""The list + watch loop (kaiweb.cluster.watch) with the official client against the fake API server."""
+"""The list + watch loop (kaiweb.cluster.watch) with the official client, on the fake API server and,
+for the tests taking ``apiserver``, on a real kube-apiserver too (marked ``kube``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from kaiweb.cluster.backends.kubernetes import KubernetesGateway
 from kaiweb.cluster.backends.types import ObservedPod
 from kaiweb.cluster.watch import ClusterWatcher, ResourceWatch, WatchEvent, resource_kinds
 from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
+from tests.kube.fixtures import _real_server, apiserver, kube_cluster  # noqa: F401 - fixtures
+from tests.kube.servers import FakeServer, RealServer
+
+Server = FakeServer | RealServer
 
 
 class Recorder:
@@ -35,8 +40,10 @@ class Recorder:
 
 
 @pytest.fixture
-def gateway(kube_apiserver: FakeKubeApiServer) -> KubernetesGateway:  # noqa: F811
-    return KubernetesGateway(kube_apiserver.api_client, request_timeout=2.0, backoff_base=0.01, sleep=lambda _: None)
+def gateway(request: pytest.FixtureRequest) -> KubernetesGateway:
+    # On the server the test asked for: ``apiserver`` (fake, then real) or the fake alone.
+    server = request.getfixturevalue("apiserver" if "apiserver" in request.fixturenames else "kube_apiserver")
+    return KubernetesGateway(server.api_client, request_timeout=2.0, backoff_base=0.01, sleep=lambda _: None)
 
 
 def _pod_watch(gateway: KubernetesGateway, recorder: Recorder) -> ResourceWatch:
@@ -45,11 +52,11 @@ def _pod_watch(gateway: KubernetesGateway, recorder: Recorder) -> ResourceWatch:
 
 
 def test_the_first_step_lists_and_hands_out_every_object_then_synced(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_pod("a")
-    kube_apiserver.add_pod("b", namespace="ml")
-    kube_apiserver.add_pod("not-ours", scheduler="default-scheduler")
+    apiserver.add_pod("a")
+    apiserver.add_pod("b", namespace="ml")
+    apiserver.add_pod("not-ours", scheduler="default-scheduler")
     recorder = Recorder()
     watch = _pod_watch(gateway, recorder)
 
@@ -57,7 +64,7 @@ def test_the_first_step_lists_and_hands_out_every_object_then_synced(
 
     assert recorder.changes() == [("ADDED", "a"), ("ADDED", "b")]
     assert recorder.events[-1].type == "SYNCED"
-    assert watch.resource_version == str(kube_apiserver.resource_version)
+    assert apiserver.resource_version_is_current(watch.resource_version)
     assert isinstance(recorder.events[0].obj, ObservedPod)
     assert recorder.events[1].namespace == "ml"
 
@@ -192,13 +199,13 @@ def test_server_errors_on_the_watch_are_survived(
 
 
 def test_a_failing_callback_gets_the_event_again(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
     recorder = Recorder(fail_on=("ADDED", "p2"))
     watch = _pod_watch(gateway, recorder)
     watch.step()
-    kube_apiserver.add_pod("p1")
-    kube_apiserver.add_pod("p2")
+    apiserver.add_pod("p1")
+    apiserver.add_pod("p2")
 
     with pytest.raises(RuntimeError):
         watch.step()
@@ -208,12 +215,12 @@ def test_a_failing_callback_gets_the_event_again(
 
 
 def test_an_unreadable_pod_arrives_as_a_problem(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
     recorder = Recorder()
     watch = _pod_watch(gateway, recorder)
     watch.step()
-    kube_apiserver.add_pod("bad", annotations={"gpu-fraction": "1.5"})
+    apiserver.add_pod("bad", annotations={"gpu-fraction": "1.5"})
 
     watch.step()
 
@@ -224,12 +231,12 @@ def test_an_unreadable_pod_arrives_as_a_problem(
 
 
 def test_the_cluster_watcher_follows_every_kind_for_a_bounded_time(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_node("n1")
-    kube_apiserver.add_pod("p1")
-    kube_apiserver.add_pod_group("pg", {"queue": "team-a", "minMember": 2})
-    kube_apiserver.add_queue("team-a", {"resources": {}})
+    apiserver.add_node("n1")
+    apiserver.add_pod("p1")
+    apiserver.add_pod_group("pg", {"queue": "team-a", "minMember": 2})
+    apiserver.add_queue("team-a", {"resources": {}})
     recorder = Recorder()
     watcher = ClusterWatcher(gateway, recorder, timeout_seconds=1, backoff_base=0.01)
 
@@ -241,9 +248,9 @@ def test_the_cluster_watcher_follows_every_kind_for_a_bounded_time(
 
 
 def test_the_cluster_watcher_runs_its_threads_until_the_deadline(
-    kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    kube_apiserver.add_node("n1")
+    apiserver.add_node("n1")
     recorder = Recorder()
     watcher = ClusterWatcher(gateway, recorder, kinds=["Node", "Queue"], timeout_seconds=1, backoff_base=0.01)
 
@@ -275,10 +282,14 @@ def test_watch_cluster_command_once_against_a_server(
     assert "watching Node, Pod on Kubernetes v1.31.0-fake" in text
     assert "ADDED Node n1" in text
     assert "ADDED Pod default/p1" in text
-    assert "watch ended: ADDED 2, SYNCED 2" in text
-    # The changes reached the database mirror: the node, and the pod waiting for its queue.
+    # The pod-grouper gave the pod its PodGroup: the pod's update is the one MODIFIED event.
+    assert "watch ended: ADDED 2, MODIFIED 1, SYNCED 2" in text
+    (group,) = kube_apiserver.list("podgroups")
+    assert kube_apiserver.get("pods", "p1", "default")["metadata"]["annotations"]["pod-group-name"] == \
+        group["metadata"]["name"]
+    # The changes reached the database mirror: the node, and the pod waiting (for its queue).
     assert list(Node.objects.filter(cluster__name="kubernetes").values_list("name", flat=True)) == ["n1"]
-    assert UnreadableObject.objects.get(name="p1").field == "metadata.labels[kai.scheduler/queue]"
+    assert UnreadableObject.objects.get(name="p1").deferred
 
 
 def test_watch_cluster_command_stops_after_max_seconds(

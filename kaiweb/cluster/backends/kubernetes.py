@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -62,6 +63,8 @@ from kaiweb.cluster.backends.types import (
     ObservedPodGroup,
     ObservedPriorityClass,
     ObservedQueue,
+    ObservedShard,
+    ObservedTopology,
     PodRef,
     PodState,
     QueueResource,
@@ -80,6 +83,7 @@ logger = logging.getLogger(__name__)
 
 QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.run.ai", "v2", "queues"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.run.ai", "v2alpha2", "podgroups"
+KAI_GROUP = "kai.scheduler"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 PAGE_SIZE = 500
 # nvidia.com/gpu.memory is MiB; values this large can only be bytes (KAI-SEMANTICS §5).
@@ -389,13 +393,17 @@ def parse_pod_group(raw: Mapping[str, Any]) -> ObservedPodGroup | Unreadable:
                 min_member=_optional_int(sg, "minMember", f"spec.subGroups[{i}].minMember"),
                 parent=sg.get("parent") or None,
                 min_sub_group=_optional_int(sg, "minSubGroup", f"spec.subGroups[{i}].minSubGroup"),
+                topology_constraint=_topology_constraint(sg.get("topologyConstraint"),
+                                                         f"spec.subGroups[{i}].topologyConstraint"),
             ))
-        tc = spec.get("topologyConstraint") or None
-        topology = None
-        if tc:
-            topology = TopologyConstraint(topology=tc.get("topology", "") or "",
-                                          required_level=tc.get("requiredTopologyLevel") or None,
-                                          preferred_level=tc.get("preferredTopologyLevel") or None)
+        names = [sg.name for sg in sub_groups]
+        if len(set(names)) != len(names):
+            raise _Bad("spec.subGroups[*].name", "must be unique within the PodGroup", names)
+        for i, sg in enumerate(sub_groups):
+            if sg.parent is not None and sg.parent not in names:
+                raise _Bad(f"spec.subGroups[{i}].parent", "must name another subgroup of this PodGroup", sg.parent)
+        topology = _topology_constraint(spec.get("topologyConstraint"), "spec.topologyConstraint")
+        owner = next((ref for ref in meta.get("ownerReferences") or [] if isinstance(ref, Mapping)), None)
         return ObservedPodGroup(
             namespace=meta.get("namespace", "") or "",
             name=meta.get("name", ""),
@@ -411,9 +419,91 @@ def parse_pod_group(raw: Mapping[str, Any]) -> ObservedPodGroup | Unreadable:
             created_at=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
             resource_version=str(meta.get("resourceVersion", "")),
             labels=dict(meta.get("labels") or {}),
+            preemption_delay_s=_duration(spec.get("preemptionDelay"), "spec.preemptionDelay"),
+            staleness_grace_s=_duration(spec.get("stalenessGracePeriod"), "spec.stalenessGracePeriod"),
+            owner=({"kind": str(owner.get("kind", "")), "name": str(owner.get("name", "")),
+                    "uid": str(owner.get("uid", ""))} if owner else None),
         )
     except _Bad as bad:
         return _unreadable("PodGroup", raw, bad)
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_MAX_DURATION_S = 10 * 365 * 24 * 3600.0
+
+
+def _duration(value: Any, field: str) -> float | None:
+    """A Kubernetes duration ("90s", "1m30s", "2h") in seconds; None when unset."""
+    if value is None or value == "":
+        return None
+    text = str(value).strip()
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise _Bad(field, "must be a duration such as 30s, 5m or 1h30m", value)
+    seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if seconds > _MAX_DURATION_S:
+        raise _Bad(field, "must be at most ten years", value)
+    return seconds
+
+
+def _topology_constraint(tc: Any, field: str) -> TopologyConstraint | None:
+    if not tc:
+        return None
+    if not isinstance(tc, Mapping):
+        raise _Bad(field, "must be an object with topology, requiredTopologyLevel, preferredTopologyLevel", tc)
+    if not tc.get("topology") and (tc.get("requiredTopologyLevel") or tc.get("preferredTopologyLevel")):
+        raise _Bad(f"{field}.topology", "is required with a topology level", tc)
+    if not tc.get("topology"):
+        return None
+    return TopologyConstraint(topology=str(tc.get("topology")), required_level=tc.get("requiredTopologyLevel") or None,
+                              preferred_level=tc.get("preferredTopologyLevel") or None)
+
+
+@_never_raises("Topology")
+def parse_topology(raw: Mapping[str, Any]) -> ObservedTopology | Unreadable:
+    try:
+        levels = (raw.get("spec") or {}).get("levels")
+        if not isinstance(levels, list) or not levels:
+            raise _Bad("spec.levels", "must list at least one level", levels)
+        keys = []
+        for i, level in enumerate(levels):
+            key = level.get("nodeLabel") if isinstance(level, Mapping) else None
+            if not isinstance(key, str) or not key:
+                raise _Bad(f"spec.levels[{i}].nodeLabel", "is required: a node label key", level)
+            keys.append(key)
+        return ObservedTopology(name=_meta(raw).get("name", ""), levels=tuple(keys))
+    except _Bad as bad:
+        return _unreadable("Topology", raw, bad)
+
+
+@_never_raises("SchedulingShard")
+def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
+    try:
+        spec = raw.get("spec") or {}
+        strategy = spec.get("placementStrategy") or {}
+        if not isinstance(strategy, Mapping):
+            raise _Bad("spec.placementStrategy", "must be an object with gpu and cpu", strategy)
+        for key in ("gpu", "cpu"):
+            if strategy.get(key) not in (None, "", "binpack", "spread"):
+                raise _Bad(f"spec.placementStrategy.{key}", "must be binpack or spread", strategy.get(key))
+        args = spec.get("args") or {}
+        if not isinstance(args, Mapping):
+            raise _Bad("spec.args", "must be a map of strings", args)
+        k_value = spec.get("kValue")
+        if k_value is not None and (isinstance(k_value, bool) or not isinstance(k_value, int | float) or k_value < 0):
+            raise _Bad("spec.kValue", "must be a number, at least 0", k_value)
+        runtime = spec.get("minRuntime") or {}
+        return ObservedShard(
+            name=_meta(raw).get("name", ""), partition_label_value=str(spec.get("partitionLabelValue") or ""),
+            gpu_placement=strategy.get("gpu") or None, cpu_placement=strategy.get("cpu") or None,
+            args={str(k): str(v) for k, v in args.items()},
+            k_value=float(k_value) if k_value is not None else None,
+            preempt_min_runtime_s=_duration(runtime.get("preemptMinRuntime"), "spec.minRuntime.preemptMinRuntime"),
+            reclaim_min_runtime_s=_duration(runtime.get("reclaimMinRuntime"), "spec.minRuntime.reclaimMinRuntime"),
+        )
+    except _Bad as bad:
+        return _unreadable("SchedulingShard", raw, bad)
 
 
 def _number(block: Mapping[str, Any], key: str, field: str, minimum: float) -> float:
@@ -533,11 +623,22 @@ def _depth(name: str, parents: Mapping[str, str | None]) -> int:
 
 def diff_queues(
     database: Iterable[QueueSpec], cluster: Iterable[ObservedQueue], *, deleted_in_database: Iterable[str] = (),
+    base: Mapping[str, QueueSpec] | None = None,
 ) -> list[QueueSyncAction]:
-    """What to do so the cluster's Queue CRDs match the database.
+    """What to do so the cluster's Queue CRDs and the database agree.
+
+    ``base`` is each queue's spec as both sides last agreed on it. For a queue in both, different:
+
+    * only the database changed since (or there is no base) → ``update`` (the database's values go
+      to the cluster; the message lists each overridden value);
+    * only the cluster changed (``kubectl edit``, GitOps) → ``import``: the cluster's values go to
+      the database, through the control plane's import rules;
+    * both changed → ``import`` as well: the cluster, which GitOps keeps declaratively, wins, and
+      the message names the database values it replaces (they stay in the audit log).
+
+    Otherwise:
 
     * in the database only → ``create``;
-    * in both, different → ``update`` (the database wins; the message lists each overridden value);
     * in the cluster only, and deleted in the database → ``delete``;
     * in the cluster only, never known to the database → ``import`` (the other direction of the
       two-way sync: the caller adds it to the database; nothing is written to the cluster).
@@ -557,6 +658,17 @@ def diff_queues(
                                            "the cluster: creating it."))
             continue
         changes = _spec_differences(spec, seen[name].spec)
+        before = (base or {}).get(name)
+        if changes and before is not None and before != seen[name].spec:
+            detail = "; ".join(_spec_differences(seen[name].spec, spec))
+            if before == spec:
+                message = f"Queue {name} was changed in the cluster: its values replace the database's: {detail}."
+            else:
+                message = (f"Queue {name} was changed in both the cluster and the database; the cluster wins, "
+                           f"replacing the database's values: {detail}.")
+            imports.append(QueueSyncAction("import", name, seen[name].spec, message,
+                                           resource_version=seen[name].resource_version))
+            continue
         if changes:
             updates.append(QueueSyncAction(
                 "update", name, spec,
@@ -569,7 +681,7 @@ def diff_queues(
                                            resource_version=seen[name].resource_version))
         else:
             imports.append(QueueSyncAction("import", name, seen[name].spec,
-                                           f"Queue {name} exists only in the cluster: importing it into the database."))
+                                           f"Queue {name} exists only in the cluster: imported into kaiweb."))
     return creates + updates + deletes + imports
 
 
@@ -601,7 +713,9 @@ def load_configuration(host: str | None = None) -> client.Configuration:
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         kube_config.load_incluster_config(client_configuration=configuration)
     else:
-        kube_config.load_kube_config(client_configuration=configuration)
+        # KUBECONFIG is read now, not when the client library was imported.
+        kube_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None,
+                                     client_configuration=configuration)
     # The gateway retries with its own bounded backoff; urllib3's retries would multiply them.
     configuration.retries = False
     return configuration
@@ -783,6 +897,14 @@ class KubernetesGateway:
         return self._listing(*self.list_raw("list Queues", self.custom.list_cluster_custom_object,
                                          QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL), parse_queue)
 
+    def list_topologies(self) -> Listing[ObservedTopology]:
+        return self._listing(*self.list_raw("list Topologies", self.custom.list_cluster_custom_object,
+                                         KAI_GROUP, "v1alpha1", "topologies"), parse_topology)
+
+    def list_shards(self) -> Listing[ObservedShard]:
+        return self._listing(*self.list_raw("list SchedulingShards", self.custom.list_cluster_custom_object,
+                                         KAI_GROUP, "v1", "schedulingshards"), parse_shard)
+
     def list_priority_classes(self) -> Listing[ObservedPriorityClass]:
         return self._listing(*self.list_raw("list PriorityClasses", self.scheduling.list_priority_class),
                              parse_priority_class)
@@ -834,7 +956,13 @@ class KubernetesGateway:
                 return done
             raise ClusterRejected(operation, f"the server refused the binding: {err.detail}", status=409,
                                   reason="Conflict") from err
-        return ActionResult(ActionOutcome.BOUND, f"pod {action.namespace}/{action.name} bound to {action.node}")
+        message = f"Successfully assigned pod {action.namespace}/{action.name} to node {action.node}"
+        try:
+            self._event(PodRef(action.namespace, action.name, action.uid), "Normal", "Scheduled",
+                        f"{message} at node-pool {action.node_pool or 'default'}", bump=False)
+        except ClusterError as exc:  # the pod is bound; a lost event is only logged
+            logger.warning("%s: Scheduled event not written: %s", operation, exc)
+        return ActionResult(ActionOutcome.BOUND, message)
 
     def _check_bindable(self, action: BindAction, pod: Mapping[str, Any] | None, operation: str) -> ActionResult | None:
         """None if the pod can still be bound; ALREADY_BOUND if it is on the target node; else raises."""
@@ -921,26 +1049,29 @@ class KubernetesGateway:
             raise
         self._event(PodRef(pod.namespace, pod.name, pod.uid), "Warning", reason, message)
 
-    def _event(self, pod: PodRef, type_: str, reason: str, message: str) -> None:
-        """An event on the pod. Its name derives from what it says, so a repeated explanation
-        bumps ``count`` on one event (as the kubelet's aggregation does) instead of piling up."""
+    def _event(self, pod: PodRef, type_: str, reason: str, message: str, *, kind: str = "Pod",
+               api_version: str = "v1", bump: bool = True) -> None:
+        """An event on the pod (or another object). Its name derives from what it says, so a repeated
+        explanation bumps ``count`` on one event (as the kubelet's aggregation does) instead of piling up."""
         digest = hashlib.sha256(f"{pod.uid}|{type_}|{reason}|{message}".encode()).hexdigest()[:16]
         name = f"{pod.name}.{digest}"
         now = datetime.now(UTC)
         event = client.CoreV1Event(
             metadata=client.V1ObjectMeta(name=name, namespace=pod.namespace),
-            involved_object=client.V1ObjectReference(api_version="v1", kind="Pod", name=pod.name,
+            involved_object=client.V1ObjectReference(api_version=api_version, kind=kind, name=pod.name,
                                                      namespace=pod.namespace, uid=pod.uid or None),
             type=type_, reason=reason, message=message, count=1, first_timestamp=now, last_timestamp=now,
             source=client.V1EventSource(component=self.scheduler_name),
             reporting_component=self.scheduler_name,
         )
-        operation = f"event on pod {pod.namespace}/{pod.name}"
+        operation = f"event on {kind} {pod.namespace}/{pod.name}"
         try:
             self._json(operation, self.core.create_namespaced_event, pod.namespace, event)
         except ClusterRejected as err:
             if err.status != 409:
                 raise
+            if not bump:
+                return  # said already: once per distinct message is enough
             current = self._json(operation, self.core.read_namespaced_event, name, pod.namespace)
             self._json(operation, self.core.patch_namespaced_event, name, pod.namespace,
                        {"count": int(current.get("count") or 1) + 1,
@@ -1021,9 +1152,13 @@ class KubernetesGateway:
     def sync_into(self, cluster: Any) -> dict[str, Any]:
         """The cycle's observe step: make the database mirror of ``cluster`` current (a full
         list unless ``manage.py watch_cluster`` keeps it current; Queue CRDs are synced always)."""
-        from kaiweb.cluster import mirror
+        from kaiweb.cluster import grouping, mirror
 
-        return mirror.sync_into(self, cluster)
+        if mirror.watcher_is_current(cluster):
+            # The watcher groups each pod as its event arrives; only the Queue CRDs are synced here.
+            return mirror.sync_into(self, cluster)
+        grouped = grouping.group_pods(self)
+        return {**mirror.sync_into(self, cluster), "pod_grouper": grouped.as_json()}
 
     def write_back(self, cycle: Any) -> Any:
         """After a cycle: queue status and why-pending explanations, each only when changed."""
@@ -1046,3 +1181,107 @@ class KubernetesGateway:
         if pod is None or (uid and _meta(pod).get("uid") != uid):
             return True
         return bool(_meta(pod).get("deletionTimestamp"))
+
+    # -- the pod-grouper's reads and writes ----------------------------------------------------
+
+    def list_scheduler_pods_raw(self) -> list[dict[str, Any]]:
+        """Raw pods of our scheduler that still matter (not finished), for the pod-grouper."""
+        raws, _ = self.list_raw("list pods", self.core.list_pod_for_all_namespaces,
+                                field_selector=self.pod_field_selector())
+        return [r for r in raws if isinstance(r, dict)
+                and (r.get("spec") or {}).get("schedulerName") == self.scheduler_name
+                and (r.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+
+    def list_pods_raw(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Raw pods of a namespace carrying all ``labels`` (any scheduler)."""
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        raws, _ = self.list_raw(f"list pods in {namespace}", self.core.list_namespaced_pod, namespace,
+                                label_selector=selector)
+        return [r for r in raws if isinstance(r, dict)]
+
+    def list_pod_groups_raw(self) -> list[dict[str, Any]]:
+        raws, _ = self.list_raw("list PodGroups", self.custom.list_cluster_custom_object, PODGROUP_GROUP,
+                                PODGROUP_VERSION, PODGROUP_PLURAL)
+        return [r for r in raws if isinstance(r, dict)]
+
+    def get_object(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """Any object by apiVersion, kind, namespace and name (None when absent or not served)."""
+        group, _, version = api_version.rpartition("/")
+        operation = f"read {kind} {namespace}/{name}"
+        try:
+            if not group:
+                if kind == "Pod":
+                    return self._json(operation, self.core.read_namespaced_pod, name, namespace)
+                if kind == "Namespace":
+                    return self._json(operation, self.core.read_namespace, name)
+                return None
+            plural = plural_of(kind)
+            if namespace:
+                return self._json(operation, self.custom.get_namespaced_custom_object, group, version, namespace,
+                                  plural, name)
+            return self._json(operation, self.custom.get_cluster_custom_object, group, version, plural, name)
+        except ClusterRejected as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        raw = self.get_object("v1", "Namespace", "", namespace)
+        return dict(_meta(raw).get("labels") or {}) if raw else {}
+
+    def upsert_pod_group(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the PodGroup, or update its spec, labels and owners when they differ."""
+        meta = manifest["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        operation = f"write PodGroup {namespace}/{name}"
+        try:
+            return self._json(operation, self.custom.create_namespaced_custom_object, PODGROUP_GROUP,
+                              PODGROUP_VERSION, namespace, PODGROUP_PLURAL, dict(manifest))
+        except ClusterRejected as err:
+            if err.status != 409:
+                raise
+        current = self._json(operation, self.custom.get_namespaced_custom_object, PODGROUP_GROUP, PODGROUP_VERSION,
+                             namespace, PODGROUP_PLURAL, name)
+        wanted_meta = {k: meta[k] for k in ("labels", "annotations", "ownerReferences") if k in meta}
+        if current.get("spec") == manifest.get("spec") and all(
+                _meta(current).get(k) == v for k, v in wanted_meta.items()):
+            return current
+        body = {"metadata": {**wanted_meta, "resourceVersion": _meta(current).get("resourceVersion")},
+                "spec": manifest.get("spec")}
+        return self._json(operation, self.custom.patch_namespaced_custom_object, PODGROUP_GROUP, PODGROUP_VERSION,
+                          namespace, PODGROUP_PLURAL, name, body, _content_type="application/merge-patch+json")
+
+    def write_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        self._json(f"write PodGroup {namespace}/{name} status", self.custom.patch_namespaced_custom_object_status,
+                   PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name, {"status": dict(status)},
+                   _content_type="application/merge-patch+json")
+
+    def label_pod(self, namespace: str, name: str, uid: str, *, labels: Mapping[str, str],
+                  annotations: Mapping[str, str]) -> bool:
+        """Merge labels and annotations into that pod incarnation (False when it is gone)."""
+        body = {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}}
+        if uid:
+            body["metadata"]["uid"] = uid
+        try:
+            self._json(f"label pod {namespace}/{name}", self.core.patch_namespaced_pod, name, namespace, body,
+                       _content_type="application/merge-patch+json")
+        except ClusterRejected as err:
+            if err.status in (404, 409):
+                return False
+            raise
+        return True
+
+    def object_event(self, ref: Mapping[str, str], type_: str, reason: str, message: str) -> None:
+        """An event on any object (``ref``: apiVersion, kind, namespace, name, uid)."""
+        self._event(PodRef(ref["namespace"], ref["name"], ref.get("uid", "")), type_, reason, message,
+                    kind=ref.get("kind", "Pod"), api_version=ref.get("apiVersion", "v1"), bump=False)
+
+
+def plural_of(kind: str) -> str:
+    """The resource name of a kind, by Kubernetes' own rule for the kinds we read."""
+    low = kind.lower()
+    if low.endswith(("s", "x", "ch", "sh")):
+        return low + "es"
+    if low.endswith("y") and low[-2:-1] not in "aeiou":
+        return low[:-1] + "ies"
+    return low + "s"

@@ -110,8 +110,6 @@ class Toleration:
     effect: str = ""  # "" matches every effect
 
 
-
-
 @dataclass(frozen=True)
 class ObservedNode:
     name: str
@@ -195,6 +193,7 @@ class SubGroup:
     min_member: int | None
     parent: str | None
     min_sub_group: int | None = None
+    topology_constraint: TopologyConstraint | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +219,9 @@ class ObservedPodGroup:
     created_at: datetime | None
     resource_version: str
     labels: Mapping[str, str] = field(default_factory=dict)  # e.g. the node-pool label that places it in a shard
+    preemption_delay_s: float | None = None  # spec.preemptionDelay
+    staleness_grace_s: float | None = None  # spec.stalenessGracePeriod
+    owner: Mapping[str, str] | None = None  # the controlling ownerReference (kind, name, uid), if any
 
 
 @dataclass(frozen=True)
@@ -286,6 +288,7 @@ class BindAction:
     gpu_group: str | None = None  # for fractional GPUs: the shared device group
     gpu_portion: float | None = None  # for fractional GPUs: the accepted share of one device
     idempotency_key: str = ""
+    node_pool: str = ""  # the shard that decided it, for the Scheduled event
 
 
 @dataclass(frozen=True)
@@ -321,3 +324,25 @@ class QueueSyncAction:
     spec: QueueSpec | None  # the database's spec (None for delete)
     message: str  # what changes, and for updates which cluster values the database overrides
     resource_version: str = ""  # the observed CRD's version, for an optimistic replace
+
+
+@dataclass(frozen=True)
+class ObservedTopology:
+    """A Topology object (``kai.scheduler/v1alpha1``): node label keys, outermost first."""
+
+    name: str
+    levels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ObservedShard:
+    """A SchedulingShard object (``kai.scheduler/v1``), KAI's per-partition scheduler configuration."""
+
+    name: str
+    partition_label_value: str
+    gpu_placement: str | None
+    cpu_placement: str | None
+    args: Mapping[str, str]
+    k_value: float | None = None
+    preempt_min_runtime_s: float | None = None
+    reclaim_min_runtime_s: float | None = None

@@ -174,7 +174,7 @@ def test_placement_constraints_from_the_cluster_refuse_pods_with_the_reason(
         "task selector: 0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: infer}, "
         "2 node(s) didn't match Pod's node affinity/selector.")
     assert placed["zone-b"] is None
-    assert pending[next(k for k in pending if k.startswith("pg-zone-b-") and "tolerant" not in k)].message.endswith(
+    assert pending[next(k for k in pending if k.startswith("pod-zone-b-") and "tolerant" not in k)].message.endswith(
         "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: infer}, "
         "2 node(s) didn't match Pod's node affinity/selector.")
     assert placed["mig-too-many"] is None

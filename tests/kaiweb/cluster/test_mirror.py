@@ -98,7 +98,7 @@ def test_sync_full_mirrors_nodes_devices_workloads_and_pods(server: FakeKubeApiS
     assert train.priority_class == PriorityClass.objects.get(name="train")  # imported from the cluster
     assert sorted(train.pods.values_list("name", "gpu", "cpu")) == [("train-0", 1.0, 2000.0), ("train-1", 1.0, 2000.0)]
 
-    solo = Workload.objects.get(cluster=cluster, name__startswith="pg-solo-")
+    solo = Workload.objects.get(cluster=cluster, name__startswith="pod-solo-")
     assert solo.labels[mirror.IMPLICIT_GROUP_LABEL] == "true"
     assert solo.state == WorkloadState.RUNNING
     pod = solo.pods.get()
@@ -125,7 +125,7 @@ def test_a_second_sync_changes_nothing_and_deletions_in_the_cluster_reach_the_mi
     report = mirror.sync_full(gateway, cluster)
 
     assert list(Node.objects.filter(cluster=cluster).values_list("name", flat=True)) == ["gpu-1"]
-    assert not Workload.objects.filter(name__startswith="pg-solo-").exists()
+    assert not Workload.objects.filter(name__startswith="pod-solo-").exists()
     assert not Workload.objects.filter(name="train").exists()
     half = Pod.objects.get(name="half")
     assert (half.state, half.node.name, half.workload.state) == (PodState.RUNNING, "gpu-1", WorkloadState.RUNNING)
@@ -328,7 +328,7 @@ def test_a_pod_deleted_and_a_node_added_reach_the_mirror_through_the_watch(
     server.add_node("gpu-3", gpus=8)
     watcher.run_once()
 
-    assert not Workload.objects.filter(name__startswith="pg-solo-").exists()  # its only pod is gone
+    assert not Workload.objects.filter(name__startswith="pod-solo-").exists()  # its only pod is gone
     assert list(Workload.objects.get(name="train").pods.values_list("name", flat=True)) == ["train-0"]
     node = Node.objects.get(cluster=cluster, name="gpu-3")
     assert node.allocatable_gpu == 8
@@ -336,19 +336,50 @@ def test_a_pod_deleted_and_a_node_added_reach_the_mirror_through_the_watch(
     assert MirrorState.objects.get(cluster=cluster).watcher_heartbeat_at is not None  # SYNCED events beat
 
 
-def test_a_queue_changed_in_the_cluster_is_put_back_by_the_watcher(
+def test_a_queue_edited_in_the_cluster_is_taken_into_the_database_by_the_watcher(
         server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
-    mirror.sync_full(gateway, cluster)
+    mirror.sync_full(gateway, cluster)  # both sides agree on team-a (gpu quota 4)
     watcher = ClusterWatcher(gateway, lambda e: mirror.apply_event(e, cluster, gateway), kinds=("Queue",))
     watcher.run_once()
-    server.add_queue("team-a", qspec(1, parent="research"))
+    server.add_queue("team-a", qspec(1, parent="research"))  # kubectl edit / GitOps
 
     watcher.run_once()
 
-    assert server.get("queues", "team-a")["spec"]["resources"]["gpu"]["quota"] == 4
+    assert Queue.objects.get(name="team-a").gpu_quota == 1
+    assert server.get("queues", "team-a")["spec"]["resources"]["gpu"]["quota"] == 1
     entry = AuditEntry.objects.filter(object_repr="team-a", action="update").first()
-    assert entry is not None
-    assert entry.changes() == {"cluster spec.resources.gpu.quota": (1.0, 4.0)}
+    assert entry is not None  # the database's change is on record, with where it came from
+
+
+def test_a_queue_edited_in_the_database_goes_to_the_cluster(
+        server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
+    mirror.sync_queues(gateway, cluster)
+    Queue.objects.filter(name="team-a").update(gpu_quota=7)
+
+    messages, problems = mirror.sync_queues(gateway, cluster)
+
+    assert problems == []
+    assert server.get("queues", "team-a")["spec"]["resources"]["gpu"]["quota"] == 7
+    assert any("resources.gpu.quota 4 → 7" in m for m in messages)
+
+
+def test_a_queue_edited_on_both_sides_takes_the_clusters_values_and_says_which_it_replaced(
+        server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
+    mirror.sync_queues(gateway, cluster)
+    Queue.objects.filter(name="team-a").update(gpu_quota=7)
+    server.add_queue("team-a", qspec(2, parent="research"))
+
+    messages, problems = mirror.sync_queues(gateway, cluster)
+
+    assert problems == []
+    assert Queue.objects.get(name="team-a").gpu_quota == 2
+    assert server.get("queues", "team-a")["spec"]["resources"]["gpu"]["quota"] == 2
+    said = " ".join(messages)
+    assert "changed in both the cluster and the database; the cluster wins" in said
+    assert "resources.gpu.quota 7 → 2" in said
+    # Agreed now: the next sync changes nothing.
+    again, _ = mirror.sync_queues(gateway, cluster)
+    assert not [m for m in again if "team-a" in m]
 
 
 def test_sync_into_lists_only_queues_while_the_watcher_is_alive(
@@ -421,7 +452,7 @@ def test_write_back_writes_only_what_changed_since_the_last_cycle(cluster: Clust
         return c
 
     mirror.write_back(gateway, cycle("OverLimit", "leaf is at its GPU limit", 1))
-    assert gateway.pending == [("waiting", "OverLimit", "leaf is at its GPU limit")]
+    assert gateway.pending == [("waiting", "Unschedulable", "leaf is at its GPU limit")]
     written = {s.name: s for s in gateway.statuses}
     assert written["leaf"].allocated.gpus == 1
     assert written["leaf"].allocated.memory_bytes == 2048 * 10**6  # the CRD's MB → bytes
@@ -433,7 +464,7 @@ def test_write_back_writes_only_what_changed_since_the_last_cycle(cluster: Clust
     assert len(gateway.statuses) == 2
 
     mirror.write_back(gateway, cycle("NotEnoughResources", "no node has 1 free GPU", 3))
-    assert gateway.pending[-1] == ("waiting", "NotEnoughResources", "no node has 1 free GPU")
+    assert gateway.pending[-1] == ("waiting", "Unschedulable", "no node has 1 free GPU")
     assert len(gateway.statuses) == 4
 
     # Bound: no longer pending, so its record goes; pending again later, it is explained again.

@@ -22,7 +22,8 @@ def test_two_workloads_with_pods_of_the_same_name_are_both_bound():
         services.create_workload({"cluster": sc.cluster, "namespace": "ns", "name": name, "queue": "team-a"},
                                  [{"name": "worker-0", "gpu": 4}])
     pods = list(Pod.objects.filter(workload__cluster=sc.cluster).order_by("workload__name"))
-    assert all(p.uid for p in pods) and pods[0].uid != pods[1].uid
+    assert all(p.uid for p in pods)
+    assert pods[0].uid != pods[1].uid
 
     outcome = cycle.run_and_record_cycle(sc.shard, trigger="test", advance=False)
 

@@ -24,15 +24,19 @@ def test_leaves_are_pod_sets_and_parents_are_inner_nodes():
         {"name": "prefill", "minMember": 3},
     ]
     tree = gang_tree(subgroups, 2, {})
-    assert tree is not None and tree.min_subgroups == 2
+    assert tree is not None
+    assert tree.min_subgroups == 2
     assert [p.name for p in tree.pod_sets] == ["prefill"]
     assert tree.pod_sets[0].min_available == 3
     (decode,) = tree.subgroups
-    assert decode.name == "decode" and decode.min_subgroups == 1
+    assert decode.name == "decode"
+    assert decode.min_subgroups == 1
     assert [(p.name, p.min_available) for p in decode.pod_sets] == [("decode-leader", 1), ("decode-workers", 2)]
     assert decode.pod_sets[1].topology_constraint == m.TopologyConstraint("t", "rack", None)
 
 
 def test_a_parent_cycle_does_not_recurse_forever():
     tree = gang_tree([{"name": "a", "parent": "b"}, {"name": "b", "parent": "a"}], None, {})
-    assert tree is not None and tree.subgroups == () and tree.pod_sets == ()
+    assert tree is not None
+    assert tree.subgroups == ()
+    assert tree.pod_sets == ()

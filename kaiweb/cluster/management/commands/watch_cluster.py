@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections, connection
 
-from kaiweb.cluster import mirror
+from kaiweb.cluster import grouping, mirror
 from kaiweb.cluster.backends.kubernetes import KubernetesGateway, load_configuration
 from kaiweb.cluster.gateway import ClusterError
 from kaiweb.cluster.watch import KINDS, ClusterWatcher, WatchEvent, log_event
@@ -64,6 +64,10 @@ class Command(BaseCommand):
                 log_event(event)
                 if cluster is not None:
                     _fresh_connection()
+                    if grouping.wants_grouping(event):
+                        # The pod-grouper's turn first: the pod gets its owner's PodGroup, and the
+                        # pod's own update arrives as a later event.
+                        grouping.group_pods(gateway, pods=[dict(event.raw)])
                     mirror.apply_event(event, cluster, gateway)
                 if options["verbosity"] >= 2:
                     where = f"{event.namespace}/{event.name}" if event.namespace else event.name

@@ -1,0 +1,390 @@
+"""KAI's end-to-end scenarios, run through the product's own Kubernetes path.
+
+A scenario of the kai-e2e corpus (its README gives the steps, the object conventions and the results
+format) is played against a real API server on loopback (`kaiweb.cluster.localkube`), exactly as the
+product is deployed:
+
+    apply objects with the official client → cycle: observe (pod-grouper, mirror) → snapshot →
+    decide → bind / evict through the API → write status and events back → kubelet stand-in
+
+Nothing here decides anything: the runner only plays the parts that a real cluster has and a bare API
+server lacks. It writes no database rows of its own and never reads the scenario's expectations.
+
+* **Objects.** Cluster-scoped objects first, then owners before what they own; the API server gives
+  every object a new uid, so each ``ownerReferences[].uid`` is rewritten to the uid its owner really
+  got. Node and pod ``status`` goes through the status subresource. Third-party owner kinds
+  (PyTorchJob, JobSet, RayCluster, ...) get a permissive CRD, as the corpus README asks.
+* **Scheduler configuration.** A scenario's ``scheduler.config`` (KAI's ``SchedulingShard.spec``)
+  is applied as a SchedulingShard object in the cluster; the mirror reads it like any other.
+* **The kubelet's part.** There is no kubelet: after each cycle, a pod that was evicted (terminating)
+  is deleted with grace 0, and a bound pod is marked Running.
+* **Time.** ``advance_seconds`` moves `kaiweb.core.clock`; cycles themselves do not advance it.
+* **Isolation.** Every scenario gets an empty API server (etcd wiped) and an empty database.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+log = logging.getLogger(__name__)
+
+CRDS_FILE = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "crds.yaml"
+
+# apiVersions the API server serves itself, or our CRDs do: anything else gets a permissive CRD.
+_BUILT_IN_GROUPS = {"", "apps", "batch", "scheduling.k8s.io", "node.k8s.io", "storage.k8s.io", "policy",
+                    "scheduling.run.ai", "kai.scheduler", "rbac.authorization.k8s.io", "coordination.k8s.io"}
+_CLUSTER_SCOPED = {"Node", "Namespace", "Queue", "PriorityClass", "StorageClass", "PersistentVolume", "Topology",
+                   "RuntimeClass", "CSIDriver", "SchedulingShard", "CustomResourceDefinition"}
+# Creation order: what others refer to comes first.
+_KIND_RANK = {"CustomResourceDefinition": 0, "Namespace": 1, "PriorityClass": 2, "RuntimeClass": 2, "StorageClass": 2,
+              "Queue": 3, "Topology": 3, "SchedulingShard": 3, "Node": 4, "PersistentVolume": 4, "ConfigMap": 5,
+              "PersistentVolumeClaim": 5, "PodGroup": 8, "Pod": 9}
+_OWNER_RANK = 6
+SHARD_API_VERSION, SHARD_KIND, SHARD_NAME = "kai.scheduler/v1", "SchedulingShard", "default"
+_RESULT_POD_FIELDS = ("namespace", "name", "uid")
+
+
+class ScenarioError(Exception):
+    """A scenario could not be played (bad object, API server refusal); recorded as its error."""
+
+
+def load_scenarios(path: Path | str) -> list[dict[str, Any]]:
+    """Every scenario under ``path`` (a folder of JSON arrays, or one file), in file order."""
+    root = Path(path)
+    files = sorted(root.rglob("*.json")) if root.is_dir() else [root]
+    out: list[dict[str, Any]] = []
+    for file in files:
+        data = json.loads(file.read_text())
+        if isinstance(data, list):
+            out.extend(s for s in data if isinstance(s, dict) and "steps" in s)
+    return out
+
+
+# ----------------------------------------------------------------------------------- objects
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0] if "/" in api_version else ""
+
+
+def _plural(kind: str) -> str:
+    low = kind.lower()
+    return low + ("es" if low.endswith("s") else "s")
+
+
+def permissive_crds(objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A CRD that accepts anything for each third-party kind among ``objects``."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for obj in objects:
+        api_version, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
+        group = _group(api_version)
+        if not group or group in _BUILT_IN_GROUPS or not kind:
+            continue
+        seen.setdefault((group, kind), set()).add(api_version.rpartition("/")[2])
+    crds = []
+    for (group, kind), versions in sorted(seen.items()):
+        plural = _plural(kind)
+        ordered = sorted(versions)
+        crds.append({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {
+                "group": group, "scope": "Cluster" if kind in _CLUSTER_SCOPED else "Namespaced",
+                "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
+                "versions": [{"name": v, "served": True, "storage": v == ordered[-1],
+                              "schema": {"openAPIV3Schema": {"type": "object",
+                                                             "x-kubernetes-preserve-unknown-fields": True}},
+                              "subresources": {"status": {}}} for v in ordered],
+            },
+        })
+    return crds
+
+
+def shard_object(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The SchedulingShard that carries a scenario's ``scheduler.config`` (KAI's spec fields)."""
+    spec: dict[str, Any] = {"partitionLabelValue": ""}
+    for key in ("placementStrategy", "args", "partitionLabelValue", "kValue", "usageParams", "minRuntime"):
+        if key in config:
+            spec[key] = config[key]
+    return {"apiVersion": SHARD_API_VERSION, "kind": SHARD_KIND, "metadata": {"name": SHARD_NAME}, "spec": spec}
+
+
+def _creation_order(objects: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    def rank(item: tuple[int, Mapping[str, Any]]) -> tuple[int, int]:
+        index, obj = item
+        kind = str(obj.get("kind", ""))
+        if kind in _KIND_RANK:
+            return _KIND_RANK[kind], index
+        return _OWNER_RANK, index
+
+    return [obj for _, obj in sorted(enumerate(objects), key=rank)]
+
+
+class Applier:
+    """Creates, replaces and deletes arbitrary objects on the API server (the dynamic client)."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self._dynamic: DynamicClient | None = None
+        self.uids: dict[str, str] = {}  # the scenario's uid → the uid the API server gave
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        if self._dynamic is None:
+            self._dynamic = DynamicClient(self.api_client)
+        return self._dynamic
+
+    def forget_discovery(self) -> None:
+        self._dynamic = None
+
+    def resource(self, api_version: str, kind: str) -> Any:
+        try:
+            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            self.forget_discovery()
+            try:
+                return self.dynamic.resources.get(api_version=api_version, kind=kind)
+            except ResourceNotFoundError as exc:
+                raise ScenarioError(f"{kind} ({api_version}): the API server does not serve this kind") from exc
+
+    def apply(self, objects: Sequence[Mapping[str, Any]]) -> None:
+        for obj in _creation_order(objects):
+            self.apply_one(obj)
+
+    def apply_one(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        body = json.loads(json.dumps(obj))
+        meta = body.setdefault("metadata", {})
+        given_uid = meta.pop("uid", None)
+        for key in ("resourceVersion", "creationTimestamp", "generation", "managedFields"):
+            meta.pop(key, None)
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("uid") in self.uids:
+                ref["uid"] = self.uids[ref["uid"]]
+        status = body.pop("status", None)
+        kind, api_version = body.get("kind", ""), body.get("apiVersion", "")
+        res = self.resource(api_version, kind)
+        namespace = meta.get("namespace") if res.namespaced else None
+        if res.namespaced and not namespace:
+            namespace = meta["namespace"] = "default"
+        try:
+            created = res.create(body=body, namespace=namespace)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise ScenarioError(f"{kind} {namespace or ''}/{meta.get('name')}: {_api_message(exc)}") from exc
+            current = res.get(name=meta["name"], namespace=namespace)
+            body["metadata"]["resourceVersion"] = current.metadata.resourceVersion
+            try:
+                created = res.replace(body=body, namespace=namespace)
+            except ApiException as exc2:
+                raise ScenarioError(f"{kind} {namespace or ''}/{meta.get('name')}: {_api_message(exc2)}") from exc2
+        out = created.to_dict()
+        if given_uid:
+            self.uids[given_uid] = out["metadata"]["uid"]
+        if status and kind in ("Node", "Pod"):
+            self._write_status(res, kind, meta["name"], namespace, status)
+        return out
+
+    def _write_status(self, res: Any, kind: str, name: str, namespace: str | None, status: Mapping[str, Any]) -> None:
+        body = {"status": dict(status)}
+        if kind == "Pod" and body["status"].get("phase") == "Running":
+            body["status"].setdefault("conditions", [
+                {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}])
+            body["status"].setdefault("startTime", _rfc3339(time.time()))
+        try:
+            res.status.patch(body=body, name=name, namespace=namespace,
+                             content_type="application/merge-patch+json")
+        except ApiException as exc:
+            raise ScenarioError(f"{kind} {namespace or ''}/{name} status: {_api_message(exc)}") from exc
+
+    def delete(self, refs: Iterable[Mapping[str, Any]]) -> None:
+        for ref in refs:
+            kind = str(ref.get("kind", ""))
+            api_version = ref.get("apiVersion") or _default_api_version(kind)
+            res = self.resource(api_version, kind)
+            try:
+                res.delete(name=ref["name"], namespace=ref.get("namespace") if res.namespaced else None,
+                           body={"gracePeriodSeconds": 0, "propagationPolicy": "Background"})
+            except (NotFoundError, ApiException) as exc:
+                if getattr(exc, "status", 404) != 404:
+                    raise ScenarioError(f"delete {kind} {ref.get('namespace', '')}/{ref['name']}: {exc}") from exc
+
+
+def _default_api_version(kind: str) -> str:
+    return {"Pod": "v1", "Node": "v1", "Namespace": "v1", "ConfigMap": "v1", "Job": "batch/v1",
+            "CronJob": "batch/v1", "Deployment": "apps/v1", "ReplicaSet": "apps/v1", "StatefulSet": "apps/v1",
+            "PodGroup": "scheduling.run.ai/v2alpha2", "Queue": "scheduling.run.ai/v2",
+            "PriorityClass": "scheduling.k8s.io/v1"}.get(kind, "v1")
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body).get("message") or exc.reason)
+    except (TypeError, ValueError):
+        return f"{exc.status} {exc.reason}"
+
+
+def _rfc3339(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+# ----------------------------------------------------------------------------------- kubelet
+
+
+def play_kubelet(core: client.CoreV1Api) -> dict[str, int]:
+    """What kubelets would do between two cycles: evicted (terminating) pods go away, bound pods run."""
+    deleted = started = 0
+    for pod in core.list_pod_for_all_namespaces().items:
+        meta, spec, status = pod.metadata, pod.spec, pod.status
+        if meta.deletion_timestamp is not None:
+            try:
+                core.delete_namespaced_pod(meta.name, meta.namespace, grace_period_seconds=0)
+                deleted += 1
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            continue
+        if spec.node_name and (status.phase or "Pending") == "Pending":
+            body = {"status": {"phase": "Running", "startTime": _rfc3339(time.time()), "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": _rfc3339(time.time())}]}}
+            try:
+                core.patch_namespaced_pod_status(meta.name, meta.namespace, body)
+                started += 1
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+    return {"deleted": deleted, "started": started}
+
+
+# ----------------------------------------------------------------------------------- observation
+
+
+def observe(api_client: client.ApiClient, seen_pods: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The cluster as the corpus's results format wants it (pods, PodGroups, events, Queues)."""
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    pods = []
+    live: set[str] = set()
+    for pod in core.list_pod_for_all_namespaces().items:
+        raw = api_client.sanitize_for_serialization(pod)
+        meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        live.add(key)
+        entry = {"namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid"),
+                 "nodeName": spec.get("nodeName"), "deleted": bool(meta.get("deletionTimestamp")),
+                 "labels": meta.get("labels") or {}, "annotations": meta.get("annotations") or {},
+                 "conditions": status.get("conditions") or []}
+        seen_pods[key] = entry
+        pods.append(entry)
+    for key, entry in sorted(seen_pods.items()):
+        if key not in live:
+            pods.append({**entry, "deleted": True, "nodeName": None})
+    podgroups = custom.list_cluster_custom_object("scheduling.run.ai", "v2alpha2", "podgroups").get("items", [])
+    queues = custom.list_cluster_custom_object("scheduling.run.ai", "v2", "queues").get("items", [])
+    events = []
+    for ev in core.list_event_for_all_namespaces().items:
+        raw = api_client.sanitize_for_serialization(ev)
+        events.append({"involvedObject": raw.get("involvedObject") or {}, "reason": raw.get("reason"),
+                       "type": raw.get("type"), "message": raw.get("message")})
+    return {"pods": pods, "podgroups": podgroups, "events": events, "queues": queues}
+
+
+# ----------------------------------------------------------------------------------- the runner
+
+
+@dataclass
+class ScenarioResult:
+    observations: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+    cycles: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"observations": self.observations, "error": self.error}
+
+
+class ScenarioRunner:
+    """Plays scenarios one after another on one API server harness and one database.
+
+    ``kube`` is a started `LocalKube` (or anything with ``reset()``, ``install_crds()`` and
+    ``api_client()``); ``prepare`` empties the database and points the product at ``kube``;
+    ``run_cycle`` runs one scheduling cycle of the product."""
+
+    def __init__(self, kube: Any, *, prepare: Callable[[Any], None], run_cycle: Callable[[], Any],
+                 crds: Path = CRDS_FILE) -> None:
+        self.kube = kube
+        self.prepare = prepare
+        self.run_cycle = run_cycle
+        self.crds = crds
+        self._fresh = True
+
+    def run(self, scenario: Mapping[str, Any]) -> ScenarioResult:
+        from kaiweb.core import clock
+
+        result = ScenarioResult()
+        started = time.perf_counter()
+        try:
+            if not self._fresh:
+                self.kube.reset()
+            self._fresh = False
+            self.kube.install_crds(self.crds)
+            objects = [o for step in scenario.get("steps", []) for o in step.get("apply", [])]
+            extra = permissive_crds(objects)
+            if extra:
+                self.kube.install_crds(extra)
+            clock.reset()
+            self.prepare(self.kube)
+            api_client = self.kube.api_client()
+            applier = Applier(api_client)
+            core = client.CoreV1Api(api_client)
+            applier.apply_one(shard_object((scenario.get("scheduler") or {}).get("config") or {}))
+            seen: dict[str, dict[str, Any]] = {}
+            for step in scenario.get("steps", []):
+                if "apply" in step:
+                    applier.apply(step["apply"])
+                elif "delete" in step:
+                    applier.delete(step["delete"])
+                elif "cycles" in step:
+                    for _ in range(int(step["cycles"])):
+                        self.run_cycle()
+                        play_kubelet(core)
+                        result.cycles += 1
+                elif "advance_seconds" in step:
+                    clock.advance(float(step["advance_seconds"]))
+                elif "expect" in step:
+                    result.observations.append(observe(api_client, seen))
+        except ScenarioError as exc:
+            result.error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - one broken scenario must not stop the corpus
+            log.exception("scenario %s failed", scenario.get("id"))
+            result.error = f"{exc.__class__.__name__}: {exc}\n{traceback.format_exc(limit=6)}"
+        result.seconds = time.perf_counter() - started
+        return result
+
+
+def summarise(results: Mapping[str, ScenarioResult]) -> dict[str, Any]:
+    errors = {k: (v.error or "").splitlines()[0][:300] for k, v in results.items() if v.error}
+    return {"scenarios": len(results), "errors": len(errors), "error_messages": errors,
+            "seconds": round(sum(v.seconds for v in results.values()), 1)}
+
+
+def matches(scenario_id: str, pattern: str | None) -> bool:
+    return pattern is None or re.search(pattern, scenario_id) is not None
+
+
+def environment_kubeconfig(kube: Any) -> None:
+    """Point the product's Kubernetes backend at ``kube`` (the settings the deployment would set)."""
+    os.environ["KUBECONFIG"] = str(kube.kubeconfig)

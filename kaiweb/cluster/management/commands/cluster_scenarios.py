@@ -1,0 +1,93 @@
+"""manage.py cluster_scenarios PATH: KAI's end-to-end scenarios through the product's Kubernetes path."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = ("Run the kai-e2e scenarios under PATH against a real kube-apiserver on loopback, through the "
+            "product's own Kubernetes path, and print the results JSON that the corpus's evaluate.py scores. "
+            "Uses a throwaway test database; never touches the configured one.")
+
+    def add_arguments(self, parser) -> None:  # type: ignore[no-untyped-def]
+        parser.add_argument("path", type=Path, help="a scenario file or a folder of them")
+        parser.add_argument("--json", action="store_true", help="print the results JSON on stdout")
+        parser.add_argument("--out", type=Path, help="write the results JSON to this file")
+        parser.add_argument("--only", default=None, help="a regular expression: run the scenarios whose id matches")
+        parser.add_argument("--apiserver", choices=("real",), default="real",
+                            help="real: kube-apiserver + etcd built by `make kube` (the default)")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        from kaiweb.cluster import e2e
+        from kaiweb.cluster.localkube import LocalKube, find_binaries
+
+        path: Path = opts["path"]
+        if not path.exists():
+            raise CommandError(f"path: {path} does not exist")
+        scenarios = [s for s in e2e.load_scenarios(path) if e2e.matches(str(s.get("id")), opts["only"])]
+        if not scenarios:
+            raise CommandError(f"path: no scenario under {path}" + (f" matches {opts['only']!r}" if opts["only"] else ""))
+        binaries = find_binaries()
+        if binaries is None:
+            raise CommandError("apiserver: no kube-apiserver/etcd binaries; run `make kube` (or set KUBEBUILDER_ASSETS)")
+        results: dict[str, e2e.ScenarioResult] = {}
+        with _throwaway_database(), LocalKube(binaries, controllers=None) as kube:
+            kube.start()
+            runner = e2e.ScenarioRunner(kube, prepare=_prepare, run_cycle=_run_cycle)
+            for n, scenario in enumerate(scenarios, 1):
+                sid = str(scenario.get("id"))
+                result = runner.run(scenario)
+                results[sid] = result
+                status = "error: " + (result.error or "").splitlines()[0][:160] if result.error else "ran"
+                self.stderr.write(f"[{n}/{len(scenarios)}] {sid}: {status} ({result.cycles} cycles, {result.seconds:.1f}s)")
+        payload = {sid: r.as_json() for sid, r in results.items()}
+        if opts["out"]:
+            opts["out"].write_text(json.dumps(payload, indent=1, default=str))
+        if opts["json"] or not opts["out"]:
+            sys.stdout.write(json.dumps(payload, default=str) + "\n")
+        summary = e2e.summarise(results)
+        self.stderr.write(f"{summary['scenarios']} scenarios, {summary['errors']} with errors, {summary['seconds']} s")
+
+
+class _throwaway_database:  # noqa: N801 - used as a context manager, like a function
+    """A fresh test database (as the test runner makes one), dropped afterwards."""
+
+    def __enter__(self) -> None:
+        from django.test.utils import setup_databases
+
+        self._old = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+
+    def __exit__(self, *exc: object) -> None:
+        from django.test.utils import teardown_databases
+
+        teardown_databases(self._old, verbosity=0)
+
+
+def _prepare(kube: Any) -> None:
+    """An empty database, the product pointed at ``kube`` as a deployment would be."""
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from kaiweb.cluster import e2e, mirror
+
+    call_command("flush", interactive=False, verbosity=0)
+    settings.KAI_CLUSTER_BACKEND = "kubernetes"
+    settings.KAI_KUBERNETES_HOST = ""
+    e2e.environment_kubeconfig(kube)
+    mirror.kubernetes_cluster()
+
+
+def _run_cycle() -> Any:
+    from kaiweb.cluster import mirror
+    from kaiweb.cluster.models import SchedulingShard
+    from kaiweb.scheduling.cycle import run_and_record_cycle
+
+    cluster = mirror.kubernetes_cluster()
+    shard = SchedulingShard.objects.filter(cluster=cluster, enabled=True).order_by("name").first()
+    return run_and_record_cycle(shard, trigger="e2e")

@@ -1,0 +1,178 @@
+"""PodGroup status and events, written as KAI writes them after each cycle.
+
+For every PodGroup of the cluster (a hand-made one or one the pod-grouper made; a pod's implicit
+single-pod group has no PodGroup object and is explained on the pod alone):
+
+* pods still waiting, but fewer exist than the gang needs → a ``NotReady`` event on the PodGroup,
+  "Job is not ready for scheduling. Waiting for N pods, currently M exist, G are gated" (per
+  subgroup when it has subgroups); the scheduler does not try it;
+* pods still waiting after a cycle that tried → ``status.schedulingConditions`` gets one
+  ``UnschedulableOnNodePool`` condition (reason ``Unschedulable``, the message, and ``reasons``
+  with KAI's one-word reason: ``OverLimit``, ``NonPreemptibleOverQuota``,
+  ``PreemptionDelayNotElapsed``, ``QueueDoesNotExist`` where ours maps to one) and an
+  ``Unschedulable`` event — unless some of its pods are allocated, as KAI leaves it then;
+* nothing waiting → the scheduling conditions are cleared.
+
+Each write happens only when the status differs from what the PodGroup already says (the
+pod-grouper's listing of the same cycle), and each event once per distinct message, so a
+steady cluster costs no writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kaiweb.cluster.gateway import ClusterError
+from kaiweb.core import clock
+from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState
+
+log = logging.getLogger(__name__)
+
+CONDITION_TYPE = "UnschedulableOnNodePool"
+# Our reason codes (engine and mirror) → KAI's UnschedulableReason, where KAI has one.
+KAI_REASONS = (
+    ("queue-over-limit", "OverLimit"),
+    ("non-preemptible-over-quota", "NonPreemptibleOverQuota"),
+    ("preemption-delay", "PreemptionDelayNotElapsed"),
+    ("queue-missing", "QueueDoesNotExist"),
+)
+
+
+def kai_reason(code: str) -> str | None:
+    for ours, theirs in KAI_REASONS:
+        if ours in (code or ""):
+            return theirs
+    return None
+
+
+@dataclass
+class GangCount:
+    """How many pods of a gang (or of one subgroup) exist, wait, are gated."""
+
+    name: str  # "" for the whole PodGroup
+    min_member: int
+    alive: int = 0
+    gated: int = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.alive >= self.min_member
+
+
+@dataclass
+class StatusReport:
+    statuses_written: int = 0
+    events: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def not_ready_message(counts: Iterable[GangCount]) -> str | None:
+    """KAI's NotReady message, or None when every part of the gang has enough pods."""
+    parts = []
+    for c in counts:
+        if c.ready:
+            continue
+        if c.name:
+            parts.append(f" Waiting for {c.min_member} pods for SubGroup {c.name}, currently {c.alive} exist, "
+                         f"{c.gated} are gated.")
+        else:
+            parts.append(f" Waiting for {c.min_member} pods, currently {c.alive} exist, {c.gated} are gated")
+    return "Job is not ready for scheduling." + "".join(parts) if parts else None
+
+
+def gang_counts(min_member: int | None, subgroups: list[dict[str, Any]] | None,
+                pods: Iterable[tuple[str, str]]) -> list[GangCount]:
+    """The gang's parts: one per leaf subgroup with its minMember, or the whole PodGroup."""
+    pods = list(pods)  # (state, subgroup)
+    parents = {sg.get("parent") for sg in subgroups or [] if isinstance(sg, dict)}
+    leaves = [sg for sg in subgroups or [] if isinstance(sg, dict) and sg.get("name") and sg["name"] not in parents]
+    live_states = (PodState.PENDING, PodState.GATED, *ALLOCATED_POD_STATES)
+    if not leaves:
+        counts = [GangCount("", 1 if min_member is None else min_member)]
+        owners = {"": counts[0]}
+        key = lambda _sub: ""  # noqa: E731 - one bucket
+    else:
+        counts = [GangCount(sg["name"], int(sg.get("minMember") or 0)) for sg in leaves]
+        owners = {c.name: c for c in counts}
+        key = lambda sub: sub  # noqa: E731
+    for state, sub in pods:
+        bucket = owners.get(key(sub))
+        if bucket is None or state not in live_states:
+            continue
+        bucket.alive += 1
+        if state == PodState.GATED:
+            bucket.gated += 1
+    return counts
+
+
+def desired_conditions(current: list[Any], *, message: str, reason: str | None, node_pool: str) -> list[dict[str, Any]]:
+    """The one scheduling condition to hold; its transition time and id are kept when it says the same."""
+    wanted = {"type": CONDITION_TYPE, "nodePool": node_pool, "reason": "Unschedulable", "message": message,
+              "status": "True", "reasons": [{"reason": reason or "Unschedulable", "message": message}]}
+    for cond in current or []:
+        if isinstance(cond, Mapping) and all(cond.get(k) == v for k, v in wanted.items()):
+            return [dict(cond)]
+    previous = max((int(c.get("transitionID") or 0) for c in current or [] if isinstance(c, Mapping)
+                    and str(c.get("transitionID") or "0").isdigit()), default=0)
+    return [{**wanted, "transitionID": str(previous + 1),
+             "lastTransitionTime": clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")}]
+
+
+def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]) -> StatusReport:
+    """After a cycle: the status and events of each PodGroup of the shard (see the module docstring).
+
+    ``pod_groups`` is the cycle's listing of PodGroup objects by (namespace, name)."""
+    from kaiweb.scheduling.models import PendingReason
+    from kaiweb.workloads.models import Pod, Workload
+
+    report = StatusReport()
+    cluster = cycle.shard.cluster
+    reasons = {pr.workload_id: pr for pr in PendingReason.objects.filter(cycle=cycle, is_current=True)}
+    workloads = {w.pk: w for w in Workload.objects.filter(cluster=cluster, namespace__in={ns for ns, _ in pod_groups},
+                                                          name__in={n for _, n in pod_groups})}
+    pods: dict[int, list[tuple[str, str]]] = {}
+    for wid, state, sub in Pod.objects.filter(workload_id__in=list(workloads)).values_list("workload_id", "state",
+                                                                                           "subgroup"):
+        pods.setdefault(wid, []).append((state, sub or ""))
+    for wid, w in sorted(workloads.items(), key=lambda kv: (kv[1].namespace, kv[1].name)):
+        raw = pod_groups.get((w.namespace, w.name))
+        if raw is None:
+            continue
+        states = pods.get(wid, [])
+        waiting = any(s in (PodState.PENDING, PodState.GATED) for s, _ in states)
+        allocated = any(s in ALLOCATED_POD_STATES for s, _ in states)
+        meta = raw.get("metadata") or {}
+        ref = {"apiVersion": raw.get("apiVersion", "scheduling.run.ai/v2alpha2"), "kind": "PodGroup",
+               "namespace": w.namespace, "name": w.name, "uid": meta.get("uid", "")}
+        current = list(((raw.get("status") or {}).get("schedulingConditions")) or [])
+        wanted = current
+        try:
+            if waiting:
+                not_ready = not_ready_message(gang_counts(w.min_member, w.subgroups, states))
+                if not_ready is not None:
+                    report.events += _event(gateway, ref, "Normal", "NotReady", not_ready)
+                    continue
+                pr = reasons.get(wid)
+                if pr is not None:
+                    message = pr.message or pr.reason
+                    report.events += _event(gateway, ref, "Normal", "Unschedulable", message)
+                    if not allocated:
+                        wanted = desired_conditions(current, message=message, reason=kai_reason(pr.reason),
+                                                    node_pool=cycle.shard.name)
+            else:
+                wanted = [c for c in current if not (isinstance(c, Mapping) and c.get("type") == CONDITION_TYPE)]
+            if wanted != current:
+                gateway.write_pod_group_status(w.namespace, w.name, {"schedulingConditions": wanted})
+                report.statuses_written += 1
+        except ClusterError as exc:
+            report.errors.append(str(exc))
+            log.warning("PodGroup %s/%s status not written: %s", w.namespace, w.name, exc)
+    return report
+
+
+def _event(gateway: Any, ref: Mapping[str, str], type_: str, reason: str, message: str) -> int:
+    gateway.object_event(ref, type_, reason, message)
+    return 1

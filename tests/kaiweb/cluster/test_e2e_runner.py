@@ -1,0 +1,52 @@
+"""The KAI end-to-end scenario runner's own parts: what it applies, and in what order."""
+
+from __future__ import annotations
+
+from kaiweb.cluster import e2e
+
+
+def test_third_party_kinds_get_a_permissive_crd_and_built_in_kinds_do_not():
+    objects = [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "a", "namespace": "n"}},
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "b", "namespace": "n"}},
+        {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r", "namespace": "n"}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "n"}},
+        {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "q"}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"}},
+    ]
+    crds = e2e.permissive_crds(objects)
+    assert [c["metadata"]["name"] for c in crds] == ["pytorchjobs.kubeflow.org", "rayclusters.ray.io"]
+    spec = crds[0]["spec"]
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == "PyTorchJob"
+    assert spec["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def test_objects_are_created_before_what_refers_to_them():
+    objects = [
+        {"kind": "Pod", "metadata": {"name": "p"}},
+        {"kind": "Job", "metadata": {"name": "j"}},
+        {"kind": "Queue", "metadata": {"name": "q"}},
+        {"kind": "Namespace", "metadata": {"name": "n"}},
+        {"kind": "PriorityClass", "metadata": {"name": "pc"}},
+        {"kind": "PodGroup", "metadata": {"name": "pg"}},
+    ]
+    kinds = [o["kind"] for o in e2e._creation_order(objects)]
+    assert kinds == ["Namespace", "PriorityClass", "Queue", "Job", "PodGroup", "Pod"]
+
+
+def test_the_scheduler_configuration_becomes_a_scheduling_shard_object():
+    shard = e2e.shard_object({"placementStrategy": {"gpu": "spread", "cpu": "spread"},
+                              "args": {"restrict-node-scheduling": "true"}})
+    assert shard["apiVersion"] == "kai.scheduler/v1"
+    assert shard["kind"] == "SchedulingShard"
+    assert shard["spec"]["placementStrategy"] == {"gpu": "spread", "cpu": "spread"}
+    assert shard["spec"]["args"] == {"restrict-node-scheduling": "true"}
+
+
+def test_scenarios_load_from_a_folder_in_file_order(tmp_path):
+    (tmp_path / "b.json").write_text('[{"id": "b#1", "steps": []}]')
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.json").write_text('[{"id": "a#1", "steps": []}, {"id": "a#2", "steps": []}]')
+    (tmp_path / "notes.json").write_text('{"not": "a list"}')
+    assert [s["id"] for s in e2e.load_scenarios(tmp_path)] == ["b#1", "a#1", "a#2"]
