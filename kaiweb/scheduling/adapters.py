@@ -461,7 +461,8 @@ def pipeline_key(cycle_id: int, pod_uid: str, node: str) -> str:
 
 def _vector_to_queue_units(vec: Iterable[float]) -> dict[str, float]:
     cpu, mem, gpu = vec
-    return {"cpu": round(cpu, 3), "memory": mem if mem < 0 else round(mem / MB, 3), "gpu": round(gpu, 4)}
+    # Memory to the byte (MB with six decimals): the Queue status written back must say 4Gi, not 4294967000.
+    return {"cpu": round(cpu, 3), "memory": mem if mem < 0 else round(mem / MB, 6), "gpu": round(gpu, 4)}
 
 
 def queue_figures(result: m.CycleResult, queue: str | None, index: SnapshotIndex) -> dict[str, Any]:

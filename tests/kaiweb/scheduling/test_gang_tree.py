@@ -40,3 +40,4 @@ def test_a_parent_cycle_does_not_recurse_forever():
     assert tree is not None
     assert tree.subgroups == ()
     assert tree.pod_sets == ()
+
