@@ -219,6 +219,30 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
+# KAI's restrict-node-scheduling (SchedulingShard spec.args): GPU pods only on nodes labelled as GPU
+# workers, other pods only on nodes labelled as CPU workers; nodes with neither label are left out.
+RESTRICT_NODE_SCHEDULING_ARG = "restrict-node-scheduling"
+GPU_WORKER_LABEL = "node-role.kubernetes.io/gpu-worker"
+CPU_WORKER_LABEL = "node-role.kubernetes.io/cpu-worker"
+
+
+def restricts_nodes(shard: SchedulingShard | None) -> bool:
+    return shard is not None and str((shard.args or {}).get(RESTRICT_NODE_SCHEDULING_ARG, "")).lower() == "true"
+
+
+def worker_role_constraint(constraints: dict[str, Any], request: m.TaskRequest) -> dict[str, Any]:
+    """``constraints`` with the worker-role label required too (ANDed into every affinity term)."""
+    label = GPU_WORKER_LABEL if request.gpu_kind != m.GPU_NONE or request.mig else CPU_WORKER_LABEL
+    need = m.NodeSelectorRequirement(label, "Exists")
+    current = constraints.get("required_node_affinity")
+    if current is None:
+        terms: tuple[m.NodeSelectorTerm, ...] = (m.NodeSelectorTerm(match_expressions=(need,)),)
+    else:  # an empty term (constraints that could not be read) still matches no node
+        terms = tuple(m.NodeSelectorTerm(match_expressions=(*t.match_expressions, need), match_fields=t.match_fields)
+                      if (t.match_expressions or t.match_fields) else t for t in current)
+    return {**constraints, "required_node_affinity": terms}
+
+
 def task_constraints(constraints: dict[str, Any] | None) -> dict[str, Any]:
     """TaskSpec fields from a Pod row's ``constraints`` (the pod's nodeSelector, affinity,
     tolerations, host ports and labels, as the mirror stored them). Constraints that cannot be
@@ -342,8 +366,11 @@ def build_snapshot(
     node_qs = Node.objects.order_by("name")
     if shard is not None:
         node_qs = node_qs.filter(cluster_id=shard.cluster_id)
+    restricted = restricts_nodes(shard)
     nodes: list[m.NodeSpec] = []
     for n in node_qs:
+        if restricted and not ({GPU_WORKER_LABEL, CPU_WORKER_LABEL} & set(n.labels or {})):
+            continue  # KAI's restrict-node-scheduling: a node marked neither way is not scheduled on
         if _matches_partition(n.labels, shard):
             nodes.append(node_to_spec(n))
             index.nodes[n.name] = n.pk
@@ -377,15 +404,19 @@ def build_snapshot(
             priority, preemptible = m.resolve_priority(class_name, classes)
         tasks = []
         for p in pods_of.get(w["id"], ()):
+            request = request_from(p)
+            constraints = task_constraints(p["constraints"])
+            if restricted:
+                constraints = worker_role_constraint(constraints, request)
             tasks.append(m.TaskSpec(
                 name=p["name"],
-                request=request_from(p),
+                request=request,
                 state=POD_STATE_TO_ENGINE.get(p["state"], m.PENDING),
                 node=node_names.get(p["node_id"]) if p["node_id"] else None,
                 gpu_groups=(p["gpu_group"],) if p["gpu_group"] else (),
                 subgroup=p["subgroup"] or None,
                 task_order_priority=p["task_priority"],
-                **task_constraints(p["constraints"]),
+                **constraints,
             ))
             index.pods[(uid, p["name"])] = p["id"]
             index.pod_uids[p["id"]] = p["uid"]
