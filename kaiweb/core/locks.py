@@ -68,8 +68,17 @@ def advisory_lock(name: str, shard: str = "default", *, wait: bool = False, usin
             if got:
                 _pg_unlock(connection, key, sub)
         return
-    with _file_lock(f"{name}-{sub & 0xFFFFFFFF:08x}", wait=wait) as got:
+    with _file_lock(f"{name}-{sub & 0xFFFFFFFF:08x}-{_database_tag(connection)}", wait=wait) as got:
         yield got
+
+
+def _database_tag(connection) -> str:  # type: ignore[no-untyped-def]
+    """Which database a file lock guards: two databases never share a lock. An in-memory database
+    lives in one process, so its locks are that process's own."""
+    name = str(connection.settings_dict.get("NAME") or "")
+    if not name or "memory" in name:
+        name = f"{name}@{os.getpid()}"
+    return f"{zlib.crc32(name.encode('utf-8')):08x}"
 
 
 def _pg_unlock(connection, key: int, sub: int) -> None:  # type: ignore[no-untyped-def]

@@ -481,12 +481,10 @@ def test_bind_of_a_missing_pod_is_refused(apiserver: Server, gateway: Kubernetes
 
 
 def test_bind_of_a_replaced_pod_is_refused(
-    apiserver: Server, gateway: KubernetesGateway, request: pytest.FixtureRequest,  # noqa: F811
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
-    if apiserver.kind == "real":
-        # kube-apiserver v1.34 binds whatever pod has the name: it does not take the Binding's
-        # metadata.uid as a precondition (the fake does). The gateway relies on it today.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="the real server ignores the Binding's uid"))
+    # kube-apiserver binds whatever pod has the name (a Binding's metadata.uid is no precondition):
+    # the gateway checks the incarnation itself.
     apiserver.add_pod("p")
 
     with pytest.raises(ClusterRejected, match="replaced"):
@@ -553,8 +551,8 @@ def test_a_bind_whose_answer_was_lost_is_recognised_on_retry(
 ) -> None:
     uid = kube_apiserver.add_pod("p")["metadata"]["uid"]
     gateway.bind(BindAction("default", "p", uid, "gpu-1"))
-    # A retried task repeats the bind after a 503: the second attempt gets 409 and reads the pod back.
-    kube_apiserver.fail_next(1, status=503, path_contains="/bindings")
+    # A retried task repeats the bind: it reads the pod first (through a passing 503) and finds it bound.
+    kube_apiserver.fail_next(1, status=503, path_contains="/pods/p", method="GET")
 
     result = gateway.bind(BindAction("default", "p", uid, "gpu-1"))
 

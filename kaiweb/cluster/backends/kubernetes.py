@@ -930,6 +930,12 @@ class KubernetesGateway:
         success; elsewhere, or another incarnation of the pod, is refused.
         """
         operation = f"bind pod {action.namespace}/{action.name} to {action.node}"
+        if action.uid and not action.gpu_group:
+            # The API server does not take a Binding's uid as a precondition: check the incarnation
+            # first (a shared-GPU bind checks it in its guarded label patch below).
+            done = self._check_bindable(action, self.read_pod(action.namespace, action.name), operation)
+            if done is not None:
+                return done
         if action.gpu_group:
             done = self._label_gpu_group(action, operation)
             if done is not None:

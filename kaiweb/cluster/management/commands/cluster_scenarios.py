@@ -22,6 +22,9 @@ class Command(BaseCommand):
         parser.add_argument("--only", default=None, help="a regular expression: run the scenarios whose id matches")
         parser.add_argument("--apiserver", choices=("real",), default="real",
                             help="real: kube-apiserver + etcd built by `make kube` (the default)")
+        parser.add_argument("--floor", type=int, default=None,
+                            help="score the results with the corpus's own evaluate.py (beside PATH) and fail "
+                                 "when fewer than this many scenarios pass")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         from kaiweb.cluster import e2e
@@ -53,6 +56,16 @@ class Command(BaseCommand):
             sys.stdout.write(json.dumps(payload, default=str) + "\n")
         summary = e2e.summarise(results)
         self.stderr.write(f"{summary['scenarios']} scenarios, {summary['errors']} with errors, {summary['seconds']} s")
+        if opts["floor"] is not None:
+            try:
+                passed, total, failures = e2e.score(path, scenarios, payload)
+            except FileNotFoundError as exc:
+                raise CommandError(f"--floor: {exc}") from exc
+            for sid, why in failures:
+                self.stderr.write(f"FAIL {sid}: {why}")
+            self.stderr.write(f"e2e: {passed}/{total} scenarios passed (floor {opts['floor']})")
+            if passed < opts["floor"]:
+                raise CommandError(f"e2e: {passed} scenarios passed, below the floor of {opts['floor']}")
 
 
 class _throwaway_database:  # noqa: N801 - used as a context manager, like a function
