@@ -7,7 +7,7 @@ PY      = $(VENV)/bin/python
 PIP     = $(VENV)/bin/pip
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test test-fast test-e2e lint fmt install bench scenarios schema clean kube
+.PHONY: run test test-fast test-e2e lint fmt install bench scenarios schema clean kube helm chart e2e-kai
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,3 +62,16 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache
+
+# helm, built from the Go module proxy into the same cache; `chart` renders deploy/kubernetes/kaiweb.yaml.
+helm:
+	deploy/helm/build-helm.sh
+
+chart: helm
+	deploy/helm/render.sh
+
+# KAI's end-to-end scenarios (../shared/corpus/kai-e2e) through the product's Kubernetes path on a
+# real API server; fails below the floor in tests/e2e_scenario_floor.txt.
+E2E_CORPUS ?= ../shared/corpus/kai-e2e
+e2e-kai: $(STAMP) kube
+	$(PY) manage.py cluster_scenarios $(E2E_CORPUS) --out var/kai-e2e-results.json --floor $$(cat tests/e2e_scenario_floor.txt)

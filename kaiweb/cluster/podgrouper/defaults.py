@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from kaiweb.cluster.podgrouper.model import (
     INFERENCE_PRIORITY,
     NODE_POOL_LABEL,
@@ -242,23 +244,9 @@ def _plan_annotations(ctx: Context, top: Obj) -> dict[str, str]:
 
 
 def _top_owner_yaml(top: Obj) -> str:
-    def scalar(value: str) -> str:
-        plain = value and value.strip() == value and not any(c in value for c in ":#{}[],&*!|>'\"%@`\n") \
-            and value.lower() not in ("true", "false", "null", "yes", "no", "on", "off", "~") \
-            and value[0] not in "-?" and not _looks_numeric(value)
-        return value if plain else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-    fields = (("name", top.name), ("uid", top.uid), ("group", top.group), ("version", top.version),
-              ("kind", top.kind))
-    return "".join(f"{key}: {scalar(value)}\n" for key, value in fields)
-
-
-def _looks_numeric(value: str) -> bool:
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return True
+    """The top owner as KAI's annotation holds it: a small YAML mapping."""
+    fields = {"name": top.name, "uid": top.uid, "group": top.group, "version": top.version, "kind": top.kind}
+    return yaml.safe_dump(fields, sort_keys=False, default_flow_style=False)
 
 
 # ------------------------------------------------------------------------------------------ queue

@@ -51,6 +51,7 @@ class Command(BaseCommand):
                 self.stderr.write(f"[{n}/{len(scenarios)}] {sid}: {status} ({result.cycles} cycles, {result.seconds:.1f}s)")
         payload = {sid: r.as_json() for sid, r in results.items()}
         if opts["out"]:
+            opts["out"].parent.mkdir(parents=True, exist_ok=True)
             opts["out"].write_text(json.dumps(payload, indent=1, default=str))
         if opts["json"] or not opts["out"]:
             sys.stdout.write(json.dumps(payload, default=str) + "\n")
