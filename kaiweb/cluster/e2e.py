@@ -422,3 +422,14 @@ def score(path: Path | str, scenarios: list[dict[str, Any]],
     rows, _features = module.evaluate(scenarios, dict(results), {"no_conditions": False})
     failures = [(r["id"], r.get("failure") or "") for r in rows if not r["pass"]]
     return sum(1 for r in rows if r["pass"]), len(rows), failures
+
+
+def product_cycle() -> Any:
+    """One scheduling cycle of the mirrored Kubernetes cluster's first shard, as a worker runs it."""
+    from kaiweb.cluster import mirror
+    from kaiweb.cluster.models import SchedulingShard
+    from kaiweb.scheduling.cycle import run_and_record_cycle
+
+    cluster = mirror.kubernetes_cluster()
+    shard = SchedulingShard.objects.filter(cluster=cluster, enabled=True).order_by("name").first()
+    return run_and_record_cycle(shard, trigger="e2e")

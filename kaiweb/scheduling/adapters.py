@@ -432,7 +432,7 @@ def build_snapshot(
             preemptible=preemptible,
             creation=to_epoch(w["submitted_at"]) or 0.0,
             build_order=order,
-            min_available=min(min_available, len(tasks)),
+            min_available=min_available,  # more than exist: not ready (pending) or stale (running)
             subgroups=gang_tree(w["subgroups"], w["min_subgroup"], w["topology_constraint"]),
             preemption_delay_s=w["preemption_delay_seconds"],
             staleness_grace_s=w["staleness_grace_seconds"],
@@ -639,6 +639,7 @@ def persist_result(
                 bucket[job.queue] = bucket.get(job.queue, 0) + 1
             _record_queue_status(cycle, result, index, at)
             _record_pending_reasons(cycle, result, index, at)
+            _record_staleness(result, snapshot, index)
 
         cycle.jobs_considered = len(snapshot.jobs)
         cycle.binds = len(result.binds)
@@ -650,6 +651,21 @@ def persist_result(
             cycle.error = "Skipped unreadable objects:\n" + "\n".join(problems)
         cycle.save(update_fields=["jobs_considered", "binds", "pipelined", "evictions", "pending", "error"])
     return [r for r in created if r.kind != DecisionKind.PIPELINE and r.pk is not None]
+
+
+def _record_staleness(result: m.CycleResult, snapshot: m.ClusterSnapshot, index: SnapshotIndex) -> None:
+    """Since when each gang has been below its minimum (or no longer is): the engine's clock of
+    staleness runs across cycles, so what it says is kept on the workload. Only changes are written."""
+    before = {j.uid: j.stale_since for j in snapshot.jobs}
+    changed = [(index.workloads[uid], since) for uid, since in (result.stale_since or {}).items()
+               if uid in index.workloads and before.get(uid) != since]
+    if not changed:
+        return
+    rows = Workload.objects.in_bulk([pk for pk, _ in changed])
+    for pk, since in changed:
+        if pk in rows:
+            rows[pk].stale_since = None if since is None else from_epoch(since)
+    Workload.objects.bulk_update(list(rows.values()), ["stale_since"])
 
 
 def _existing_keys(keys: list[str]) -> dict[str, str]:

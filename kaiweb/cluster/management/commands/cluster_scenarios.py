@@ -42,7 +42,7 @@ class Command(BaseCommand):
         results: dict[str, e2e.ScenarioResult] = {}
         with _throwaway_database(), LocalKube(binaries, controllers=None) as kube:
             kube.start()
-            runner = e2e.ScenarioRunner(kube, prepare=_prepare, run_cycle=_run_cycle)
+            runner = e2e.ScenarioRunner(kube, prepare=_prepare, run_cycle=e2e.product_cycle)
             for n, scenario in enumerate(scenarios, 1):
                 sid = str(scenario.get("id"))
                 result = runner.run(scenario)
@@ -95,13 +95,3 @@ def _prepare(kube: Any) -> None:
     settings.KAI_KUBERNETES_HOST = ""
     e2e.environment_kubeconfig(kube)
     mirror.kubernetes_cluster()
-
-
-def _run_cycle() -> Any:
-    from kaiweb.cluster import mirror
-    from kaiweb.cluster.models import SchedulingShard
-    from kaiweb.scheduling.cycle import run_and_record_cycle
-
-    cluster = mirror.kubernetes_cluster()
-    shard = SchedulingShard.objects.filter(cluster=cluster, enabled=True).order_by("name").first()
-    return run_and_record_cycle(shard, trigger="e2e")
