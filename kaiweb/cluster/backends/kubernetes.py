@@ -768,6 +768,7 @@ class KubernetesGateway:
     def _call(self, operation: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` with the request timeout and bounded retries (module docstring)."""
         kwargs.setdefault("_request_timeout", self.request_timeout)
+        retryable = kwargs.pop("_retry_statuses", RETRYABLE_STATUSES)
         attempt = 0
         while True:
             attempt += 1
@@ -775,7 +776,7 @@ class KubernetesGateway:
                 return fn(*args, **kwargs)
             except ApiException as exc:
                 status = int(exc.status or 0)
-                if (status in RETRYABLE_STATUSES or status == 0) and attempt < self.max_attempts:
+                if (status in retryable or status == 0) and attempt < self.max_attempts:
                     logger.info("%s: %s from the API server, retry %d", operation, status, attempt)
                     self._sleep(self._backoff(attempt, exc))
                     continue
@@ -818,6 +819,7 @@ class KubernetesGateway:
     def _json(self, operation: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call with ``_preload_content=False`` and decode the JSON body ourselves (no model objects)."""
         timeout = kwargs.pop("_request_timeout", self.request_timeout)
+        retryable = kwargs.pop("_retry_statuses", RETRYABLE_STATUSES)
 
         def fetch(**extra: Any) -> bytes:
             # The body is read inside the retried call, so a stall mid-body is retried like any timeout.
@@ -827,7 +829,7 @@ class KubernetesGateway:
             finally:
                 resp.release_conn()
 
-        data = self._call(operation, fetch, _request_timeout=timeout)
+        data = self._call(operation, fetch, _request_timeout=timeout, _retry_statuses=retryable)
         try:
             return json.loads(data) if data else {}
         except ValueError as exc:
@@ -1023,7 +1025,10 @@ class KubernetesGateway:
             ),
         )
         try:
-            self._json(operation, self.core.create_namespaced_pod_eviction, action.name, action.namespace, body)
+            # A 429 here is a PodDisruptionBudget's answer, not load: it is not waited out while the
+            # cycle holds its shard's lock. The decision fails and the next cycle decides again.
+            self._json(operation, self.core.create_namespaced_pod_eviction, action.name, action.namespace, body,
+                       _retry_statuses=RETRYABLE_STATUSES - {429})
         except ClusterRejected as err:
             if err.status == 404:
                 return ActionResult(ActionOutcome.ALREADY_GONE, f"pod {action.namespace}/{action.name} is gone")
