@@ -176,6 +176,7 @@ class Applier:
                 ref["uid"] = self.uids[ref["uid"]]
         status = body.pop("status", None)
         kind, api_version = body.get("kind", ""), body.get("apiVersion", "")
+        _selector_in_template(body)
         res = self.resource(api_version, kind)
         namespace = meta.get("namespace") if res.namespaced else None
         if res.namespaced and not namespace:
@@ -194,7 +195,9 @@ class Applier:
         out = created.to_dict()
         if given_uid:
             self.uids[given_uid] = out["metadata"]["uid"]
-        if status and kind in ("Node", "Pod"):
+        if status:
+            # Status goes through its own subresource (a Node's capacity, a running Pod, a RayJob's
+            # cluster name, ...), as the controllers that own it would write it.
             self._write_status(res, kind, meta["name"], namespace, status)
         if kind == "Node" and _is_ready(status):
             # The API server taints every new node not-ready; the node lifecycle controller lifts the
@@ -214,8 +217,10 @@ class Applier:
         try:
             res.status.patch(body=body, name=name, namespace=namespace,
                              content_type="application/merge-patch+json")
-        except ApiException as exc:
-            raise ScenarioError(f"{kind} {namespace or ''}/{name} status: {_api_message(exc)}") from exc
+        except (ApiException, AttributeError, ResourceNotFoundError) as exc:
+            if isinstance(exc, ApiException) and exc.status not in (404, 405):
+                raise ScenarioError(f"{kind} {namespace or ''}/{name} status: {_api_message(exc)}") from exc
+            log.info("%s %s/%s: no status subresource; its status is left as created", kind, namespace or "", name)
 
     def delete(self, refs: Iterable[Mapping[str, Any]]) -> None:
         for ref in refs:
@@ -231,6 +236,21 @@ class Applier:
 
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+_CONTROLLER_KINDS = {("apps", "StatefulSet"), ("apps", "Deployment"), ("apps", "ReplicaSet"), ("apps", "DaemonSet")}
+
+
+def _selector_in_template(body: dict[str, Any]) -> None:
+    """A stand-in controller object whose selector its own pod template does not match is refused by
+    the API server (its controller would never create such pods). The pods are applied by the scenario,
+    not by a controller, so the template is given the selector's labels and the object is accepted."""
+    if (_group(str(body.get("apiVersion", ""))), body.get("kind")) not in _CONTROLLER_KINDS:
+        return
+    spec = body.get("spec") or {}
+    wanted = ((spec.get("selector") or {}).get("matchLabels")) or {}
+    template = spec.get("template")
+    if wanted and isinstance(template, dict):
+        labels = template.setdefault("metadata", {}).setdefault("labels", {})
+        labels.update({k: v for k, v in wanted.items() if labels.get(k) != v})
 
 
 def _is_ready(status: Mapping[str, Any] | None) -> bool:

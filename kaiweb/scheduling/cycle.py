@@ -256,6 +256,8 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         if hasattr(gateway, "sync_into"):
             # Kubernetes: bring the database mirror up to date (a full list unless watch_cluster runs).
             gateway.sync_into(shard.cluster)
+            # The cluster may configure the shard itself (a SchedulingShard object): decide with that.
+            shard.refresh_from_db()
         phases["observe"] = _ms(t)
 
         t = time.perf_counter()

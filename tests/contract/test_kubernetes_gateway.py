@@ -377,9 +377,10 @@ def test_list_queues_maps_the_spec_and_unset_values_take_kai_meaning(
     assert dept.memory == QueueResource(-1, -1, 1)
     assert dept.gpu == QueueResource(16, 24, 2.5)
     team = queues["team-x"].spec
-    # Unset priority is 100; unset limit is a cap of zero and unset weight gets no surplus (KAI).
+    # Unset priority is 100; unset limit is a cap of zero (so the quota of 0.5 reads as capped to 0)
+    # and unset weight gets no surplus (KAI).
     assert (team.parent, team.priority) == ("dept-a", 100)
-    assert team.gpu == QueueResource(0.5, 0, 0)
+    assert team.gpu == QueueResource(0, 0, 0)
     assert team.cpu == QueueResource(0, 0, 0)
 
 

@@ -531,9 +531,14 @@ def parse_queue_spec(name: str, spec: Any) -> QueueSpec:
         field = f"spec.resources.{resource}"
         if not isinstance(block, Mapping):
             raise _Bad(field, "must be an object with quota, limit and overQuotaWeight", block)
+        quota = _number(block, "quota", f"{field}.quota", -1)
+        limit = _number(block, "limit", f"{field}.limit", -1)
+        if limit >= 0 and (quota < 0 or quota > limit):
+            # KAI takes a limit below the quota: the limit wins, the queue never gets more and its fair
+            # share is capped by it. kaiweb's queues keep quota ≤ limit, so such a quota reads as the limit.
+            quota = limit
         parsed[resource] = QueueResource(
-            quota=_number(block, "quota", f"{field}.quota", -1),
-            limit=_number(block, "limit", f"{field}.limit", -1),
+            quota=quota, limit=limit,
             over_quota_weight=_number(block, "overQuotaWeight", f"{field}.overQuotaWeight", 0),
         )
     priority = spec.get("priority", 100)

@@ -85,3 +85,13 @@ def test_a_shard_with_an_unknown_strategy_is_refused():
                                                ("RayCluster", "rayclusters"), ("Testcrd", "testcrds")])
 def test_plural_names_follow_kubernetes(kind, plural):
     assert plural_of(kind) == plural
+
+
+@pytest.mark.parametrize(("quota", "limit", "read"), [(-1, 0, 0), (4, 2, 2), (2, 4, 2), (-1, -1, -1), (3, -1, 3)])
+def test_a_kai_queue_whose_limit_is_below_its_quota_reads_as_capped_by_the_limit(quota, limit, read):
+    from kaiweb.cluster.backends.kubernetes import parse_queue
+
+    res = {"quota": quota, "limit": limit, "overQuotaWeight": 1}
+    parsed = parse_queue({"metadata": {"name": "q"}, "spec": {"resources": {"gpu": res, "cpu": res, "memory": res}}})
+    assert parsed.spec.gpu.quota == read
+    assert parsed.spec.gpu.limit == limit

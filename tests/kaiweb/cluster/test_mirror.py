@@ -265,14 +265,14 @@ def test_queue_sync_creates_imports_and_the_database_wins_on_conflict(
 def test_a_crd_only_queue_kaiweb_refuses_is_recorded_with_the_field_and_rule(
         kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:  # noqa: F811
     kube_apiserver.add_queue("fine", qspec(1))
-    kube_apiserver.add_queue("upside-down", qspec(4, gpu_limit=2))
+    kube_apiserver.add_queue("orphan", qspec(4, parent="nowhere"))
 
     mirror.sync_full(gateway, cluster)
 
     assert Queue.objects.filter(name="fine").exists()
-    assert not Queue.objects.filter(name="upside-down").exists()
-    row = UnreadableObject.objects.get(kind="Queue", name="upside-down")
-    assert row.field == "spec.resources.gpu.limit"
+    assert not Queue.objects.filter(name="orphan").exists()
+    row = UnreadableObject.objects.get(kind="Queue", name="orphan")
+    assert row.field == "spec.parentQueue"
     assert "not imported" in row.rule
 
 
