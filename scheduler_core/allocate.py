@@ -329,6 +329,8 @@ class Placer:
         # whole devices free on idle + releasing; the idle ones first (releasing may be negative
         # when pipelined tasks already wait for it)
         total_whole = max(0, int(math.floor(s.idle[i, GPU] + s.rel[i, GPU] + _EPS)))
+        if mem > gmem + _EPS:
+            total_whole = 0  # more GPU memory than one device of this node has: no device can take it
         idle_whole = min(max(0, int(math.floor(s.idle[i, GPU] + _EPS))), total_whole)
         rel_whole = total_whole - idle_whole
         whole_score = 1.0 if self.gpu_spread else 0.0

@@ -357,3 +357,17 @@ def test_without_consolidating_reclaim_victims_are_not_moved():
     plain = run_cycle(snap, m.CycleConfig(actions=("reclaim",), allow_consolidating_reclaim=False))
     assert status_of(plain)["a-0"] == (m.RELEASING, "n1")
     assert status_of(plain)["b-0"] == (m.PIPELINED, "n1")
+
+
+def test_a_gpu_memory_request_larger_than_a_device_is_not_placed():
+    snapshot = m.ClusterSnapshot(
+        nodes=(m.NodeSpec("n1", cpu_millis=64000, memory_bytes=256e9, gpus=8, gpu_memory_mib=40960),),
+        queues=(m.QueueSpec("q", gpu=m.QueueResource(quota=-1, limit=-1)),),
+        jobs=(m.JobSpec("too-much", "q", tasks=(m.TaskSpec("t", m.TaskRequest(
+            cpu_millis=100, gpu_kind=m.GPU_MEMORY, gpu_memory_mib=500_000_000)),)),
+              m.JobSpec("fits", "q", tasks=(m.TaskSpec("t", m.TaskRequest(
+                  cpu_millis=100, gpu_kind=m.GPU_MEMORY, gpu_memory_mib=20480)),))),
+    )
+    result = run_cycle(snapshot, m.CycleConfig())
+    assert {b.job for b in result.binds} == {"fits"}
+    assert "too-much" in result.pending
