@@ -162,8 +162,18 @@ class Applier:
                 raise ScenarioError(f"{kind} ({api_version}): the API server does not serve this kind") from exc
 
     def apply(self, objects: Sequence[Mapping[str, Any]]) -> None:
-        for obj in _creation_order(objects):
-            self.apply_one(obj)
+        """Create the objects, each after the owners it names in the same batch (so every
+        ownerReference carries the uid its owner really got), otherwise in `_creation_order`."""
+        pending = _creation_order(objects)
+        in_batch = {str((o.get("metadata") or {}).get("uid")) for o in pending if (o.get("metadata") or {}).get("uid")}
+        while pending:
+            ready = [o for o in pending
+                     if all(ref.get("uid") not in in_batch or ref.get("uid") in self.uids
+                            for ref in (o.get("metadata") or {}).get("ownerReferences") or [])]
+            for obj in ready or pending[:1]:  # an ownership cycle: go on in order rather than stall
+                self.apply_one(obj)
+            taken = {id(o) for o in (ready or pending[:1])}
+            pending = [o for o in pending if id(o) not in taken]
 
     def apply_one(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         body = json.loads(json.dumps(obj))

@@ -904,6 +904,15 @@ def sync_full(gateway: Any, cluster: Cluster) -> SyncReport:
         _apply_topologies(cluster, topologies.items)
         _apply_shards(cluster, shards.items)
 
+    if hasattr(gateway, "missing_volume_sources"):
+        # A pending pod whose ConfigMap or volume cannot be had waits out of the mirror, explained.
+        missing = gateway.missing_volume_sources(pods.items)
+        if missing:
+            problems.extend(_problem("Pod", p.namespace, p.name, p.uid, missing[(p.namespace, p.name)][0],
+                                     f"cannot be scheduled: {missing[(p.namespace, p.name)][1]}", deferred=True)
+                            for p in pods.items if (p.namespace, p.name) in missing)
+            pods = Listing(tuple(p for p in pods.items if (p.namespace, p.name) not in missing), pods.problems,
+                           pods.resource_version)
     unreadable_pods = {(p.namespace, p.name) for p in problems if p.kind == "Pod"}
     with transaction.atomic():
         _apply_nodes(cluster, nodes.items, unreadable=[p.name for p in problems if p.kind == "Node"], full=True,

@@ -316,7 +316,34 @@ def _parse_pod(raw: Mapping[str, Any]) -> ObservedPod:
         tolerations=tolerations,
         affinity=affinity,
         host_ports=host_ports,
+        config_maps=_required_config_maps(spec),
+        claims=tuple((f"spec.volumes[{i}].persistentVolumeClaim.claimName", str(v["persistentVolumeClaim"]["claimName"]))
+                     for i, v in enumerate(spec.get("volumes") or [])
+                     if isinstance(v, Mapping) and isinstance(v.get("persistentVolumeClaim"), Mapping)
+                     and v["persistentVolumeClaim"].get("claimName")),
     )
+
+
+def _required_config_maps(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(field, name) of each ConfigMap the pod cannot start without (references not marked optional)."""
+    out: list[tuple[str, str]] = []
+    for i, volume in enumerate(spec.get("volumes") or []):
+        source = volume.get("configMap") if isinstance(volume, Mapping) else None
+        if isinstance(source, Mapping) and source.get("name") and not source.get("optional"):
+            out.append((f"spec.volumes[{i}].configMap.name", str(source["name"])))
+    for kind in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(kind) or []):
+            if not isinstance(container, Mapping):
+                continue
+            for j, env_from in enumerate(container.get("envFrom") or []):
+                ref = env_from.get("configMapRef") if isinstance(env_from, Mapping) else None
+                if isinstance(ref, Mapping) and ref.get("name") and not ref.get("optional"):
+                    out.append((f"spec.{kind}[{i}].envFrom[{j}].configMapRef.name", str(ref["name"])))
+            for j, env in enumerate(container.get("env") or []):
+                ref = ((env.get("valueFrom") or {}).get("configMapKeyRef")) if isinstance(env, Mapping) else None
+                if isinstance(ref, Mapping) and ref.get("name") and not ref.get("optional"):
+                    out.append((f"spec.{kind}[{i}].env[{j}].valueFrom.configMapKeyRef.name", str(ref["name"])))
+    return tuple(out)
 
 
 @_never_raises("Node")
@@ -1207,6 +1234,61 @@ class KubernetesGateway:
         return [r for r in raws if isinstance(r, dict)
                 and (r.get("spec") or {}).get("schedulerName") == self.scheduler_name
                 and (r.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+
+    def missing_volume_sources(self, pods: Iterable[ObservedPod]) -> dict[tuple[str, str], tuple[str, str]]:
+        """(namespace, pod) → (field, what is missing) for each pending pod whose ConfigMap or claim
+        cannot be had, as kube-scheduler's volume predicates find: a ConfigMap that does not exist; a
+        claim that does not exist; an unbound claim whose StorageClass does not exist and which no
+        PersistentVolume of that class could satisfy. One read per object, whatever the pod count."""
+        seen: dict[tuple[str, str, str], Any] = {}
+        readers: dict[str, Callable[..., Any]] = {
+            "ConfigMap": self.core.read_namespaced_config_map,
+            "PersistentVolumeClaim": self.core.read_namespaced_persistent_volume_claim,
+            "StorageClass": client.StorageV1Api(self.api_client).read_storage_class,
+        }
+
+        def get(kind: str, namespace: str, name: str) -> Any:
+            key = (kind, namespace, name)
+            if key not in seen:
+                args = (name, namespace) if namespace else (name,)
+                try:
+                    seen[key] = self._json(f"read {kind} {namespace}/{name}", readers[kind], *args)
+                except ClusterRejected as err:
+                    if err.status != 404:
+                        raise
+                    seen[key] = None
+            return seen[key]
+
+        volume_classes: set[str] | None = None
+        out: dict[tuple[str, str], tuple[str, str]] = {}
+        for pod in pods:
+            if pod.node or not (pod.config_maps or pod.claims):
+                continue
+            ns, key = pod.namespace, (pod.namespace, pod.name)
+            for field_, name in pod.config_maps:
+                if get("ConfigMap", ns, name) is None:
+                    out[key] = (field_, f'configmap "{name}" not found')
+                    break
+            for field_, name in pod.claims if key not in out else ():
+                claim = get("PersistentVolumeClaim", ns, name)
+                if claim is None:
+                    out[key] = (field_, f'persistentvolumeclaim "{name}" not found')
+                    break
+                spec = claim.get("spec") or {}
+                if spec.get("volumeName") or (claim.get("status") or {}).get("phase") == "Bound":
+                    continue
+                klass = str(spec.get("storageClassName") or "")
+                if klass and get("StorageClass", "", klass) is not None:
+                    continue
+                if volume_classes is None:
+                    raws, _ = self.list_raw("list PersistentVolumes", self.core.list_persistent_volume)
+                    volume_classes = {str((v.get("spec") or {}).get("storageClassName") or "") for v in raws
+                                      if (v.get("status") or {}).get("phase") in (None, "Available")}
+                if klass not in volume_classes:
+                    out[key] = (field_, f'persistentvolumeclaim "{name}" cannot be bound: '
+                                        f'storageclass "{klass}" not found')
+                    break
+        return out
 
     def list_pods_raw(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
         """Raw pods of a namespace carrying all ``labels`` (any scheduler)."""

@@ -170,6 +170,10 @@ class ObservedPod:
     # reads: nodeAffinity / podAffinity / podAntiAffinity, each with required... and preferred...
     affinity: Mapping[str, Any] = field(default_factory=dict)
     host_ports: tuple[str, ...] = ()  # "TCP/8080", or "TCP/8080/10.0.0.1" when bound to one address
+    # What must exist before the pod can run: (field, ConfigMap name) it needs (not optional), and
+    # (field, PersistentVolumeClaim name) it mounts.
+    config_maps: tuple[tuple[str, str], ...] = ()
+    claims: tuple[tuple[str, str], ...] = ()
 
     @property
     def ref(self) -> PodRef:

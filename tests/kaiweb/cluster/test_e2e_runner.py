@@ -50,3 +50,24 @@ def test_scenarios_load_from_a_folder_in_file_order(tmp_path):
     (tmp_path / "sub" / "a.json").write_text('[{"id": "a#1", "steps": []}, {"id": "a#2", "steps": []}]')
     (tmp_path / "notes.json").write_text('{"not": "a list"}')
     assert [s["id"] for s in e2e.load_scenarios(tmp_path)] == ["b#1", "a#1", "a#2"]
+
+
+def test_owners_are_created_before_what_they_own_across_kinds():
+    created: list[str] = []
+
+    class Recording(e2e.Applier):
+        def __init__(self) -> None:
+            super().__init__(api_client=None)  # type: ignore[arg-type]
+
+        def apply_one(self, obj):
+            created.append(obj["metadata"]["name"])
+            self.uids[obj["metadata"]["uid"]] = "real-" + obj["metadata"]["uid"]
+            return obj
+
+    leader = {"kind": "Pod", "metadata": {"name": "leader", "uid": "u-leader"}}
+    workers = {"kind": "StatefulSet", "metadata": {"name": "workers", "uid": "u-workers", "ownerReferences": [
+        {"kind": "Pod", "name": "leader", "uid": "u-leader"}]}}
+    worker = {"kind": "Pod", "metadata": {"name": "worker-0", "uid": "u-w0", "ownerReferences": [
+        {"kind": "StatefulSet", "name": "workers", "uid": "u-workers"}]}}
+    Recording().apply([worker, workers, leader])
+    assert created == ["leader", "workers", "worker-0"]

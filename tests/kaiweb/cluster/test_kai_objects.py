@@ -95,3 +95,18 @@ def test_a_kai_queue_whose_limit_is_below_its_quota_reads_as_capped_by_the_limit
     parsed = parse_queue({"metadata": {"name": "q"}, "spec": {"resources": {"gpu": res, "cpu": res, "memory": res}}})
     assert parsed.spec.gpu.quota == read
     assert parsed.spec.gpu.limit == limit
+
+
+def test_a_pod_names_the_config_maps_it_needs_and_the_claims_it_mounts():
+    from kaiweb.cluster.backends.kubernetes import parse_pod
+
+    raw = {"metadata": {"name": "p", "namespace": "ns", "labels": {"kai.scheduler/queue": "q"}}, "spec": {
+        "volumes": [{"name": "a", "configMap": {"name": "needed"}},
+                    {"name": "b", "configMap": {"name": "maybe", "optional": True}},
+                    {"name": "c", "persistentVolumeClaim": {"claimName": "data"}}],
+        "containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "env"}}],
+                        "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "keys", "key": "x"}}}]}]}}
+    pod = parse_pod(raw)
+    assert [name for _, name in pod.config_maps] == ["needed", "env", "keys"]
+    assert pod.config_maps[0][0] == "spec.volumes[0].configMap.name"
+    assert pod.claims == (("spec.volumes[2].persistentVolumeClaim.claimName", "data"),)
