@@ -777,6 +777,9 @@ def node_failures(s: Session, placer: Placer, t: TaskState) -> list[str | None]:
                 why = pr.insufficient_mig(short[0] if short else "")
             elif t.shared and len(placer._shared_options(t, i)[0]) < r.gpu_devices:
                 why = pr.insufficient("GPU memory")
+            elif t.shared and placer.predicates and row[PODS] + _EPS < 1 + sum(
+                    1 for o in placer._shared_options(t, i)[0][:r.gpu_devices] if o[1] is None):
+                why = pr.POD_NUMBER  # a new GPU group needs a second pod slot, for its reservation pod
             else:
                 ns = s.nodes[i]
                 short = sorted(p for p, c in r.extended.items()
@@ -808,8 +811,9 @@ def predicate_failure_reason(s: Session, placer: Placer, tasks: list[TaskState],
     ``no-node-matches`` when no node passes the static predicates at all. None when only room is
     short (``fit_failure_reason`` explains that)."""
     r = failed.request
+    slot_short = failed.shared and placer.predicates and bool(((s.idle[:, PODS] + s.rel[:, PODS]) < 2 - _EPS).any())
     if not len(s.nodes) or (placer._static_mask(failed).all() and not failed.dynamic and not placer.anti_holders
-                            and not r.extended):
+                            and not r.extended and not slot_short):
         return None
     n = len(tasks)
     reasons = node_failures(s, placer, failed)

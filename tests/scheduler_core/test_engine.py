@@ -371,3 +371,15 @@ def test_a_gpu_memory_request_larger_than_a_device_is_not_placed():
     result = run_cycle(snapshot, m.CycleConfig())
     assert {b.job for b in result.binds} == {"fits"}
     assert "too-much" in result.pending
+
+
+def test_a_shared_gpu_pod_that_would_open_a_group_without_a_pod_slot_for_its_reservation_says_so():
+    snapshot = m.ClusterSnapshot(
+        nodes=(m.NodeSpec("n1", cpu_millis=64000, memory_bytes=256e9, gpus=8, gpu_memory_mib=40960, max_pods=1),),
+        queues=(m.QueueSpec("q", gpu=m.QueueResource(quota=-1, limit=-1)),),
+        jobs=(m.JobSpec("half", "q", tasks=(m.TaskSpec("t", m.TaskRequest(
+            cpu_millis=100, gpu_kind=m.GPU_FRACTION, gpu_fraction=0.5)),)),),
+    )
+    result = run_cycle(snapshot, m.CycleConfig())
+    assert result.binds == ()
+    assert "pod number exceeded" in result.pending["half"].message
