@@ -1038,7 +1038,8 @@ def run_preempt(s: Session, placer: Placer) -> None:
 # Consolidation (§2.9)
 
 
-def _enough_gpus_in_cluster(s: Session, tasks: list[TaskState]) -> bool:
+def _gpu_need(s: Session, tasks: list[TaskState]) -> float:
+    """GPUs a batch needs, fractions and GPU memory counted as parts of a device."""
     need = 0.0
     for t in tasks:
         r = t.request
@@ -1048,23 +1049,64 @@ def _enough_gpus_in_cluster(s: Session, tasks: list[TaskState]) -> bool:
             need += r.gpu_fraction * r.gpu_devices
         elif r.gpu_kind == m.GPU_MEMORY:
             need += r.gpu_memory_mib / s.max_gpu_mem * r.gpu_devices
+    return need
+
+
+def _cluster_free_gpus(s: Session, cache: list[float] | None = None) -> float:
+    """Idle and releasing GPUs of the whole cluster, plus the free part of shared devices.
+    ``cache``: [node version, free] of the last computation; node usage changes only with the
+    session's node version, so the figure is reused while that version stays the same."""
+    if cache is not None and cache[0] == s.node_version:
+        return cache[1]
+    free = float((s.idle[:, GPU] + s.rel[:, GPU]).sum())
+    if s.n_groups:
+        for ns in s.nodes:
+            if not ns.groups:
+                continue
+            gmem = float(s.gpu_mem[ns.index])
+            for g in ns.groups.values():
+                if not g.fully_releasing:
+                    free += max(0.0, gmem - g.mem_active) / gmem
+    if cache is not None:
+        cache[:] = [s.node_version, free]
+    return free
+
+
+def _enough_gpus_in_cluster(s: Session, tasks: list[TaskState], cache: list[float] | None = None) -> bool:
+    need = _gpu_need(s, tasks)
     if need <= 0:
         return True
-    free = float((s.idle[:, GPU] + s.rel[:, GPU]).sum())
-    for ns in s.nodes:
-        gmem = float(s.gpu_mem[ns.index])
-        for g in ns.groups.values():
-            if not g.fully_releasing:
-                free += max(0.0, gmem - g.mem_active) / gmem
-    return free + _EPS >= need
+    return _cluster_free_gpus(s, cache) + _EPS >= need
+
+
+def _consolidation_hopeless(s: Session, triggers: list[JobState], free_cache: list[float]) -> bool:
+    """Whether consolidation cannot do anything for any of ``triggers``: each one's next batch
+    needs more GPUs than the whole cluster has free (idle, releasing, free parts of shared
+    devices). Moving pods never creates GPUs, and a job skipped by that check changes nothing
+    (no statement, no note, no signature), so the cluster's free GPUs stay what they are for the
+    whole action and every job in the order would be skipped in turn: the action is a no-op.
+    A job with nothing to place or no GPU need defeats the shortcut (the search runs)."""
+    free = _cluster_free_gpus(s, free_cache)
+    for j in triggers:
+        tasks = tasks_to_allocate(j)
+        if not tasks:
+            continue  # skipped by the loop without effect either
+        need = _gpu_need(s, tasks)
+        if need <= 0 or free + _EPS >= need:
+            return False
+    return True
 
 
 def run_consolidation(s: Session, placer: Placer) -> None:
     """Move preemptible running pods (each must be re-placed) to open room for a pending job."""
     sigs = _Signatures()
-    order = JobsOrder(s, [j for j in _triggers(s) if j.preemptible])
-    if len(order) == 0:
+    triggers = [j for j in _triggers(s) if j.preemptible]
+    if not triggers:
         return
+    free_cache: list[float] = [-1.0, 0.0]
+    if s.config.shortcuts and _consolidation_hopeless(s, triggers, free_cache):
+        return
+    order = JobsOrder(s, triggers)
     cap = s.config.max_consolidation_preemptees
     max_jobs = None if cap < 0 else cap + 1  # KAI's check is "> max" (quirk Q6)
     while True:
@@ -1074,7 +1116,7 @@ def run_consolidation(s: Session, placer: Placer) -> None:
         tasks = tasks_to_allocate(job)
         if not tasks or sigs.skip("*", job):
             continue
-        if not _enough_gpus_in_cluster(s, tasks):
+        if not _enough_gpus_in_cluster(s, tasks, free_cache if s.config.shortcuts else None):
             continue
         victims = [v for v in s.jobs if v is not job and v.valid and v.preemptible and _has_evictable(v)]
         if not victims:

@@ -426,6 +426,9 @@ class CycleConfig:
     default_preempt_min_runtime_s: float = 0.0
     default_reclaim_min_runtime_s: float = 0.0
     max_victim_scenarios: int = 2000  # bound of the victim search per pending job
+    # exact shortcuts (consolidation's early exit, the cross-cycle memo); False runs the plain
+    # full evaluation, which gives the same decisions (kept to prove it)
+    shortcuts: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -1,0 +1,97 @@
+"""Hypothesis properties: the engine's exact shortcuts (``CycleConfig.shortcuts``) never change a
+decision. Each random snapshot runs twice, with the shortcuts and with the plain full evaluation,
+and every decision, reason and queue figure must be the same."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from benchmarks.b6_steady_state import decisions
+from scheduler_core import model as m
+from scheduler_core import run_cycle
+from tests.scheduler_core.engine_builders import NOW, fraction_task, gpu_task, node, queue
+from tests.scheduler_core.test_invariants import clusters
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PLAIN = m.CycleConfig(shortcuts=False)
+
+
+@st.composite
+def crowded(draw):
+    """A nearly full cluster (whole and fractional pods, some releasing) and pending jobs of all
+    sizes, so consolidation is tried often and often cannot succeed."""
+    n_nodes = draw(st.integers(1, 5))
+    sizes = [draw(st.sampled_from([2, 4, 8])) for _ in range(n_nodes)]
+    nodes = [node(f"n{i}", g) for i, g in enumerate(sizes)]
+    n_queues = draw(st.integers(1, 3))
+    queues = [queue(f"q{k}", gpu_quota=draw(st.integers(0, 12)), creation=k) for k in range(n_queues)]
+    jobs: list[m.JobSpec] = []
+    k = 0
+    for i, g in enumerate(sizes):
+        left = g - draw(st.integers(0, min(2, g)))  # leave 0–2 GPUs free
+        while left > 0:
+            take = draw(st.sampled_from([1, 1, 2, 4]))
+            take = min(take, left)
+            left -= take
+            state = draw(st.sampled_from([m.RUNNING, m.RUNNING, m.RUNNING, m.RELEASING]))
+            jobs.append(m.JobSpec(f"r{k}", f"q{k % n_queues}", tasks=(gpu_task(f"r{k}-0", take, state, f"n{i}"),),
+                                  priority=draw(st.sampled_from([50, 100])), preemptible=draw(st.booleans()),
+                                  creation=NOW - 1000 + k, last_start=NOW - 3600))
+            k += 1
+        if draw(st.booleans()):
+            grp = (f"n{i}-shared",)
+            jobs.append(m.JobSpec(f"f{i}", f"q{i % n_queues}", creation=NOW - 900 + i, last_start=NOW - 3600,
+                                  tasks=(fraction_task(f"f{i}-0", draw(st.sampled_from([0.25, 0.5])), m.RUNNING,
+                                                       f"n{i}", grp),)))
+    for j in range(draw(st.integers(1, 12))):
+        if draw(st.integers(0, 5)) == 0:
+            tasks: tuple[m.TaskSpec, ...] = (fraction_task(f"p{j}-0", draw(st.sampled_from([0.25, 0.5]))),)
+        else:
+            pods = draw(st.integers(1, 3))
+            gpus = draw(st.sampled_from([1, 2, 4, 8]))
+            tasks = tuple(gpu_task(f"p{j}-{p}", gpus) for p in range(pods))
+        jobs.append(m.JobSpec(f"p{j}", f"q{draw(st.integers(0, n_queues - 1))}", tasks=tasks,
+                              priority=draw(st.sampled_from([50, 100, 125])), creation=NOW - 100 + j))
+    return m.ClusterSnapshot(nodes=tuple(nodes), queues=tuple(queues), jobs=tuple(jobs), now=NOW)
+
+
+@SETTINGS
+@given(crowded())
+def test_consolidation_shortcuts_change_no_decision_on_crowded_clusters(snap):
+    assert decisions(run_cycle(snap)) == decisions(run_cycle(snap, PLAIN))
+
+
+@SETTINGS
+@given(clusters())
+def test_shortcuts_change_no_decision_on_random_clusters(snap):
+    assert decisions(run_cycle(snap)) == decisions(run_cycle(snap, PLAIN))
+
+
+@SETTINGS
+@given(crowded(), st.sampled_from([0, 1, 2, -1]))
+def test_consolidation_alone_decides_the_same_with_and_without_its_early_exit(snap, cap):
+    fast = m.CycleConfig(actions=("consolidation",), max_consolidation_preemptees=cap)
+    plain = m.CycleConfig(actions=("consolidation",), max_consolidation_preemptees=cap, shortcuts=False)
+    assert decisions(run_cycle(snap, fast)) == decisions(run_cycle(snap, plain))
+
+
+def test_a_hopeless_consolidation_is_skipped_and_a_possible_one_still_moves_pods():
+    # n0 has 1 free GPU and n1 has 1 free GPU: a 2-GPU job fits only if consolidation moves a pod
+    nodes = [node("n0", 2), node("n1", 2)]
+    run = [m.JobSpec("a", "q", (gpu_task("a-0", 1, m.RUNNING, "n0"),), priority=50, creation=NOW - 10),
+           m.JobSpec("b", "q", (gpu_task("b-0", 1, m.RUNNING, "n1"),), priority=50, creation=NOW - 9)]
+    want = m.JobSpec("w", "q", (gpu_task("w-0", 2),), priority=50, creation=NOW - 1)
+    snap = m.ClusterSnapshot(nodes=tuple(nodes), queues=(queue("q", gpu_quota=4),), jobs=(*run, want), now=NOW)
+    cfg = m.CycleConfig(actions=("consolidation",))
+    moved = run_cycle(snap, cfg)
+    assert [e.action for e in moved.evictions] == ["consolidation"]
+    assert {p.task for p in moved.pipelined} >= {"w-0"}
+    # the same job needing 3 GPUs cannot be helped (2 free in the whole cluster): nothing moves
+    big = m.JobSpec("w", "q", (gpu_task("w-0", 3),), priority=50, creation=NOW - 1)
+    stuck_snap = m.ClusterSnapshot(nodes=tuple(nodes), queues=(queue("q", gpu_quota=4),), jobs=(*run, big), now=NOW)
+    stuck = run_cycle(stuck_snap, cfg)
+    assert stuck.evictions == ()
+    assert stuck.pipelined == ()
+    plain = run_cycle(stuck_snap, m.CycleConfig(actions=("consolidation",), shortcuts=False))
+    assert decisions(stuck) == decisions(plain)
