@@ -191,7 +191,7 @@ def pod_values(pod: ObservedPod) -> dict[str, Any]:
         "mig_profile": mig[0].removeprefix("mig-")[:32] if mig else "",
         "cpu": float(requests.cpu_millis),
         "memory": int(requests.memory_bytes),
-        "task_priority": int(pod.priority or 0),
+        "task_priority": pod.task_priority,
         "state": _STATE_FROM_OBSERVED.get(pod.state, PodState.UNKNOWN),
         "gpu_group": (pod.gpu_group or "")[:64],
         "constraints": pod_constraints(pod),

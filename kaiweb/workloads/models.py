@@ -81,7 +81,10 @@ class Pod(models.Model):
     mig_profile = models.CharField(max_length=32, blank=True)
     cpu = models.FloatField(default=0, validators=[MinValueValidator(0)], help_text="Millicores.")
     memory = models.BigIntegerField(default=0, validators=[MinValueValidator(0)], help_text="Bytes.")
-    task_priority = models.IntegerField(default=0)
+    task_priority = models.IntegerField(
+        null=True, blank=True, help_text="Label kai.scheduler/task-priority: order inside the job (higher first; "
+        "a pod with it before one without).",
+    )
     state = models.CharField(max_length=16, choices=PodState.choices, default=PodState.PENDING)
     node = models.ForeignKey(
         "cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="pods"

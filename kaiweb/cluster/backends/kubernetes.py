@@ -84,6 +84,7 @@ logger = logging.getLogger(__name__)
 QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.run.ai", "v2", "queues"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.run.ai", "v2alpha2", "podgroups"
 KAI_GROUP = "kai.scheduler"
+TASK_PRIORITY_LABEL = "kai.scheduler/task-priority"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 PAGE_SIZE = 500
 # nvidia.com/gpu.memory is MiB; values this large can only be bytes (KAI-SEMANTICS §5).
@@ -316,12 +317,21 @@ def _parse_pod(raw: Mapping[str, Any]) -> ObservedPod:
         tolerations=tolerations,
         affinity=affinity,
         host_ports=host_ports,
+        task_priority=_task_priority(labels.get(TASK_PRIORITY_LABEL)),
         config_maps=_required_config_maps(spec),
         claims=tuple((f"spec.volumes[{i}].persistentVolumeClaim.claimName", str(v["persistentVolumeClaim"]["claimName"]))
                      for i, v in enumerate(spec.get("volumes") or [])
                      if isinstance(v, Mapping) and isinstance(v.get("persistentVolumeClaim"), Mapping)
                      and v["persistentVolumeClaim"].get("claimName")),
     )
+
+
+def _task_priority(text: str | None) -> int | None:
+    """KAI's task order label: a whole number orders the pod inside its job; anything else counts as absent."""
+    try:
+        return int(str(text).strip()) if text is not None else None
+    except ValueError:
+        return None
 
 
 def _required_config_maps(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -172,6 +172,7 @@ class ObservedPod:
     host_ports: tuple[str, ...] = ()  # "TCP/8080", or "TCP/8080/10.0.0.1" when bound to one address
     # What must exist before the pod can run: (field, ConfigMap name) it needs (not optional), and
     # (field, PersistentVolumeClaim name) it mounts.
+    task_priority: int | None = None  # label kai.scheduler/task-priority (None: absent or not a number)
     config_maps: tuple[tuple[str, str], ...] = ()
     claims: tuple[tuple[str, str], ...] = ()
 

@@ -110,3 +110,13 @@ def test_a_pod_names_the_config_maps_it_needs_and_the_claims_it_mounts():
     assert [name for _, name in pod.config_maps] == ["needed", "env", "keys"]
     assert pod.config_maps[0][0] == "spec.volumes[0].configMap.name"
     assert pod.claims == (("spec.volumes[2].persistentVolumeClaim.claimName", "data"),)
+
+
+@pytest.mark.parametrize(("label", "read"), [("3", 3), ("-1", -1), ("high", None), (None, None)])
+def test_the_task_priority_label_orders_pods_inside_their_job(label, read):
+    from kaiweb.cluster.backends.kubernetes import parse_pod
+
+    labels = {"kai.scheduler/queue": "q", **({"kai.scheduler/task-priority": label} if label is not None else {})}
+    pod = parse_pod({"metadata": {"name": "p", "namespace": "ns", "labels": labels},
+                     "spec": {"priority": 1000, "containers": [{"name": "c"}]}})
+    assert pod.task_priority == read  # never the pod's PriorityClass value
