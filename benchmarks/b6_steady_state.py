@@ -85,10 +85,12 @@ def build(n_nodes: int, n_pending: int, variant: str = "base") -> m.ClusterSnaps
 
 
 def advance(snap: m.ClusterSnapshot, result: m.CycleResult, rng: random.Random, step: int,
-            variant: str = "base", churn: float = CHURN) -> m.ClusterSnapshot:
+            variant: str = "base", churn: float = CHURN,
+            leaves: tuple[str, ...] = LEAVES) -> m.ClusterSnapshot:
     """The next cycle's snapshot: the result applied (bound pods run, evicted pods are gone and
     their jobs wait again), then ``churn`` of the running jobs finish and as many pending jobs
-    arrive (round robin over the leaves). Deterministic for a seeded ``rng``."""
+    arrive (round robin over ``leaves``). Deterministic for a seeded ``rng``. Jobs the step does
+    not touch keep their objects, as an incremental snapshot builder keeps them."""
     now = snap.now + 5.0
     bound = {(b.job, b.task): b.node for b in result.binds}
     evicted = {(e.job, e.task) for e in result.evictions}
@@ -102,15 +104,17 @@ def advance(snap: m.ClusterSnapshot, result: m.CycleResult, rng: random.Random, 
             elif key in evicted:
                 t = dataclasses.replace(t, state=m.PENDING, node=None)
             tasks.append(t)
-        started = now if any((j.name, t.name) in bound for t in j.tasks) else j.last_start
-        jobs.append(dataclasses.replace(j, tasks=tuple(tasks), last_start=started))
+        if any((j.name, t.name) in bound or (j.name, t.name) in evicted for t in j.tasks):
+            started = now if any((j.name, t.name) in bound for t in j.tasks) else j.last_start
+            j = dataclasses.replace(j, tasks=tuple(tasks), last_start=started)
+        jobs.append(j)
     running = [i for i, j in enumerate(jobs) if all(t.state == m.RUNNING for t in j.tasks)]
     n_done = max(1, int(round(churn * len(running)))) if churn > 0 else 0
     done = set(rng.sample(running, min(n_done, len(running))))
     jobs = [j for i, j in enumerate(jobs) if i not in done]
     pods = 4 if variant == "gangs" else 1
     for k in range(n_done):
-        jobs.append(_pending(f"new-{step:04d}-{k:06d}", LEAVES[k % 4], pods, now - 1 + k * 1e-6))
+        jobs.append(_pending(f"new-{step:04d}-{k:06d}", leaves[k % len(leaves)], pods, now - 1 + k * 1e-6))
     return dataclasses.replace(snap, jobs=tuple(jobs), now=now)
 
 

@@ -9,6 +9,7 @@ config, same result.
 from __future__ import annotations
 
 from scheduler_core.cycle import run_cycle
+from scheduler_core.memo import CycleMemo
 from scheduler_core.model import (
     BindDecision,
     ClusterSnapshot,
@@ -35,7 +36,7 @@ from scheduler_core.model import (
 )
 
 __all__ = [
-    "BindDecision", "ClusterSnapshot", "CycleConfig", "CycleResult", "EvictionDecision", "JobSpec", "NodeSpec",
+    "BindDecision", "ClusterSnapshot", "CycleConfig", "CycleMemo", "CycleResult", "EvictionDecision", "JobSpec", "NodeSpec",
     "ObjectError", "PipelineDecision", "PodSetSpec", "PriorityClass", "QueueResource", "QueueSpec", "QueueStatus",
     "Reason", "SubGroupSpec", "TaskOutcome", "TaskRequest", "TaskSpec", "TopologyConstraint", "TopologySpec",
     "resolve_priority", "run_cycle",

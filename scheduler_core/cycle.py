@@ -13,6 +13,7 @@ import time
 from scheduler_core import model as m
 from scheduler_core.allocate import Placer, run_allocate
 from scheduler_core.evict import run_consolidation, run_preempt, run_reclaim, run_stale_gangs
+from scheduler_core.memo import CycleMemo
 from scheduler_core.ordering import QueueComparator, tasks_to_allocate
 from scheduler_core.proportion import FairShareInputError, compute_fair_shares
 from scheduler_core.session import Session
@@ -26,9 +27,12 @@ _ACTION_FUNCS = {
 }
 
 
-def open_session(snapshot: m.ClusterSnapshot, config: m.CycleConfig) -> tuple[Session, Placer]:
-    """Build the session and compute fair shares (fixed for the cycle, §8.25)."""
+def open_session(snapshot: m.ClusterSnapshot, config: m.CycleConfig,
+                 memo: CycleMemo | None = None) -> tuple[Session, Placer]:
+    """Build the session and compute fair shares (fixed for the cycle, §8.25). ``memo``: verdicts
+    remembered across cycles (``memo.py``); never changes a decision."""
     s = Session(snapshot, config)
+    s.memo = memo
     try:
         s.division_steps = compute_fair_shares(s.queues, s.total, config.k_value)  # type: ignore[attr-defined]
     except FairShareInputError as exc:  # validated above; kept as a guard for bad totals
@@ -115,19 +119,24 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
     )
 
 
-def run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig | None = None) -> m.CycleResult:
+def run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig | None = None,
+              memo: CycleMemo | None = None) -> m.CycleResult:
     """Run fair share and the configured actions (allocate → consolidation → reclaim → preempt →
     stale-gang eviction by default) on a frozen snapshot; return every decision with reasons.
 
     Deterministic: same snapshot and config, same result. Bad objects are reported in
-    ``result.errors`` and skipped; the rest of the cycle goes on."""
+    ``result.errors`` and skipped; the rest of the cycle goes on. ``memo``: a ``CycleMemo`` the
+    caller keeps from cycle to cycle (one per scheduling shard); it saves work on verdicts that
+    did not change and never changes a decision (``memo.py``). Its hit and miss counts of this
+    cycle are in ``result.counts["memo_hits"]`` / ``["memo_misses"]``."""
     config = config or m.CycleConfig()
     for a in config.actions:
         if a not in m.ACTIONS:
             raise ValueError(f"actions: unknown action {a!r}; known: {', '.join(m.ACTIONS)}")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    s, placer = open_session(snapshot, config)
+    hits0, misses0 = (memo.hits, memo.misses) if memo is not None else (0, 0)
+    s, placer = open_session(snapshot, config, memo)
     timings["open_session"] = (time.perf_counter() - t0) * 1000
     for a in config.actions:
         t1 = time.perf_counter()
@@ -135,6 +144,9 @@ def run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig | None = None) 
         timings[a] = (time.perf_counter() - t1) * 1000
     t2 = time.perf_counter()
     result = close_session(s, timings)
+    if memo is not None:
+        result.counts["memo_hits"] = memo.hits - hits0
+        result.counts["memo_misses"] = memo.misses - misses0
     timings["close_session"] = (time.perf_counter() - t2) * 1000
     timings["total"] = (time.perf_counter() - t0) * 1000
     return result

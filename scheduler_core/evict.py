@@ -743,12 +743,52 @@ def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[Jo
 
 
 
+def _can_reclaim(s: Session, job: JobState, req: list[float]) -> rc.Verdict:
+    """``rc.can_reclaim`` for a job's batch, through the session's memo when there is one; the
+    key holds every input the verdict reads (see ``memo.py``)."""
+    memo = s.memo if s.config.shortcuts else None
+    if memo is None:
+        return rc.can_reclaim(s.queues, job.queue, req, job.preemptible)
+    q = s.queues[job.queue]
+    key = ("can_reclaim", q.name, tuple(q.allocated), tuple(q.allocated_np), tuple(q.fair), tuple(q.deserved),
+           tuple(req), job.preemptible)
+    return memo.verdict(key, lambda: rc.can_reclaim(s.queues, job.queue, req, job.preemptible))
+
+
+def _reclaim_hopeless(s: Session, triggers: list[JobState]) -> bool:
+    """Reclaim's no-op proof (``memo.py``): when every job the action would try fails the
+    reclaimer check (its queue would exceed its fair share), nothing is evicted, no signature is
+    recorded, and queue figures stay as they are; each job then gets exactly the note the full
+    walk would give it, in any order. Writes those notes and returns True; returns False (and
+    writes nothing) when some job passes the check, so the full walk must run."""
+    notes: list[tuple[JobState, m.Reason]] = []
+    seen: dict[tuple, rc.Verdict] = {}
+    for job in triggers:
+        tasks = tasks_to_allocate(job)
+        if not tasks:
+            continue  # the walk skips it without a note
+        req = batch_request(tasks)
+        k = (job.queue, tuple(req), job.preemptible)
+        verdict = seen.get(k)
+        if verdict is None:
+            verdict = seen[k] = _can_reclaim(s, job, req)
+        if verdict.ok:
+            return False
+        notes.append((job, m.Reason("reclaim-" + verdict.code, "reclaim: " + verdict.reason, dict(verdict.numbers))))
+    for job, why in notes:
+        _note(s, job, why)
+    return True
+
+
 def run_reclaim(s: Session, placer: Placer) -> None:
     """Cross-queue eviction for pending jobs whose queue is below its fair share."""
     sigs = _Signatures()
-    order = JobsOrder(s, _triggers(s))
-    if len(order) == 0:
+    triggers = _triggers(s)
+    if not triggers:
         return  # no pending job may reclaim: skip building the victim pool
+    if s.config.shortcuts and _reclaim_hopeless(s, triggers):
+        return
+    order = JobsOrder(s, triggers)
     mult = s.config.saturation_multiplier
     # jobs that may lose pods, kept up to date after each commit (only touched jobs change)
     evictable = [j.valid and j.preemptible and _has_evictable(j) for j in s.jobs]
@@ -799,7 +839,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
         if not tasks:
             continue
         req = batch_request(tasks)
-        verdict = rc.can_reclaim(s.queues, job.queue, req, job.preemptible)
+        verdict = _can_reclaim(s, job, req)
         if not verdict.ok:
             _note(s, job, m.Reason("reclaim-" + verdict.code, "reclaim: " + verdict.reason, dict(verdict.numbers)))
             continue
@@ -972,36 +1012,84 @@ def run_reclaim(s: Session, placer: Placer) -> None:
 # Preempt (§4.1)
 
 
+def _preempt_victim(s: Session, v: JobState, minrts: dict[str, float] | None = None) -> bool:
+    """Whether a job may lose pods to a same-queue preemptor of higher priority. ``minrts``: the
+    queues' minimum runtimes found so far (a pure function of the queue tree)."""
+    if not v.valid or not v.preemptible or not _has_evictable(v):
+        return False
+    minrt = minrts.get(v.queue) if minrts is not None else None
+    if minrt is None:
+        minrt = rc.preempt_min_runtime(s.queues, v.queue, s.config.default_preempt_min_runtime_s).seconds
+        if minrts is not None:
+            minrts[v.queue] = minrt
+    return v.is_elastic() or not _protected(s, v, minrt)
+
+
+def _preempt_without_victims(s: Session, job: JobState, sigs: _Signatures) -> bool | None:
+    """The steps of the preempt walk before its victims are listed: True when the job is done
+    with (nothing to place, skipped by a signature, or a non-preemptible job over its quota,
+    which is noted); None when the victims must be looked at."""
+    tasks = tasks_to_allocate(job)
+    if not tasks:
+        return True
+    if sigs.skip(job.queue, job):
+        return True
+    if not job.preemptible:
+        req = batch_request(tasks)
+        over = next((q for q in s.chain[job.queue] for r in range(3)
+                     if req[r] > 0 and q.deserved[r] != m.UNLIMITED and q.allocated_np[r] + req[r] > q.deserved[r] + _EPS),
+                    None)
+        if over is not None:
+            _note(s, job, m.Reason("preempt-non-preemptible-over-quota",
+                                   f"preempt: a non-preemptible job may only use queue {over.name}'s quota", {}))
+            return True
+    return None
+
+
+def _preempt_hopeless(s: Session, triggers: list[JobState], sigs: _Signatures) -> bool:
+    """Preempt's no-op proof (``memo.py``): when no pending job has a same-queue victim of lower
+    priority, the walk only writes notes and records signatures, and a signature's scope is the
+    job's queue. The walk visits each leaf queue's jobs in job order (the queue interleaving
+    does not matter, as nothing changes), so replaying each leaf in that order gives the same
+    notes. Returns False without writing anything when some job has a victim."""
+    floor: dict[str, int] = {}  # per queue: the lowest priority of a possible victim
+    minrts: dict[str, float] = {}
+    for v in s.jobs:
+        if v.priority < floor.get(v.queue, v.priority + 1) and _preempt_victim(s, v, minrts):
+            floor[v.queue] = v.priority
+    by_leaf: dict[str, list[tuple[tuple, int, JobState]]] = {}
+    for k, job in enumerate(triggers):
+        low = floor.get(job.queue)
+        if low is not None and low < job.priority and tasks_to_allocate(job):
+            return False
+        by_leaf.setdefault(job.queue, []).append((job.order_key(), k, job))
+    for leaf in sorted(by_leaf):
+        for _, _, job in sorted(by_leaf[leaf], key=lambda e: (e[0], e[1])):
+            if _preempt_without_victims(s, job, sigs) is not None:
+                continue
+            _note(s, job, m.Reason("preempt-no-victims",
+                                   f"preempt: no preemptible job of queue {job.queue} has a priority below {job.priority}",
+                                   {"priority": job.priority}))
+            sigs.fail(job.queue, job)
+    return True
+
+
 def run_preempt(s: Session, placer: Placer) -> None:
     """Same-queue eviction of strictly lower-priority preemptible jobs."""
     sigs = _Signatures()
-    order = JobsOrder(s, _triggers(s))
+    triggers = _triggers(s)
+    if s.config.shortcuts and triggers and _preempt_hopeless(s, triggers, sigs):
+        return
+    order = JobsOrder(s, triggers)
     while True:
         job = order.pop()
         if job is None:
             break
-        tasks = tasks_to_allocate(job)
-        if not tasks:
+        if _preempt_without_victims(s, job, sigs) is not None:
             continue
-        if sigs.skip(job.queue, job):
-            continue
-        req = batch_request(tasks)
-        if not job.preemptible:
-            over = next((q for q in s.chain[job.queue] for r in range(3)
-                         if req[r] > 0 and q.deserved[r] != m.UNLIMITED and q.allocated_np[r] + req[r] > q.deserved[r] + _EPS),
-                        None)
-            if over is not None:
-                _note(s, job, m.Reason("preempt-non-preemptible-over-quota",
-                                       f"preempt: a non-preemptible job may only use queue {over.name}'s quota", {}))
-                continue
         victims = []
         for v in s.jobs:
-            if v.queue != job.queue or not v.valid or not v.preemptible or v.priority >= job.priority:
-                continue
-            if not _has_evictable(v):
-                continue
-            minrt = rc.preempt_min_runtime(s.queues, v.queue, s.config.default_preempt_min_runtime_s).seconds
-            if not v.is_elastic() and _protected(s, v, minrt):
+            if v.queue != job.queue or v.priority >= job.priority or not _preempt_victim(s, v):
                 continue
             victims.append(v)
         if not victims:

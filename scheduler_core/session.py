@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scheduler_core import model as m
+from scheduler_core.memo import CycleMemo
 from scheduler_core.proportion import QueueAttrs
 
 CPU, MEM, GPU, PODS = 0, 1, 2, 3
@@ -323,6 +324,7 @@ class Session:
         self.ghosts: list[TaskState] = []
         # per job index: (job version, evictable tasks, victim order key) — see evict.VictimOrder
         self.victim_cache: dict[int, tuple[int, list[TaskState], tuple]] = {}
+        self.memo: CycleMemo | None = None  # verdicts remembered across cycles (memo.py), set by the caller
         self.n_groups = 0  # shared-GPU groups on all nodes (each holds one device)
         self._build_nodes()
         self._build_queues()

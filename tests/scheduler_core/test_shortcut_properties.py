@@ -4,6 +4,10 @@ and every decision, reason and queue figure must be the same."""
 
 from __future__ import annotations
 
+import dataclasses
+import random
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -95,3 +99,46 @@ def test_a_hopeless_consolidation_is_skipped_and_a_possible_one_still_moves_pods
     assert stuck.pipelined == ()
     plain = run_cycle(stuck_snap, m.CycleConfig(actions=("consolidation",), shortcuts=False))
     assert decisions(stuck) == decisions(plain)
+
+
+@SETTINGS
+@given(crowded(), st.integers(0, 2**16), st.lists(st.tuples(st.sampled_from([0.0, 0.1, 0.3, 0.6]),
+                                                            st.integers(-2, 2)), min_size=2, max_size=5))
+def test_a_memo_kept_across_a_sequence_of_cycles_changes_no_decision(snap, seed, steps):
+    from benchmarks.b6_steady_state import advance
+    from scheduler_core import CycleMemo
+
+    memo = CycleMemo()
+    rng = random.Random(seed)
+    for i, (churn, quota_delta) in enumerate(steps):
+        with_memo = run_cycle(snap, memo=memo)
+        plain = run_cycle(snap, PLAIN)
+        assert decisions(with_memo) == decisions(plain)
+        # the next snapshot: the decisions applied, some jobs finish and others arrive, a quota moves
+        snap = advance(snap, plain, rng, i, churn=churn, leaves=tuple(q.name for q in snap.queues))
+        q0 = snap.queues[0]
+        gpu = dataclasses.replace(q0.gpu, quota=max(0.0, q0.gpu.quota + quota_delta))
+        snap = dataclasses.replace(snap, queues=(dataclasses.replace(q0, gpu=gpu), *snap.queues[1:]))
+
+
+def test_the_memo_remembers_verdicts_and_reports_its_hits():
+    from benchmarks.b6_steady_state import build
+    from scheduler_core import CycleMemo
+
+    snap = build(4, 64)
+    memo = CycleMemo()
+    first = run_cycle(snap, memo=memo)
+    second = run_cycle(snap, memo=memo)
+    # four leaf queues, one request shape each: four verdicts computed once, then only looked up
+    assert first.counts["memo_misses"] == 4
+    assert second.counts["memo_misses"] == 0
+    assert second.counts["memo_hits"] == 4
+    assert decisions(second) == decisions(run_cycle(snap, PLAIN))
+    assert len(second.pending) == 64
+
+
+def test_a_memo_refuses_a_size_that_cannot_hold_anything():
+    from scheduler_core import CycleMemo
+
+    with pytest.raises(ValueError, match="max_entries"):
+        CycleMemo(max_entries=0)
