@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "kaiweb.workloads",
     "kaiweb.scheduling",
     "kaiweb.usage",
+    "kaiweb.reports",
     "kaiweb.dashboard",
 ]
 
@@ -218,6 +219,22 @@ CELERY_BEAT_SCHEDULE = {
                          "options": {"expires": KAI_USAGE_SECONDS * 2}},
     "usage-retention": {"task": "usage.retention", "schedule": 24 * 3600.0},
 }
+
+# ---------------------------------------------------------------- utilization, idle GPUs, reports
+# Prometheus with NVIDIA's DCGM exporter metrics (empty: utilization from the simulated cluster only).
+KAI_PROMETHEUS_URL = env.str("KAI_PROMETHEUS_URL", default="")
+KAI_PROMETHEUS_TIMEOUT = env.float("KAI_PROMETHEUS_TIMEOUT", default=10.0)
+# A job holding GPUs whose utilization stays under this percentage for this long is reported idle.
+KAI_IDLE_GPU_UTILIZATION_PERCENT = env.float("KAI_IDLE_GPU_UTILIZATION_PERCENT", default=5.0)
+KAI_IDLE_GPU_WINDOW_SECONDS = env.float("KAI_IDLE_GPU_WINDOW_SECONDS", default=600.0)
+# Scheduled usage reports go out through Django's email backend (the console in development).
+EMAIL_BACKEND = env.str("DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = read_secret("EMAIL_HOST_PASSWORD", "") or ""
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+KAI_REPORTS_FROM_EMAIL = env.str("KAI_REPORTS_FROM_EMAIL", default="kaiweb-reports@localhost")
 
 # ---------------------------------------------------------------- logging
 LOGGING = {

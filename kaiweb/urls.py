@@ -25,6 +25,7 @@ urlpatterns = [
     path("workloads/", include("kaiweb.workloads.urls")),
     path("nodes/", include("kaiweb.cluster.urls")),
     path("usage/", include("kaiweb.usage.urls")),
+    path("reports/", include("kaiweb.reports.urls")),
     path("audit/", include("kaiweb.audit.urls")),
     path("", include("kaiweb.scheduling.urls")),  # /preemptions/, /cycles/
     path("", include("kaiweb.dashboard.urls")),  # / (overview)

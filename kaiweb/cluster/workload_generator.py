@@ -12,8 +12,9 @@ the same seed submit the same jobs, whatever happened in between.
 
 from __future__ import annotations
 
+import hashlib
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 # Priority classes the mix uses (KAI's defaults: train is preemptible, inference is not).
 TRAIN = "train"
@@ -49,6 +50,25 @@ class JobSpec:
     @property
     def gpus(self) -> float:
         return self.gpu_per_pod * self.pods
+
+
+# The GPU utilization a job shows on the simulated cluster (kaiweb.usage.utilization reads it).
+UTILIZATION_LABEL = "kaiweb.io/gpu-utilization"
+UTILIZATION_RANGE = {"training": (70, 98), "batch": (40, 90), "inference": (15, 60)}
+
+
+def with_gpu_utilization(job: JobSpec) -> JobSpec:
+    """The job with a plausible utilization label, from its name alone (the seeded stream is untouched).
+
+    About one job in eight is stuck: it holds its GPUs at 0–3 % (waiting on data, a hung process)
+    and for at least two simulated hours, so the demo's idle-GPU finding has something to find.
+    """
+    digest = int.from_bytes(hashlib.blake2b(job.name.encode(), digest_size=4).digest(), "big")
+    if digest % 8 == 0:
+        return replace(job, labels={**job.labels, UTILIZATION_LABEL: str(digest % 4)},
+                       duration_seconds=max(job.duration_seconds, 7200))
+    low, high = UTILIZATION_RANGE.get(job.kind, (40, 90))
+    return replace(job, labels={**job.labels, UTILIZATION_LABEL: str(low + digest % (high - low + 1))})
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +126,7 @@ class WorkloadGenerator:
             for i in range(count):
                 kind = role.kinds[rng.randrange(len(role.kinds))]
                 jobs.append(self._job(rng, role.queue, kind, f"t{tick}-{i}"))
-        return jobs
+        return [with_gpu_utilization(job) for job in jobs]
 
     def _flood(self, rng: random.Random) -> list[JobSpec]:
         # Queues with a flood target fill the cluster at once with training gangs.

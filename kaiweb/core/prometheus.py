@@ -121,7 +121,9 @@ class QueueCollector(Collector):
 
 def collectors() -> list[Collector]:
     """Collectors registered for /metrics (each reads the database when scraped)."""
-    return [SchedulerCollector(), QueueCollector()]
+    from kaiweb.usage.metrics import IdleGpuCollector
+
+    return [SchedulerCollector(), QueueCollector(), IdleGpuCollector()]
 
 
 def render() -> tuple[bytes, str]:

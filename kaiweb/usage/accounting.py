@@ -16,21 +16,33 @@ the intermediate numbers for the UI.
 
 from __future__ import annotations
 
+import logging
+import math
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Sum
+from django.db.models import F, Q, Sum
 from django.db.models.functions import Coalesce
 
 from kaiweb.cluster.models import Node, SchedulingShard
 from kaiweb.core.choices import RESOURCES
 from kaiweb.queues.models import Queue
-from kaiweb.usage.models import UsageBucket, UsageSettings
+from kaiweb.usage.models import PodUtilization, UsageBucket, UsageSettings
+from kaiweb.usage.utilization import (
+    PodGpuReading,
+    PodRef,
+    UtilizationError,
+    UtilizationSource,
+    configured_source,
+)
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES
 from kaiweb.workloads.models import Pod
+
+log = logging.getLogger(__name__)
 
 MB = 1_000_000
 HOUR = 3600
@@ -68,21 +80,138 @@ def allocated_by_queue(cluster_id: int | None = None) -> dict[int, dict[str, flo
     return totals
 
 
-def account_usage(at: datetime | None = None) -> int:
-    """Write the current raw bucket of every queue and resource; returns the buckets written."""
+def _gpu_pods(cluster_id: int | None = None) -> list[dict[str, Any]]:
+    """Every allocated pod holding GPUs, with its queue, namespace, labels and node's GPU model (1 query)."""
+    pods = Pod.objects.filter(state__in=ALLOCATED_POD_STATES).filter(Q(gpu__gt=0) | Q(gpu_fraction__isnull=False))
+    if cluster_id is not None:
+        pods = pods.filter(workload__cluster_id=cluster_id)
+    rows = pods.values("pk", "name", "uid", "gpu", "gpu_fraction", "gpu_devices", "workload__queue_id",
+                       "workload__namespace", "workload__labels", "node__gpu_product").order_by("pk")
+    out = []
+    for row in rows:
+        fraction = row["gpu_fraction"]
+        amount = float(fraction) * row["gpu_devices"] if fraction is not None else float(row["gpu"])
+        devices = row["gpu_devices"] if fraction is not None else max(1, math.ceil(float(row["gpu"])))
+        out.append({**row, "amount": amount, "devices": devices,
+                    "model": row["node__gpu_product"] or "unknown",
+                    "labels": row["workload__labels"] if isinstance(row["workload__labels"], dict) else {}})
+    return out
+
+
+def gpu_details_by_queue(pods: list[dict[str, Any]], readings: dict[tuple[str, str], PodGpuReading] | None,
+                         ) -> dict[int, dict[str, Any]]:
+    """Per queue (leaves summed into ancestors): GPUs by model, and, where a pod has a reading, the
+    GPUs measured, the GPUs' worth used (amount × utilization) and GPU memory used (MiB)."""
+    parents = dict(Queue.objects.values_list("pk", "parent_id"))
+    out: dict[int, dict[str, Any]] = {}
+    for pod in pods:
+        reading = readings.get((pod["workload__namespace"], pod["name"])) if readings else None
+        cur: int | None = pod["workload__queue_id"]
+        seen: set[int] = set()
+        while cur is not None and cur not in seen:
+            seen.add(cur)
+            d = out.setdefault(cur, {"models": defaultdict(float), "measured": 0.0, "used": 0.0, "memory": 0.0,
+                                     "memory_known": False})
+            d["models"][pod["model"]] += pod["amount"]
+            if reading is not None:
+                d["measured"] += pod["amount"]
+                d["used"] += pod["amount"] * reading.utilization / 100.0
+                if reading.memory_used_mib is not None:
+                    d["memory"] += reading.memory_used_mib
+                    d["memory_known"] = True
+            cur = parents.get(cur)
+    return out
+
+
+def read_utilization(at: datetime, pods: list[dict[str, Any]],
+                     source: UtilizationSource | None = None) -> dict[tuple[str, str], PodGpuReading] | None:
+    """The configured source's readings for the allocated GPU pods (None: no source, or it failed)."""
+    source = source if source is not None else configured_source()
+    if source is None:
+        return None
+    refs = [PodRef(namespace=p["workload__namespace"], pod=p["name"], uid=p["uid"], labels=p["labels"],
+                   devices=p["devices"]) for p in pods]
+    try:
+        readings = source.read(at, refs)
+    except UtilizationError as exc:
+        log.warning("utilization: %s; usage is accounted without it", exc)
+        return None
+    wanted = {(r.namespace, r.pod) for r in refs}
+    return {k: v for k, v in readings.items() if k in wanted}
+
+
+def record_pod_utilization(at: datetime, pods: list[dict[str, Any]],
+                           readings: dict[tuple[str, str], PodGpuReading], source: str) -> int:
+    """Keep each pod's latest reading and since when it has stayed under the idle threshold."""
+    threshold = float(getattr(settings, "KAI_IDLE_GPU_UTILIZATION_PERCENT", 5.0))
+    by_key = {(p["workload__namespace"], p["name"]): p["pk"] for p in pods}
+    current = {u.pod_id: u for u in PodUtilization.objects.filter(pod_id__in=list(by_key.values()))}
+    new, changed = [], []
+    for key, reading in sorted(readings.items()):
+        pod_id = by_key.get(key)
+        if pod_id is None:
+            continue
+        row = current.get(pod_id)
+        if row is None:
+            row = PodUtilization(pod_id=pod_id)
+            new.append(row)
+        elif row.sampled_at and row.sampled_at >= at:
+            continue  # an older or repeated tick never rewinds the record
+        else:
+            changed.append(row)
+        row.source, row.sampled_at, row.utilization, row.devices = source, at, reading.utilization, reading.devices
+        row.memory_used_mib, row.memory_total_mib = reading.memory_used_mib, reading.memory_total_mib
+        if reading.utilization < threshold:
+            if row.low_since is None:
+                row.low_since, row.low_samples, row.low_utilization_sum = at, 0, 0.0
+            row.low_samples += 1
+            row.low_utilization_sum += reading.utilization
+        else:
+            row.low_since, row.low_samples, row.low_utilization_sum = None, 0, 0.0
+    PodUtilization.objects.bulk_create(new, batch_size=500)
+    PodUtilization.objects.bulk_update(
+        changed, ["source", "sampled_at", "utilization", "devices", "memory_used_mib", "memory_total_mib",
+                  "low_since", "low_samples", "low_utilization_sum"], batch_size=500)
+    return len(new) + len(changed)
+
+
+def account_usage(at: datetime | None = None, source: UtilizationSource | None = None) -> int:
+    """Write the current raw bucket of every queue and resource; returns the buckets written.
+
+    GPU rows also get the allocation by GPU model and, when a utilization source answers, the
+    GPU-seconds measured and used and the GPU memory used; pods' idle records are updated too.
+    """
     conf = UsageSettings.load()
     width = conf.raw_width_seconds
-    start = _floor(at or datetime.now(tz=UTC), width)
+    at = at or datetime.now(tz=UTC)
+    start = _floor(at, width)
     totals = allocated_by_queue()
-    rows = [
-        UsageBucket(queue_id=q, resource=r, start=start, width_seconds=width, value=amounts[r] * width)
-        for q, amounts in sorted(totals.items()) for r in RESOURCES
-    ]
+    pods = _gpu_pods()
+    source = source if source is not None else configured_source()
+    readings = read_utilization(at, pods, source) if pods else None
+    details = gpu_details_by_queue(pods, readings)
+    rows = []
+    for q, amounts in sorted(totals.items()):
+        for r in RESOURCES:
+            bucket = UsageBucket(queue_id=q, resource=r, start=start, width_seconds=width, value=amounts[r] * width)
+            d = details.get(q)
+            if r == "gpu" and d is not None:
+                bucket.by_gpu_model = {m: v * width for m, v in sorted(d["models"].items())}
+                if readings is not None:
+                    bucket.measured_value = d["measured"] * width
+                    bucket.used_value = d["used"] * width
+                    bucket.gpu_memory_used_value = d["memory"] * width if d["memory_known"] else None
+            elif r == "gpu" and readings is not None:
+                bucket.used_value = 0.0
+            rows.append(bucket)
     with transaction.atomic():
         UsageBucket.objects.bulk_create(
-            rows, update_conflicts=True, update_fields=["value"],
+            rows, update_conflicts=True,
+            update_fields=["value", "by_gpu_model", "measured_value", "used_value", "gpu_memory_used_value"],
             unique_fields=["queue", "resource", "start", "width_seconds"],
         )
+        if readings and source is not None:
+            record_pod_utilization(at, pods, readings, source.name)
     return len(rows)
 
 
@@ -103,9 +232,12 @@ def _roll(from_width: int, to_width: int, before: datetime) -> int:
     # Only whole target buckets are rolled, so a bucket is never summed twice.
     cutoff = _floor(before, to_width)
     old = UsageBucket.objects.filter(width_seconds=from_width, start__lt=cutoff)
-    sums: dict[tuple[int, str, datetime], float] = defaultdict(float)
-    for queue_id, resource, start, value in old.values_list("queue_id", "resource", "start", "value").iterator():
-        sums[(queue_id, resource, _floor(start, to_width))] += value
+    sums: dict[tuple[int, str, datetime], dict[str, Any]] = {}
+    for queue_id, resource, start, value, models_, measured, used, memory in old.values_list(
+            "queue_id", "resource", "start", "value", "by_gpu_model", "measured_value", "used_value",
+            "gpu_memory_used_value").iterator():
+        acc = sums.setdefault((queue_id, resource, _floor(start, to_width)), _empty_sum())
+        _add(acc, value, models_, measured, used, memory)
     if not sums:
         return 0
     existing = {
@@ -113,18 +245,46 @@ def _roll(from_width: int, to_width: int, before: datetime) -> int:
         for b in UsageBucket.objects.filter(width_seconds=to_width, start__in={k[2] for k in sums})
     }
     new, updated = [], []
-    for (queue_id, resource, start), value in sums.items():
+    for (queue_id, resource, start), acc in sums.items():
         bucket = existing.get((queue_id, resource, start))
         if bucket is None:
-            new.append(UsageBucket(queue_id=queue_id, resource=resource, start=start, width_seconds=to_width,
-                                   value=value))
+            bucket = UsageBucket(queue_id=queue_id, resource=resource, start=start, width_seconds=to_width)
+            new.append(bucket)
+            _store(bucket, acc)
         else:
-            bucket.value += value
+            _add(acc, bucket.value, bucket.by_gpu_model, bucket.measured_value, bucket.used_value,
+                 bucket.gpu_memory_used_value)
+            _store(bucket, acc)
             updated.append(bucket)
     UsageBucket.objects.bulk_create(new, batch_size=1000)
-    UsageBucket.objects.bulk_update(updated, ["value"], batch_size=1000)
+    UsageBucket.objects.bulk_update(
+        updated, ["value", "by_gpu_model", "measured_value", "used_value", "gpu_memory_used_value"], batch_size=1000)
     old.delete()
     return len(sums)
+
+
+def _empty_sum() -> dict[str, Any]:
+    return {"value": 0.0, "models": defaultdict(float), "measured": 0.0, "used": None, "memory": None}
+
+
+def _add(acc: dict[str, Any], value: float, models_: Any, measured: float, used: float | None,
+         memory: float | None) -> None:
+    acc["value"] += value
+    for model, seconds in (models_ or {}).items() if isinstance(models_, dict) else ():
+        acc["models"][model] += float(seconds)
+    acc["measured"] += measured or 0.0
+    if used is not None:
+        acc["used"] = (acc["used"] or 0.0) + used
+    if memory is not None:
+        acc["memory"] = (acc["memory"] or 0.0) + memory
+
+
+def _store(bucket: UsageBucket, acc: dict[str, Any]) -> None:
+    bucket.value = acc["value"]
+    bucket.by_gpu_model = {m: v for m, v in sorted(acc["models"].items())}
+    bucket.measured_value = acc["measured"]
+    bucket.used_value = acc["used"]
+    bucket.gpu_memory_used_value = acc["memory"]
 
 
 # ------------------------------------------------------------------------- time-based fair share

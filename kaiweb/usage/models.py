@@ -17,6 +17,13 @@ class UsageBucket(models.Model):
     width_seconds = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     # Allocated amount integrated over the bucket, in queue units × seconds (e.g. GPU-seconds).
     value = models.FloatField(default=0, validators=[MinValueValidator(0)])
+    # GPU rows only. Allocated GPU-seconds per GPU model (the node's nvidia.com/gpu.product).
+    by_gpu_model = models.JSONField(default=dict, blank=True)
+    # GPU rows only, when utilization is known: the allocated GPU-seconds whose pods had a reading
+    # (measured), those weighted by the pods' utilization (used), and GPU memory used in MiB-seconds.
+    measured_value = models.FloatField(default=0, validators=[MinValueValidator(0)])
+    used_value = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
+    gpu_memory_used_value = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
 
     class Meta:
         ordering = ("-start", "queue", "resource")
@@ -52,3 +59,30 @@ class UsageSettings(models.Model):
         """The single settings row, created with defaults on first use."""
         obj, _ = cls.objects.get_or_create(pk=1)
         return obj
+
+
+class PodUtilization(models.Model):
+    """The latest GPU utilization reading of a pod holding GPUs, and how long it has stayed low."""
+
+    pod = models.OneToOneField("workloads.Pod", on_delete=models.CASCADE, related_name="gpu_utilization")
+    source = models.CharField(max_length=16, help_text="prometheus or simulated")
+    sampled_at = models.DateTimeField()
+    utilization = models.FloatField(help_text="Mean utilization of the pod's GPUs, percent (0–100).")
+    devices = models.PositiveSmallIntegerField(default=1, help_text="GPU devices the reading covers.")
+    memory_used_mib = models.FloatField(null=True, blank=True)
+    memory_total_mib = models.FloatField(null=True, blank=True)
+    # Since when every reading was under the idle threshold (empty: the latest was not), and the
+    # readings of that stretch, for the idle finding's mean.
+    low_since = models.DateTimeField(null=True, blank=True)
+    low_samples = models.PositiveIntegerField(default=0)
+    low_utilization_sum = models.FloatField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=("low_since",), name="usage_podutil_low_since")]
+
+    def __str__(self) -> str:
+        return f"{self.pod} {self.utilization:.0f}%"
+
+    @property
+    def low_mean(self) -> float:
+        return self.low_utilization_sum / self.low_samples if self.low_samples else self.utilization

@@ -10,6 +10,7 @@ from typing import Any
 from django.db.models import Sum
 from django.db.models.functions import TruncDay, TruncHour
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 
 from kaiweb.dashboard import charts
 from kaiweb.dashboard.pages import render_page
@@ -127,3 +128,17 @@ def usage_csv(request: HttpRequest) -> HttpResponse:
     for row in report["table"]:
         writer.writerow([row["name"], "total", "window", f"{row['hours']:.4f}"])
     return response
+
+
+def idle_gpus_panel(request: HttpRequest) -> HttpResponse:
+    """The idle-GPU finding as a panel (the overview loads it after the page)."""
+    from kaiweb.usage.templatetags.gpu_utilization import idle_gpu_panel
+
+    return render(request, "usage/partials/idle_panel.html", idle_gpu_panel())
+
+
+def node_utilization_panel(request: HttpRequest) -> HttpResponse:
+    """GPU utilization per node as a panel (the nodes page loads it after the page)."""
+    from kaiweb.usage.templatetags.gpu_utilization import nodes_gpu_utilization
+
+    return render(request, "usage/partials/utilization_nodes.html", nodes_gpu_utilization())
