@@ -33,6 +33,8 @@ from kaiweb.scheduling import adapters
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
 from kaiweb.scheduling.models import Decision, SchedulingCycle
 from scheduler_core import model as m
+from scheduler_core import run_cycle
+from scheduler_core.memo import CycleMemo
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +72,16 @@ class CycleOutcome:
 # ----------------------------------------------------------------------------------- helpers
 
 
-def engine_run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig) -> m.CycleResult:
-    """The engine's entry point (imported lazily: the engine is a separate package)."""
-    import scheduler_core
+# One engine memo per shard, kept by the worker process across that shard's cycles: what it
+# remembers cannot change a decision (scheduler_core.memo; property-tested against the stateless cycle).
+_MEMOS: dict[int, CycleMemo] = {}
 
-    run = getattr(scheduler_core, "run_cycle", None)
-    if run is None:
-        from scheduler_core.cycle import run_cycle as run  # type: ignore[no-redef]
-    return run(snapshot, config)
+
+def engine_run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig,
+                     shard_id: int | None = None) -> m.CycleResult:
+    """The engine's entry point, with the shard's memo when a shard is given."""
+    memo = _MEMOS.setdefault(shard_id, CycleMemo()) if shard_id is not None else None
+    return run_cycle(snapshot, config, memo=memo)
 
 
 def resolve_shard(shard: SchedulingShard | int | str | None) -> SchedulingShard:
@@ -268,7 +272,7 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         phases["snapshot"] = _ms(t)
 
         t = time.perf_counter()
-        result = engine_run_cycle(snapshot, cycle_config(shard))
+        result = engine_run_cycle(snapshot, cycle_config(shard), shard.pk)
         phases["engine"] = _ms(t)
         test_pause("after-decide")
 

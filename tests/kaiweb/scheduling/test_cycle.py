@@ -148,7 +148,7 @@ def test_a_failing_engine_marks_the_cycle_failed_with_the_error(monkeypatch):
     sc = small_cluster(nodes=1)
     submit(sc, "team-a", "j")
 
-    def boom(snapshot, config):
+    def boom(snapshot, config, shard_id=None):
         raise RuntimeError("engine exploded")
 
     monkeypatch.setattr(cycle, "engine_run_cycle", boom)

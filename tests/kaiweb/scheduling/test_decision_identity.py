@@ -50,3 +50,11 @@ def test_without_a_shard_the_simulated_backend_schedules_a_simulated_cluster(set
     settings.KAI_CLUSTER_BACKEND = "simulated"
 
     assert cycle.resolve_shard(None) == sc.shard
+
+
+def test_a_shard_keeps_one_engine_memo_across_its_cycles():
+    sc = small_cluster(nodes=1)
+    cycle.run_and_record_cycle(sc.shard, trigger="test", advance=False)
+    memo = cycle._MEMOS[sc.shard.pk]
+    cycle.run_and_record_cycle(sc.shard, trigger="test", advance=False)
+    assert cycle._MEMOS[sc.shard.pk] is memo

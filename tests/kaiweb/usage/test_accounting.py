@@ -180,9 +180,9 @@ def test_the_cycle_feeds_historical_usage_to_the_engine(monkeypatch):
     _history(sc, [16, 16], [0, 0], end)
     seen = {}
 
-    def spy(snapshot, config):
+    def spy(snapshot, config, shard_id=None):
         seen["usage"] = snapshot.usage
-        return real(snapshot, config)
+        return real(snapshot, config, shard_id)
 
     real = cycle.engine_run_cycle
     monkeypatch.setattr(cycle, "engine_run_cycle", spy)
