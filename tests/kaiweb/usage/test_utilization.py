@@ -54,7 +54,8 @@ def test_without_a_source_utilization_stays_unknown(queue_tree, running, setting
     settings.KAI_PROMETHEUS_URL = ""
     account_usage(at=T)
     leaf = _gpu_bucket(queue_tree["team-training"])
-    assert leaf.used_value is None and leaf.measured_value == 0
+    assert leaf.used_value is None
+    assert leaf.measured_value == 0
     assert leaf.by_gpu_model["NVIDIA-H100-80GB-HBM3"] == pytest.approx(240)
     assert not PodUtilization.objects.exists()
 
@@ -64,7 +65,8 @@ def test_an_unreachable_prometheus_leaves_the_allocation_accounted(queue_tree, r
     settings.KAI_PROMETHEUS_TIMEOUT = 1.0
     assert account_usage(at=T) > 0
     leaf = _gpu_bucket(queue_tree["team-training"])
-    assert leaf.value == pytest.approx(360) and leaf.used_value is None
+    assert leaf.value == pytest.approx(360)
+    assert leaf.used_value is None
 
 
 def test_a_bad_prometheus_url_is_refused_by_name():
@@ -81,7 +83,9 @@ def test_a_job_under_the_threshold_for_longer_than_the_window_is_idle(queue_tree
     findings = idle_findings(now=T + timedelta(minutes=11))
     assert [f["workload"] for f in findings] == ["team/stuck"]
     f = findings[0]
-    assert f["gpus"] == 2 and f["queue"] == "team-training" and f["nodes"] == ["a100-0"]
+    assert f["gpus"] == 2
+    assert f["queue"] == "team-training"
+    assert f["nodes"] == ["a100-0"]
     assert f["idle_seconds"] == pytest.approx(660)
     assert f["idle_gpu_hours"] == pytest.approx(2 * 660 / 3600)
     assert 0 <= f["mean_utilization_percent"] < 2.5
@@ -108,13 +112,18 @@ def test_the_overview_panel_and_pages_show_the_finding(client, viewer, queue_tre
     overview = client.get("/").content.decode()
     assert 'hx-get="/usage/idle-gpus/"' in overview
     panel = client.get("/usage/idle-gpus/").content.decode()
-    assert "team/stuck" in panel and "team/busy" not in panel
+    assert "team/stuck" in panel
+    assert "team/busy" not in panel
     workload = client.get(f"/workloads/{running['idle'].pk}/").content.decode()
-    assert 'id="gpu-utilization"' in workload and "stuck-0" in workload and "idle for" in workload
+    assert 'id="gpu-utilization"' in workload
+    assert "stuck-0" in workload
+    assert "idle for" in workload
     queue = client.get("/queues/team-training/").content.decode()
-    assert 'id="gpu-utilization"' in queue and "team/stuck" in queue
+    assert 'id="gpu-utilization"' in queue
+    assert "team/stuck" in queue
     nodes = client.get("/usage/node-utilization/").content.decode()
-    assert "a100-0" in nodes and "h100-0" in nodes
+    assert "a100-0" in nodes
+    assert "h100-0" in nodes
 
 
 def test_roll_up_keeps_used_and_per_model_gpu_seconds(queue_tree, running):
