@@ -7,20 +7,23 @@ it is returned in ``.problems`` as an `Unreadable` naming the field and the rule
 objects are still returned. Actions are idempotent: repeating a bind or an evict that already
 took effect succeeds with ``ALREADY_BOUND`` / ``ALREADY_GONE``. Failures raise a `ClusterError`.
 
-Optional hooks the scheduling cycle calls when a backend has them:
+What a backend can do beyond the protocol is declared in its ``capabilities`` (`Capability`), and
+the scheduling cycle asks that set, never ``hasattr``:
 
-* ``sync_into(cluster)`` in the observe step: bring the database mirror (Node, GpuDevice,
-  Workload, Pod, Queue rows) up to date; the Kubernetes backend lists everything unless
-  ``manage.py watch_cluster`` keeps the mirror current (see `kaiweb.cluster.mirror`);
-* ``write_back(cycle)`` after apply: queue status and why-pending onto the cluster's objects;
-* ``is_bound(namespace, name, uid, node)`` / ``is_gone(namespace, name, uid)``: whether a
-  recorded action took effect, to reconcile a cycle that was interrupted;
-* ``advance()`` / ``now()`` / ``apply(binds, evicts)``: the simulated backend's clock and bulk apply.
+* ``MIRRORED``: the cluster lives outside the database, which keeps a mirror of it
+  (`kaiweb.cluster.mirror`): the cycle's observe step runs the pod-grouper and brings the mirror up to
+  date, and after apply queue status, PodGroup status and why-pending go back to the cluster;
+* ``RECONCILES``: ``is_bound(namespace, name, uid, node)`` / ``is_gone(namespace, name, uid)`` say
+  whether a recorded action took effect, to reconcile a cycle that was interrupted;
+* ``OWN_CLOCK``: ``advance()`` / ``now()``: the simulated backend's clock;
+* ``BULK_APPLY``: ``apply(binds, evicts)`` carries out a cycle's actions at once.
+
+`get_gateway(cluster)` is the one factory. Every failure of an action is a `ClusterError`.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from django.conf import settings
 
@@ -38,6 +41,15 @@ from kaiweb.cluster.backends.types import (
     QueueSpec,
     QueueStatusUpdate,
 )
+
+
+class Capability:
+    """What a backend can do beyond `ClusterGateway` (see the module docstring)."""
+
+    MIRRORED = "mirrored"
+    RECONCILES = "reconciles"
+    OWN_CLOCK = "own-clock"
+    BULK_APPLY = "bulk-apply"
 
 
 class ClusterError(Exception):
@@ -67,6 +79,8 @@ class ClusterRejected(ClusterError):
 @runtime_checkable
 class ClusterGateway(Protocol):
     """What the scheduling cycle and the Queue sync need from a cluster."""
+
+    capabilities: frozenset[str]
 
     def ping(self) -> str:
         """A short description of the cluster (its version); raises `ClusterError` if unreachable."""
@@ -110,16 +124,15 @@ class ClusterGateway(Protocol):
         ...
 
 
-def get_gateway() -> ClusterGateway:
-    """The gateway of the configured backend (``settings.KAI_CLUSTER_BACKEND``)."""
-    backend = settings.KAI_CLUSTER_BACKEND
+def get_gateway(cluster: Any = None) -> ClusterGateway:
+    """The gateway of a cluster's backend, or of the configured one (``settings.KAI_CLUSTER_BACKEND``)."""
+    backend = getattr(cluster, "backend", None) or settings.KAI_CLUSTER_BACKEND
     if backend == "kubernetes":
         from kaiweb.cluster.backends.kubernetes import KubernetesGateway
 
         return KubernetesGateway.from_settings()
     if backend == "simulated":
-        # Imported lazily: the simulated backend lives in its own module.
-        from kaiweb.cluster.backends.simulated import SimulatedGateway  # type: ignore[import-not-found]
+        from kaiweb.cluster.backends.simulated import SimulatedGateway
 
-        return SimulatedGateway()  # type: ignore[no-any-return]
+        return SimulatedGateway(cluster)  # type: ignore[return-value]
     raise ClusterError("get_gateway", f"KAI_CLUSTER_BACKEND must be 'simulated' or 'kubernetes', not {backend!r}")

@@ -42,6 +42,16 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from kaiweb.cluster import grouping, status_writer
+from kaiweb.cluster.backends.kubernetes import (
+    QUEUE_GROUP,
+    QUEUE_VERSION,
+    diff_queues,
+    parse_pod,
+    parse_pod_group,
+    parse_queue_spec,
+    queue_crd_spec,
+)
 from kaiweb.cluster.backends.types import (
     POD_GROUP_ANNOTATION,
     Listing,
@@ -68,6 +78,7 @@ from kaiweb.cluster.models import (
     Topology,
     UnreadableObject,
 )
+from kaiweb.cluster.watch import DELETED, MODIFIED, SYNCED, WatchEvent
 from kaiweb.core import clock
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
@@ -710,7 +721,6 @@ def queue_spec_of(queue: Any, parent: str | None) -> QueueSpec:
 
 
 def _crd_yaml(specs: Iterable[QueueSpec]) -> str:
-    from kaiweb.cluster.backends.kubernetes import QUEUE_GROUP, QUEUE_VERSION, queue_crd_spec
 
     return yaml.safe_dump_all([{"apiVersion": f"{QUEUE_GROUP}/{QUEUE_VERSION}", "kind": "Queue",
                                 "metadata": {"name": s.name}, "spec": queue_crd_spec(s)} for s in specs],
@@ -796,7 +806,6 @@ def sync_queues(gateway: Any, cluster: Cluster, listing: Listing[ObservedQueue] 
         list[str], list[Problem]]:
     """The two-way Queue CRD sync (see the module docstring). Returns one message per step and
     the problems (unreadable CRDs, imports refused by kaiweb's rules, writes the cluster refused)."""
-    from kaiweb.cluster.backends.kubernetes import diff_queues
 
     if listing is None:
         listing = gateway.list_queues()
@@ -850,14 +859,12 @@ def sync_queues(gateway: Any, cluster: Cluster, listing: Listing[ObservedQueue] 
 
 
 def _spec_json(spec: QueueSpec) -> dict[str, Any]:
-    from kaiweb.cluster.backends.kubernetes import queue_crd_spec
 
     return queue_crd_spec(spec)
 
 
 def _agreed_specs(state: MirrorState) -> dict[str, QueueSpec]:
     """The spec of each queue as the database and the cluster last agreed on it (none recorded yet: {})."""
-    from kaiweb.cluster.backends.kubernetes import parse_queue_spec
 
     recorded = state.synced_queues if isinstance(state.synced_queues, dict) else {}
     out = {}
@@ -890,29 +897,27 @@ def sync_full(gateway: Any, cluster: Cluster) -> SyncReport:
     pods = gateway.list_pods()
     groups = _list_optional(gateway.list_pod_groups)
     queues = _list_optional(gateway.list_queues)
-    classes = gateway.list_priority_classes() if hasattr(gateway, "list_priority_classes") else Listing(())
+    classes = gateway.list_priority_classes()
     problems: list[Problem] = [Problem.of(u) for u in (*nodes.problems, *pods.problems, *groups.problems,
                                                         *classes.problems)]
     messages, queue_problems = sync_queues(gateway, cluster, queues)
     report.queues = messages
     problems.extend(queue_problems)
     _import_priority_classes(classes.items, report)
-    if hasattr(gateway, "list_topologies"):
-        topologies = _list_optional(gateway.list_topologies)
-        shards = _list_optional(gateway.list_shards)
-        problems.extend(Problem.of(u) for u in (*topologies.problems, *shards.problems))
-        _apply_topologies(cluster, topologies.items)
-        _apply_shards(cluster, shards.items)
+    topologies = _list_optional(gateway.list_topologies)
+    shards = _list_optional(gateway.list_shards)
+    problems.extend(Problem.of(u) for u in (*topologies.problems, *shards.problems))
+    _apply_topologies(cluster, topologies.items)
+    _apply_shards(cluster, shards.items)
 
-    if hasattr(gateway, "missing_volume_sources"):
-        # A pending pod whose ConfigMap or volume cannot be had waits out of the mirror, explained.
-        missing = gateway.missing_volume_sources(pods.items)
-        if missing:
-            problems.extend(_problem("Pod", p.namespace, p.name, p.uid, missing[(p.namespace, p.name)][0],
-                                     f"cannot be scheduled: {missing[(p.namespace, p.name)][1]}", deferred=True)
-                            for p in pods.items if (p.namespace, p.name) in missing)
-            pods = Listing(tuple(p for p in pods.items if (p.namespace, p.name) not in missing), pods.problems,
-                           pods.resource_version)
+    # A pending pod whose ConfigMap or volume cannot be had waits out of the mirror, explained.
+    missing = gateway.missing_volume_sources(pods.items)
+    if missing:
+        problems.extend(_problem("Pod", p.namespace, p.name, p.uid, missing[(p.namespace, p.name)][0],
+                                 f"cannot be scheduled: {missing[(p.namespace, p.name)][1]}", deferred=True)
+                        for p in pods.items if (p.namespace, p.name) in missing)
+        pods = Listing(tuple(p for p in pods.items if (p.namespace, p.name) not in missing), pods.problems,
+                       pods.resource_version)
     unreadable_pods = {(p.namespace, p.name) for p in problems if p.kind == "Pod"}
     with transaction.atomic():
         _apply_nodes(cluster, nodes.items, unreadable=[p.name for p in problems if p.kind == "Node"], full=True,
@@ -992,6 +997,15 @@ def _holding_resources(cluster: Cluster, keys: set[tuple[str, str]]) -> dict[tup
     return out
 
 
+def observe(gateway: Any, cluster: Cluster) -> dict[str, Any]:
+    """The cycle's observe step on a mirrored cluster: the pod-grouper's pass (unless the watcher
+    groups pods as their events arrive), then `sync_into`."""
+    if watcher_is_current(cluster):
+        return sync_into(gateway, cluster)
+    grouped = grouping.group_pods(gateway)
+    return {**sync_into(gateway, cluster), "pod_grouper": grouped.as_json()}
+
+
 def sync_into(gateway: Any, cluster: Cluster) -> dict[str, Any]:
     """The cycle's observe step: a full sync unless watch_cluster keeps the mirror current, in
     which case only the Queue CRDs are synced (database changes reach the cluster every cycle)."""
@@ -1011,7 +1025,6 @@ def apply_event(event: Any, cluster: Cluster, gateway: Any = None) -> None:
 
     With a ``gateway``, a Queue CRD that differs from the database is overwritten at once (the
     database wins); without one the next cycle's queue sync does it."""
-    from kaiweb.cluster.watch import SYNCED
 
     if event.type == SYNCED:
         record_heartbeat(cluster)
@@ -1023,7 +1036,6 @@ def apply_event(event: Any, cluster: Cluster, gateway: Any = None) -> None:
 
 
 def _apply_event(event: Any, cluster: Cluster, gateway: Any) -> None:
-    from kaiweb.cluster.watch import DELETED
 
     report = SyncReport()
     key = (event.kind, event.namespace, event.name)
@@ -1070,7 +1082,6 @@ def _known_groups(cluster: Cluster, keys: Iterable[tuple[str, str]]) -> dict[tup
 
 
 def _apply_pod_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None, report: SyncReport) -> None:
-    from kaiweb.cluster.watch import DELETED
 
     key = ("Pod", event.namespace, event.name)
     if event.type == DELETED:
@@ -1102,7 +1113,6 @@ def _drop_empty_implicit(cluster: Cluster, keys: Iterable[tuple[str, str]]) -> N
 
 
 def _apply_group_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None, report: SyncReport) -> None:
-    from kaiweb.cluster.watch import DELETED
 
     key = ("PodGroup", event.namespace, event.name)
     if event.type == DELETED:
@@ -1122,7 +1132,6 @@ def _apply_group_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None,
 
 
 def _apply_queue_event(cluster: Cluster, event: Any, gateway: Any) -> None:
-    from kaiweb.cluster.watch import DELETED
 
     db = _database_specs()
     name = event.name
@@ -1162,8 +1171,6 @@ def _annotation(raw: Mapping[str, Any] | None, key: str) -> str | None:
 def _retry_deferred(cluster: Cluster, wanted: Any) -> None:
     """Apply again the deferred objects kept from the watcher that ``wanted`` selects
     (PodGroups first, so their pods find them)."""
-    from kaiweb.cluster.backends.kubernetes import parse_pod, parse_pod_group
-    from kaiweb.cluster.watch import MODIFIED, WatchEvent
 
     rows = [r for r in UnreadableObject.objects.filter(cluster=cluster, deferred=True, raw__isnull=False)
             if wanted(r)]
@@ -1292,18 +1299,16 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
         else:
             row.uid, row.reason, row.digest, row.reported_at = uid, reason[:64], digest, now
             update.append(row)
-    if hasattr(gateway, "list_pod_groups_raw"):
-        from kaiweb.cluster import status_writer
-
-        try:
-            listed = {((r.get("metadata") or {}).get("namespace", ""), (r.get("metadata") or {}).get("name", "")): r
-                      for r in gateway.list_pod_groups_raw()}
-        except ClusterError as exc:
-            report.errors.append(str(exc))
-            listed = {}
-        written = status_writer.write_pod_group_status(gateway, cycle, listed)
-        report.pod_group_statuses = written.statuses_written
-        report.errors.extend(written.errors)
+    # PodGroup status and events, judged against what each PodGroup already says.
+    try:
+        listed = {((r.get("metadata") or {}).get("namespace", ""), (r.get("metadata") or {}).get("name", "")): r
+                  for r in gateway.list_pod_groups_raw()}
+    except ClusterError as exc:
+        report.errors.append(str(exc))
+        listed = {}
+    written = status_writer.write_pod_group_status(gateway, cycle, listed)
+    report.pod_group_statuses = written.statuses_written
+    report.errors.extend(written.errors)
     still_pending = wanted.keys() | set(Pod.objects.filter(workload__cluster=cluster, state=PodState.PENDING)
                                         .values_list("workload__namespace", "name"))
     with transaction.atomic():

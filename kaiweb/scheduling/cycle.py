@@ -25,8 +25,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from kaiweb.cluster import mirror
 from kaiweb.cluster.backends.types import ActionOutcome, ActionResult, BindAction, EvictAction
-from kaiweb.cluster.models import Cluster, SchedulingShard
+from kaiweb.cluster.gateway import Capability, get_gateway
+from kaiweb.cluster.models import SchedulingShard
 from kaiweb.core import clock
 from kaiweb.core.locks import advisory_lock
 from kaiweb.scheduling import adapters
@@ -119,17 +121,6 @@ def resolve_shard(shard: SchedulingShard | int | str | None) -> SchedulingShard:
     return found
 
 
-def gateway_for(cluster: Cluster) -> Any:
-    """The gateway of a cluster's backend."""
-    if cluster.backend == "simulated":
-        from kaiweb.cluster.backends.simulated import SimulatedGateway
-
-        return SimulatedGateway(cluster)
-    from kaiweb.cluster.gateway import get_gateway
-
-    return get_gateway()
-
-
 def cycle_config(shard: SchedulingShard) -> m.CycleConfig:
     def seconds(value: Any) -> float:
         return value.total_seconds() if value is not None else 0.0
@@ -195,7 +186,7 @@ def reconcile(shard: SchedulingShard, gateway: Any) -> dict[str, int]:
 
 
 def _check(gateway: Any, method: str, *args: str) -> bool:
-    fn = getattr(gateway, method, None)
+    fn = getattr(gateway, method) if Capability.RECONCILES in gateway.capabilities else None
     if fn is None:
         # A backend without its own answer is judged by the database mirror of its pods (kept
         # current by watch_cluster / the cycle's observe step).
@@ -247,7 +238,7 @@ def _ms(start: float) -> float:
 def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> CycleOutcome:
     t0 = time.perf_counter()
     phases: dict[str, float] = {}
-    gateway = gateway_for(shard.cluster)
+    gateway = get_gateway(shard.cluster)
     t = time.perf_counter()
     reconcile(shard, gateway)
     phases["reconcile"] = _ms(t)
@@ -255,11 +246,12 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
                                            status=CycleStatus.RUNNING)
     try:
         t = time.perf_counter()
-        if advance and hasattr(gateway, "advance"):
+        caps = gateway.capabilities
+        if advance and Capability.OWN_CLOCK in caps:
             gateway.advance()
-        if hasattr(gateway, "sync_into"):
-            # Kubernetes: bring the database mirror up to date (a full list unless watch_cluster runs).
-            gateway.sync_into(shard.cluster)
+        if Capability.MIRRORED in caps:
+            # Kubernetes: pod-grouper, then the database mirror (a full list unless watch_cluster runs).
+            mirror.observe(gateway, shard.cluster)
             # The cluster may configure the shard itself (a SchedulingShard object): decide with that.
             shard.refresh_from_db()
         phases["observe"] = _ms(t)
@@ -267,7 +259,7 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         t = time.perf_counter()
         from kaiweb.usage.accounting import usage_for_engine
 
-        now = gateway.now() if hasattr(gateway, "now") else clock.timestamp()
+        now = gateway.now() if Capability.OWN_CLOCK in caps else clock.timestamp()
         snapshot, index = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard))
         phases["snapshot"] = _ms(t)
 
@@ -290,11 +282,11 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         mark_applied(cycle, to_apply, outcomes)
         phases["record"] += _ms(t)
 
-        if hasattr(gateway, "write_back"):
-            # Kubernetes: queue status and why-pending onto the cluster's objects (only what changed).
+        if Capability.MIRRORED in caps:
+            # Kubernetes: queue and PodGroup status, why-pending and events (only what changed).
             t = time.perf_counter()
             try:
-                gateway.write_back(cycle)
+                mirror.write_back(gateway, cycle)
             except Exception:  # noqa: BLE001 - the decisions are applied and recorded; the next cycle writes again
                 log.exception("cycle %s: writing status back to the cluster failed", cycle.pk)
             phases["write_back"] = _ms(t)
@@ -346,7 +338,7 @@ def apply_decisions(gateway: Any, decisions: list[Decision]) -> dict[int, Action
             evicts.append((d, EvictAction(namespace=namespace, name=d.pod_name, uid=uid, reason=d.reason,
                                           message=d.message, idempotency_key=d.idempotency_key)))
     outcomes: dict[int, ActionResult | Exception] = {}
-    if hasattr(gateway, "apply"):
+    if Capability.BULK_APPLY in gateway.capabilities:
         results = gateway.apply(binds=[a for _, a in binds], evicts=[a for _, a in evicts])
         for (d, _), res in zip([*evicts, *binds], results):
             outcomes[d.pk] = res
@@ -394,10 +386,10 @@ def mark_applied(cycle: SchedulingCycle, decisions: list[Decision],
 def dump_snapshot(shard: SchedulingShard | int | str | None = None) -> dict[str, Any]:
     """The snapshot and config the shard's next cycle would decide on, as JSON-able data."""
     shard = resolve_shard(shard)
-    gateway = gateway_for(shard.cluster)
+    gateway = get_gateway(shard.cluster)
     from kaiweb.usage.accounting import usage_for_engine
 
-    now = gateway.now() if hasattr(gateway, "now") else clock.timestamp()
+    now = gateway.now() if Capability.OWN_CLOCK in gateway.capabilities else clock.timestamp()
     snapshot, _ = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard))
     return {"kind": "kaiweb.snapshot/v1", "shard": f"{shard.cluster.name}/{shard.name}",
             "snapshot": snapshot.to_dict(), "config": cycle_config(shard).to_dict()}

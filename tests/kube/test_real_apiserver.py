@@ -278,24 +278,24 @@ def test_pods_made_by_job_and_deployment_controllers_reach_the_mirror(
 def test_the_pod_grouper_groups_what_real_controllers_create(controllers_cluster: LocalKube, settings: Any) -> None:
     server = RealServer(controllers_cluster)
     server.wipe()
-    server.ensure_namespace("ml")
+    server.ensure_namespace("grouped")
     server.add_queue("team-a", _qspec(4))
     server.add_node("gpu-1", gpus=8)
     batch, apps = client.BatchV1Api(server.api_client), client.AppsV1Api(server.api_client)
-    batch.create_namespaced_job("ml", {"metadata": {"name": "train"}, "spec": {
+    batch.create_namespaced_job("grouped", {"metadata": {"name": "train"}, "spec": {
         "parallelism": 2, "completions": 2, "template": _template("train", "Never")}})
-    apps.create_namespaced_deployment("ml", {"metadata": {"name": "serve"}, "spec": {
+    apps.create_namespaced_deployment("grouped", {"metadata": {"name": "serve"}, "spec": {
         "replicas": 2, "selector": {"matchLabels": {"app": "serve"}}, "template": _template("serve", "Always")}})
     core = client.CoreV1Api(server.api_client)
-    wait_for("the controllers create 4 pods", lambda: len(core.list_namespaced_pod("ml").items) == 4)
+    wait_for("the controllers create 4 pods", lambda: len(core.list_namespaced_pod("grouped").items) == 4)
     settings.KAI_CLUSTER_BACKEND = "kubernetes"
     gateway = KubernetesGateway(server.api_client, request_timeout=5.0)
     cluster = mirror.kubernetes_cluster("k8s")
 
-    gateway.sync_into(cluster)  # the observe step: pod-grouper, then the mirror
+    mirror.observe(gateway, cluster)  # the observe step: pod-grouper, then the mirror
 
     groups = client.CustomObjectsApi(server.api_client).list_namespaced_custom_object(
-        "scheduling.run.ai", "v2alpha2", "ml", "podgroups")["items"]
+        "scheduling.run.ai", "v2alpha2", "grouped", "podgroups")["items"]
     by_owner: dict[str, list[dict[str, Any]]] = {}
     for g in groups:
         by_owner.setdefault(g["metadata"]["ownerReferences"][0]["kind"], []).append(g)
@@ -305,6 +305,6 @@ def test_the_pod_grouper_groups_what_real_controllers_create(controllers_cluster
     assert {g["spec"]["priorityClassName"] for g in by_owner["Pod"]} == {"inference"}  # ...of inference class
     from kaiweb.workloads.models import Workload
 
-    assert Workload.objects.filter(cluster=cluster).count() == 3
-    assert set(Workload.objects.filter(cluster=cluster).values_list("name", flat=True)) == {
+    assert Workload.objects.filter(cluster=cluster, namespace="grouped").count() == 3
+    assert set(Workload.objects.filter(cluster=cluster, namespace="grouped").values_list("name", flat=True)) == {
         g["metadata"]["name"] for g in groups}

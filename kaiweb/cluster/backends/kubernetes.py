@@ -77,7 +77,13 @@ from kaiweb.cluster.backends.types import (
     TopologyConstraint,
     Unreadable,
 )
-from kaiweb.cluster.gateway import ClusterError, ClusterRejected, ClusterTimeout, ClusterUnavailable
+from kaiweb.cluster.gateway import (
+    Capability,
+    ClusterError,
+    ClusterRejected,
+    ClusterTimeout,
+    ClusterUnavailable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -766,6 +772,8 @@ def load_configuration(host: str | None = None) -> client.Configuration:
 class KubernetesGateway:
     """`ClusterGateway` on a Kubernetes API server (see the module docstring)."""
 
+    capabilities = frozenset({Capability.MIRRORED, Capability.RECONCILES})
+
     def __init__(
         self,
         api_client: client.ApiClient,
@@ -1199,25 +1207,6 @@ class KubernetesGateway:
         }}
         self._json(f"write Queue {status.name} status", self.custom.patch_cluster_custom_object_status,
                    QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, status.name, body)
-
-    # -- the database mirror ------------------------------------------------------------------
-
-    def sync_into(self, cluster: Any) -> dict[str, Any]:
-        """The cycle's observe step: make the database mirror of ``cluster`` current (a full
-        list unless ``manage.py watch_cluster`` keeps it current; Queue CRDs are synced always)."""
-        from kaiweb.cluster import grouping, mirror
-
-        if mirror.watcher_is_current(cluster):
-            # The watcher groups each pod as its event arrives; only the Queue CRDs are synced here.
-            return mirror.sync_into(self, cluster)
-        grouped = grouping.group_pods(self)
-        return {**mirror.sync_into(self, cluster), "pod_grouper": grouped.as_json()}
-
-    def write_back(self, cycle: Any) -> Any:
-        """After a cycle: queue status and why-pending explanations, each only when changed."""
-        from kaiweb.cluster import mirror
-
-        return mirror.write_back(self, cycle)
 
     # -- reconciliation of an interrupted cycle -------------------------------------------------
 

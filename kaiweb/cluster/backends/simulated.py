@@ -34,6 +34,7 @@ from kaiweb.cluster.backends.types import (
     ResourceAmounts,
 )
 from kaiweb.cluster.backends.types import PodState as ObservedState
+from kaiweb.cluster.gateway import Capability, ClusterRejected
 from kaiweb.cluster.models import Cluster, Node
 from kaiweb.cluster.workload_generator import BURST_LABEL, JobSpec, WorkloadGenerator
 from kaiweb.queues.models import PriorityClass, Queue
@@ -97,6 +98,7 @@ class SimulatedGateway:
     """The `ClusterGateway` of a cluster that lives in the database."""
 
     backend = "simulated"
+    capabilities = frozenset({Capability.OWN_CLOCK, Capability.BULK_APPLY, Capability.RECONCILES})
 
     def __init__(self, cluster: Cluster | None = None) -> None:
         self.cluster = cluster or Cluster.objects.filter(backend="simulated").order_by("pk").first()
@@ -373,12 +375,14 @@ class SimulatedGateway:
                                                    f"pod {b.namespace}/{b.name} (that incarnation) no longer exists")
                 continue
             if node is None:
-                raise LookupError(f"node: {b.node!r} is not a node of cluster {self.cluster.name}")
+                raise ClusterRejected(f"bind pod {b.namespace}/{b.name}",
+                                      f"node {b.node!r} is not a node of cluster {self.cluster.name}", status=404)
             if pod.state in ALLOCATED_POD_STATES and pod.node_id == node.pk:
                 results[offset + j] = ActionResult(ActionOutcome.ALREADY_BOUND, f"{b.name} already on {b.node}")
                 continue
             if pod.state in ALLOCATED_POD_STATES:
-                raise ValueError(f"pod {b.namespace}/{b.name} is already bound to another node")
+                raise ClusterRejected(f"bind pod {b.namespace}/{b.name} to {b.node}",
+                                      "the pod is already bound to another node", status=409, reason="Conflict")
             pod.state, pod.node, pod.started_at = PodState.RUNNING, node, at
             pod.gpu_group = (b.gpu_group or "")[:64]
             changed[pod.pk] = pod

@@ -386,13 +386,13 @@ def test_sync_into_lists_only_queues_while_the_watcher_is_alive(
         server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
     mirror.record_heartbeat(cluster)
     before = len(server.requests)
-    assert gateway.sync_into(cluster)["mode"] == "queues"
+    assert mirror.observe(gateway, cluster)["mode"] == "queues"
     paths = [r.path for r in server.requests[before:] if r.method == "GET"]
     assert paths
     assert all("/queues" in p for p in paths)
 
     MirrorState.objects.filter(cluster=cluster).update(watcher_heartbeat_at=None)
-    assert gateway.sync_into(cluster)["mode"] == "full"
+    assert mirror.observe(gateway, cluster)["mode"] == "full"
     assert Pod.objects.filter(workload__cluster=cluster).count() == 4
 
 
@@ -430,6 +430,9 @@ class RecordingGateway:
 
     def report_pending(self, pod: Any, reason: str, message: str) -> None:
         self.pending.append((pod.name, reason, message))
+
+    def list_pod_groups_raw(self) -> list[dict[str, Any]]:
+        return []
 
 
 def test_write_back_writes_only_what_changed_since_the_last_cycle(cluster: Cluster) -> None:

@@ -10,6 +10,7 @@ import pytest
 from kaiweb.cluster.backends.simulated import SimulatedGateway, workload_state
 from kaiweb.cluster.backends.types import ActionOutcome, BindAction, EvictAction
 from kaiweb.cluster.demo import seed_demo
+from kaiweb.cluster.gateway import ClusterRejected
 from kaiweb.cluster.models import Cluster, GpuDevice, Node
 from kaiweb.cluster.workload_generator import WorkloadGenerator
 from kaiweb.queues.models import Queue
@@ -108,8 +109,9 @@ def test_binding_twice_is_one_bind_and_evicting_recreates_the_pod():
 def test_binding_to_an_unknown_node_names_the_node():
     sc = small_cluster(nodes=1)
     pod = submit(sc, "team-a", "j").pods.get()
-    with pytest.raises(LookupError, match="node: 'nowhere'"):
+    with pytest.raises(ClusterRejected, match="node 'nowhere' is not a node of cluster") as err:
         SimulatedGateway(sc.cluster).bind(BindAction("ns", pod.name, pod.uid, "nowhere"))
+    assert err.value.status == 404  # the same error, by kind, as the Kubernetes backend raises
 
 
 def test_workload_state_follows_its_pods():

@@ -8,6 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from kaiweb.cluster.backends.simulated import SimulatedGateway
+from kaiweb.cluster.gateway import Capability
 from kaiweb.scheduling import adapters, cycle
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
 from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
@@ -277,7 +278,9 @@ def test_a_workload_the_engine_cannot_read_is_marked_and_the_cycle_goes_on():
 
 
 class _ProtocolOnlyGateway:
-    """A backend with only the gateway protocol (bind/evict), like the Kubernetes one."""
+    """A backend with only the gateway protocol (bind/evict) and no way to check an action itself."""
+
+    capabilities = frozenset({Capability.OWN_CLOCK})
 
     def __init__(self, inner: SimulatedGateway) -> None:
         self.inner = inner
@@ -295,7 +298,7 @@ class _ProtocolOnlyGateway:
 def test_a_backend_without_its_own_check_is_reconciled_from_the_database_mirror(monkeypatch):
     sc = small_cluster(nodes=1)
     submit(sc, "team-a", "j", pods=2, gpus_per_pod=2)
-    monkeypatch.setattr(cycle, "gateway_for", lambda cluster: _ProtocolOnlyGateway(SimulatedGateway(cluster)))
+    monkeypatch.setattr(cycle, "get_gateway", lambda cluster: _ProtocolOnlyGateway(SimulatedGateway(cluster)))
 
     def die(*args, **kwargs):
         raise SystemExit("killed")
