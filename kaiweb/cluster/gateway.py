@@ -27,6 +27,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from django.conf import settings
 
+from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.simulated import SimulatedGateway
 from kaiweb.cluster.backends.types import (
     ActionResult,
     BindAction,
@@ -41,39 +43,13 @@ from kaiweb.cluster.backends.types import (
     QueueSpec,
     QueueStatusUpdate,
 )
-
-
-class Capability:
-    """What a backend can do beyond `ClusterGateway` (see the module docstring)."""
-
-    MIRRORED = "mirrored"
-    RECONCILES = "reconciles"
-    OWN_CLOCK = "own-clock"
-    BULK_APPLY = "bulk-apply"
-
-
-class ClusterError(Exception):
-    """A cluster call failed. ``operation`` says what was attempted, ``status`` the HTTP status
-    (0 when no answer came), and the message is meant for an operator."""
-
-    def __init__(self, operation: str, message: str, *, status: int = 0, reason: str = "") -> None:
-        super().__init__(f"{operation}: {message}")
-        self.operation = operation
-        self.status = status
-        self.reason = reason
-        self.detail = message
-
-
-class ClusterUnavailable(ClusterError):
-    """The API server kept answering 429/5xx or refused connections after the bounded retries."""
-
-
-class ClusterTimeout(ClusterError):
-    """The API server did not answer within the request timeout, after the bounded retries."""
-
-
-class ClusterRejected(ClusterError):
-    """The API server refused the request (a 4xx other than the idempotent cases)."""
+from kaiweb.cluster.errors import (  # noqa: F401 - the errors are part of the gateway's contract
+    Capability,
+    ClusterError,
+    ClusterRejected,
+    ClusterTimeout,
+    ClusterUnavailable,
+)
 
 
 @runtime_checkable
@@ -128,11 +104,7 @@ def get_gateway(cluster: Any = None) -> ClusterGateway:
     """The gateway of a cluster's backend, or of the configured one (``settings.KAI_CLUSTER_BACKEND``)."""
     backend = getattr(cluster, "backend", None) or settings.KAI_CLUSTER_BACKEND
     if backend == "kubernetes":
-        from kaiweb.cluster.backends.kubernetes import KubernetesGateway
-
         return KubernetesGateway.from_settings()
     if backend == "simulated":
-        from kaiweb.cluster.backends.simulated import SimulatedGateway
-
         return SimulatedGateway(cluster)  # type: ignore[return-value]
     raise ClusterError("get_gateway", f"KAI_CLUSTER_BACKEND must be 'simulated' or 'kubernetes', not {backend!r}")

@@ -22,7 +22,7 @@ from django.conf import settings
 
 from kaiweb.cluster import podgrouper
 from kaiweb.cluster.backends.types import POD_GROUP_ANNOTATION
-from kaiweb.cluster.gateway import ClusterError
+from kaiweb.cluster.errors import ClusterError
 
 log = logging.getLogger(__name__)
 

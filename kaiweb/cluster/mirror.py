@@ -68,7 +68,7 @@ from kaiweb.cluster.backends.types import (
     Unreadable,
 )
 from kaiweb.cluster.backends.types import PodState as ObservedState
-from kaiweb.cluster.gateway import ClusterError, ClusterRejected
+from kaiweb.cluster.errors import ClusterError, ClusterRejected
 from kaiweb.cluster.models import (
     Cluster,
     GpuDevice,

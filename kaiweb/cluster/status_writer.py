@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaiweb.cluster.gateway import ClusterError
+from kaiweb.cluster.errors import ClusterError
 from kaiweb.core import clock
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState
 

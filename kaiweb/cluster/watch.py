@@ -40,7 +40,7 @@ from kaiweb.cluster.backends.kubernetes import (
     parse_queue,
 )
 from kaiweb.cluster.backends.types import Unreadable
-from kaiweb.cluster.gateway import ClusterError
+from kaiweb.cluster.errors import ClusterError
 
 logger = logging.getLogger(__name__)
 

@@ -77,7 +77,7 @@ from kaiweb.cluster.backends.types import (
     TopologyConstraint,
     Unreadable,
 )
-from kaiweb.cluster.gateway import (
+from kaiweb.cluster.errors import (
     Capability,
     ClusterError,
     ClusterRejected,

@@ -34,7 +34,7 @@ from kaiweb.cluster.backends.types import (
     ResourceAmounts,
 )
 from kaiweb.cluster.backends.types import PodState as ObservedState
-from kaiweb.cluster.gateway import Capability, ClusterRejected
+from kaiweb.cluster.errors import Capability, ClusterRejected
 from kaiweb.cluster.models import Cluster, Node
 from kaiweb.cluster.workload_generator import BURST_LABEL, JobSpec, WorkloadGenerator
 from kaiweb.queues.models import PriorityClass, Queue

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kaiweb.cluster import mirror
 from kaiweb.cluster.backends.kubernetes import KubernetesGateway, load_configuration
-from kaiweb.cluster.gateway import ClusterError
+from kaiweb.cluster.errors import ClusterError
 
 
 class Command(BaseCommand):

@@ -14,7 +14,7 @@ from django.db import close_old_connections, connection
 
 from kaiweb.cluster import grouping, mirror
 from kaiweb.cluster.backends.kubernetes import KubernetesGateway, load_configuration
-from kaiweb.cluster.gateway import ClusterError
+from kaiweb.cluster.errors import ClusterError
 from kaiweb.cluster.watch import KINDS, ClusterWatcher, WatchEvent, log_event
 
 log = logging.getLogger(__name__)
