@@ -285,6 +285,99 @@ def _rfc3339(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
+class FakeApplier(Applier):
+    """The same, into the fake API server's store (it has no discovery for the dynamic client)."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        super().__init__(cluster.api_client())
+        self.cluster = cluster
+
+    def _plural(self, obj: Mapping[str, Any]) -> str:
+        from kaiweb.cluster.backends.kubernetes import plural_of
+
+        kind, api_version = str(obj.get("kind", "")), str(obj.get("apiVersion", ""))
+        plural = plural_of(kind)
+        self.cluster.server.register(plural, kind, api_version, namespaced=kind not in _CLUSTER_SCOPED)
+        return plural
+
+    def apply_one(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        body = json.loads(json.dumps(obj))
+        meta = body.setdefault("metadata", {})
+        given_uid = meta.pop("uid", None)
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("uid") in self.uids:
+                ref["uid"] = self.uids[ref["uid"]]
+        out = self.cluster.server.put(self._plural(body), body)
+        if given_uid:
+            self.uids[given_uid] = out["metadata"]["uid"]
+        return out
+
+    def delete(self, refs: Iterable[Mapping[str, Any]]) -> None:
+        for ref in refs:
+            kind = str(ref.get("kind", ""))
+            plural = self._plural({"kind": kind, "apiVersion": ref.get("apiVersion") or _default_api_version(kind)})
+            self.cluster.server.remove(plural, ref["name"], ref.get("namespace", ""))
+
+
+class FakeCluster:
+    """The runner's cluster on the in-process fake API server, with `LocalKube`'s surface."""
+
+    def __init__(self) -> None:
+        self.server: Any = None
+        self.kubeconfig = None
+
+    def start(self) -> FakeCluster:
+        from kaiweb.cluster.fake_apiserver import FakeKubeApiServer
+
+        if self.server is None:
+            self.server = FakeKubeApiServer().start()
+            # What the product reads besides pods and its CRDs, served even while empty.
+            for plural, kind, api_version, namespaced in (
+                    ("namespaces", "Namespace", "v1", False), ("configmaps", "ConfigMap", "v1", True),
+                    ("persistentvolumeclaims", "PersistentVolumeClaim", "v1", True),
+                    ("persistentvolumes", "PersistentVolume", "v1", False),
+                    ("storageclasses", "StorageClass", "storage.k8s.io/v1", False)):
+                self.server.register(plural, kind, api_version, namespaced=namespaced)
+        return self
+
+    @property
+    def host(self) -> str:
+        return str(self.server.url)
+
+    def reset(self) -> None:
+        self.stop()
+        self.start()
+
+    def install_crds(self, documents: Iterable[Mapping[str, Any]] | Path) -> None:
+        import yaml
+
+        if isinstance(documents, str | Path):
+            documents = [d for d in yaml.safe_load_all(Path(documents).read_text()) if d]
+        for crd in documents:
+            spec = crd.get("spec") or {}
+            for version in spec.get("versions") or []:
+                self.server.register(spec["names"]["plural"], spec["names"]["kind"],
+                                     f"{spec['group']}/{version['name']}", namespaced=spec.get("scope") != "Cluster")
+
+    def api_client(self) -> client.ApiClient:
+        return self.server.api_client
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def __enter__(self) -> FakeCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def applier_for(kube: Any) -> Applier:
+    return FakeApplier(kube) if isinstance(kube, FakeCluster) else Applier(kube.api_client())
+
+
 # ----------------------------------------------------------------------------------- kubelet
 
 
@@ -392,7 +485,7 @@ class ScenarioRunner:
             clock.reset()
             self.prepare(self.kube)
             api_client = self.kube.api_client()
-            applier = Applier(api_client)
+            applier = applier_for(self.kube)
             core = client.CoreV1Api(api_client)
             applier.apply_one(shard_object((scenario.get("scheduler") or {}).get("config") or {}))
             seen: dict[str, dict[str, Any]] = {}
@@ -429,9 +522,17 @@ def matches(scenario_id: str, pattern: str | None) -> bool:
     return pattern is None or re.search(pattern, scenario_id) is not None
 
 
-def environment_kubeconfig(kube: Any) -> None:
-    """Point the product's Kubernetes backend at ``kube`` (the settings the deployment would set)."""
-    os.environ["KUBECONFIG"] = str(kube.kubeconfig)
+def point_product_at(kube: Any) -> None:
+    """Point the product's Kubernetes backend at ``kube``, as a deployment's settings would: the
+    fake server by its address, a real one by its kubeconfig."""
+    from django.conf import settings
+
+    settings.KAI_CLUSTER_BACKEND = "kubernetes"
+    if isinstance(kube, FakeCluster):
+        settings.KAI_KUBERNETES_HOST = kube.host
+    else:
+        settings.KAI_KUBERNETES_HOST = ""
+        os.environ["KUBECONFIG"] = str(kube.kubeconfig)
 
 
 def score(path: Path | str, scenarios: list[dict[str, Any]],

@@ -20,8 +20,9 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print the results JSON on stdout")
         parser.add_argument("--out", type=Path, help="write the results JSON to this file")
         parser.add_argument("--only", default=None, help="a regular expression: run the scenarios whose id matches")
-        parser.add_argument("--apiserver", choices=("real",), default="real",
-                            help="real: kube-apiserver + etcd built by `make kube` (the default)")
+        parser.add_argument("--apiserver", choices=("real", "fake"), default="real",
+                            help="real: kube-apiserver + etcd built by `make kube` (the default, what CI runs); "
+                                 "fake: the in-process fake API server, for quick local runs")
         parser.add_argument("--floor", type=int, default=None,
                             help="score the results with the corpus's own evaluate.py (beside PATH) and fail "
                                  "when fewer than this many scenarios pass")
@@ -36,12 +37,16 @@ class Command(BaseCommand):
         scenarios = [s for s in e2e.load_scenarios(path) if e2e.matches(str(s.get("id")), opts["only"])]
         if not scenarios:
             raise CommandError(f"path: no scenario under {path}" + (f" matches {opts['only']!r}" if opts["only"] else ""))
-        binaries = find_binaries()
-        if binaries is None:
-            raise CommandError("apiserver: no kube-apiserver/etcd binaries; run `make kube` (or set KUBEBUILDER_ASSETS)")
+        if opts["apiserver"] == "fake":
+            cluster: Any = e2e.FakeCluster()
+        else:
+            binaries = find_binaries()
+            if binaries is None:
+                raise CommandError("apiserver: no kube-apiserver/etcd binaries; run `make kube` "
+                                   "(or set KUBEBUILDER_ASSETS), or use --apiserver fake")
+            cluster = LocalKube(binaries, controllers=None)
         results: dict[str, e2e.ScenarioResult] = {}
-        with _throwaway_database(), LocalKube(binaries, controllers=None) as kube:
-            kube.start()
+        with _throwaway_database(), cluster as kube:
             runner = e2e.ScenarioRunner(kube, prepare=_prepare, run_cycle=e2e.product_cycle)
             for n, scenario in enumerate(scenarios, 1):
                 sid = str(scenario.get("id"))
@@ -85,13 +90,10 @@ class _throwaway_database:  # noqa: N801 - used as a context manager, like a fun
 
 def _prepare(kube: Any) -> None:
     """An empty database, the product pointed at ``kube`` as a deployment would be."""
-    from django.conf import settings
     from django.core.management import call_command
 
     from kaiweb.cluster import e2e, mirror
 
     call_command("flush", interactive=False, verbosity=0)
-    settings.KAI_CLUSTER_BACKEND = "kubernetes"
-    settings.KAI_KUBERNETES_HOST = ""
-    e2e.environment_kubeconfig(kube)
+    e2e.point_product_at(kube)
     mirror.kubernetes_cluster()
