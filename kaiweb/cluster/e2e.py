@@ -508,6 +508,8 @@ class ScenarioRunner:
         except Exception as exc:  # noqa: BLE001 - one broken scenario must not stop the corpus
             log.exception("scenario %s failed", scenario.get("id"))
             result.error = f"{exc.__class__.__name__}: {exc}\n{traceback.format_exc(limit=6)}"
+        finally:
+            clock.reset()  # the scenario's time does not outlive it
         result.seconds = time.perf_counter() - started
         return result
 

@@ -269,12 +269,14 @@ def build_dataset(
     PreemptionEvent.objects.bulk_create(events)
 
     # Per-queue status for every cycle: fair share near quota, allocation drifting around it.
-    all_queues = list(Queue.objects.filter(name__in=[t[0] for t in tree]))
+    # In name order, and by position rather than by row id: the same seed gives the same figures
+    # whatever ids the database hands out.
+    all_queues = list(Queue.objects.filter(name__in=[t[0] for t in tree]).order_by("name"))
     status_rows = []
     for k, cyc in enumerate(cycle_objs):
-        for q in all_queues:
+        for position, q in enumerate(all_queues):
             base = max(q.gpu_quota, 1)
-            fair = base * (1 + 0.25 * ((k + q.pk) % 4) / 3)
+            fair = base * (1 + 0.25 * ((k + position) % 4) / 3)
             alloc = max(0.0, fair * (0.7 + 0.5 * rng.random()))
             req = alloc + rng.randint(0, 8)
             status_rows.append(QueueStatus(

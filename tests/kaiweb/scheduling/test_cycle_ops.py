@@ -26,7 +26,7 @@ class _HeldElsewhere:
 
             s = connection.settings_dict
             self.conn = psycopg.connect(host=s["HOST"] or "127.0.0.1", port=s["PORT"] or 5432, user=s["USER"],
-                                        dbname=s["NAME"], autocommit=True)
+                                        password=s["PASSWORD"] or None, dbname=s["NAME"], autocommit=True)
             self.conn.execute("SELECT pg_advisory_lock(%s, %s)", [locks.LOCK_KEYS[self.name], locks.subkey(self.shard)])
         else:
             self.cm = locks.advisory_lock(self.name, self.shard)
