@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from scheduler_core import placement
+from scheduler_core.placement import TypicalPods, node_fragmentation
 from scheduler_core.sim.traces import NodeList, PodList, read_openb_nodes, read_openb_pods
 
 __all__ = [
@@ -110,22 +112,6 @@ def _spec_mask(spec: str, models: Sequence[str]) -> int:
         return (1 << len(models)) - 1
     allowed = set(spec.split("|"))
     return sum(1 << i for i, m in enumerate(models) if m in allowed)
-
-
-@dataclass(frozen=True)
-class TypicalPods:
-    """FGD's typical-pod distribution: the most common pod specs covering ≥ 95 % of pods."""
-
-    cpu_milli: np.ndarray
-    gpu_milli: np.ndarray
-    num_gpu: np.ndarray
-    mask: np.ndarray  # allowed-model bitmask
-    prob: np.ndarray  # renormalised counts, sums to 1
-    coverage: float  # share of all pods the kept specs cover
-    n_specs: int  # distinct specs in the pod list
-
-    def __len__(self) -> int:
-        return len(self.prob)
 
 
 def typical_pods(pods: PodList, models: Sequence[str], coverage: float = TYPICAL_COVERAGE) -> TypicalPods:
@@ -212,34 +198,6 @@ def load_experiment_inputs(traces_dir: str | Path, workload: str) -> tuple[Clust
 
 
 # --------------------------------------------------------------------------- fragmentation
-
-
-def node_fragmentation(
-    cpu_free: np.ndarray, gpu_free: np.ndarray, model_idx: np.ndarray, typical: TypicalPods
-) -> np.ndarray:
-    """FGD's node fragment (milli-GPU) for each of H node states, vectorised.
-
-    ``cpu_free`` (H,), ``gpu_free`` (H, 8) free milli per GPU slot (0 for missing GPUs),
-    ``model_idx`` (H,). For each typical pod m: if m is CPU-only, the node's model is not allowed,
-    or m does not fit (CPU, or fewer than ``num_gpu`` GPUs with ≥ ``gpu_milli`` free), all idle GPU
-    milli is fragment; otherwise the free milli on GPUs with less than ``gpu_milli`` free. Returns
-    Σ_m p_m · fragment_m as float64 (H,).
-    """
-    g = gpu_free[:, None, :]  # (H, 1, 8)
-    need = typical.gpu_milli[None, :, None]  # (1, M, 1)
-    enough = g >= need  # (H, M, 8)
-    count = enough.sum(axis=2)  # (H, M)
-    short = np.where(enough, 0, g).sum(axis=2)  # (H, M) free milli on too-small GPUs
-    idle = gpu_free.sum(axis=1)  # (H,)
-    model_ok = ((typical.mask[None, :] >> model_idx[:, None]) & 1).astype(bool)
-    fits = (
-        (typical.num_gpu[None, :] > 0)
-        & model_ok
-        & (cpu_free[:, None] >= typical.cpu_milli[None, :])
-        & (count >= typical.num_gpu[None, :])
-    )
-    frag = np.where(fits, short, idle[:, None]).astype(np.float64)
-    return frag @ typical.prob
 
 
 def cluster_fragmentation(cluster: Cluster, typical: TypicalPods) -> float:
@@ -410,43 +368,14 @@ class _StateTable:
         if not self.need_delta or not fit.any():
             return
         rows = np.flatnonzero(fit)
-        cpu_a = cpu[rows] - cpu_req
-        gpu_b = gpu[rows]
-        model_a = model[rows]
-        before = self.frag[states[rows]]
-        if num == 0 or milli >= MILLI:
-            gpu_a = gpu_b.copy()
-            if num:
-                gpu_a[:, :num] = 0  # sorted rows: the first `num` slots are the whole free GPUs
-            after = node_fragmentation(cpu_a, gpu_a, model_a, self.typical)
-            self.delta[shape, states[rows]] = after - before
-            self.score[shape, states[rows]] = _fgd_int_score(after - before)
-            self.choice[shape, states[rows]] = MILLI if num else 0
-            return
-        # Fractional: one candidate per distinct free value that fits (equal values are equivalent).
-        ok = gpu_b >= milli
-        ok[:, 1:] &= gpu_b[:, 1:] != gpu_b[:, :-1]
-        r_idx, slot = np.nonzero(ok)
-        gpu_a = gpu_b[r_idx].copy()
-        gpu_a[np.arange(len(r_idx)), slot] -= milli
-        after = node_fragmentation(cpu_a[r_idx], gpu_a, model_a[r_idx], self.typical)
-        cand = np.full(ok.shape, np.inf)
-        cand[r_idx, slot] = after - before[r_idx]
-        if self.prefer_fuller_gpu:
-            # Last minimum: on equal growth, the GPU with the least free milli (best fit).
-            best_slot = GPUS_PER_NODE - 1 - np.argmin(cand[:, ::-1], axis=1)
-        else:
-            best_slot = np.argmin(cand, axis=1)  # first minimum: the largest free value on ties
-        best = cand[np.arange(len(rows)), best_slot]
-        self.delta[shape, states[rows]] = best
-        self.score[shape, states[rows]] = _fgd_int_score(best)
-        self.choice[shape, states[rows]] = gpu_b[np.arange(len(rows)), best_slot]
-
-
-def _fgd_int_score(delta: np.ndarray) -> np.ndarray:
-    """The artifact's FGD node score: int(100 · sigmoid((F_before − F_after)/1000))."""
-    with np.errstate(over="ignore"):
-        return np.floor(100.0 / (1.0 + np.exp(delta / 1000.0)))
+        # the engine's scorer (scheduler_core.placement), on the distinct node states
+        delta, chosen = placement.placement_deltas(
+            cpu[rows], gpu[rows], model[rows], cpu_req, milli, num, self.typical, self.frag[states[rows]],
+            prefer_fuller_gpu=self.prefer_fuller_gpu,
+        )
+        self.delta[shape, states[rows]] = delta
+        self.score[shape, states[rows]] = placement.fgd_score(delta)
+        self.choice[shape, states[rows]] = chosen
 
 
 def run_experiment(
@@ -463,7 +392,8 @@ def run_experiment(
     Policies (FGD.md §1.4): ``random`` (uniform over feasible nodes, random fitting GPU),
     ``bestfit`` (least leftover CPU+GPU, normalised by the largest spec; best-fit GPU), ``fgd``
     (least fragmentation growth, the artifact's integer-truncated sigmoid score; the GPU that
-    grows fragmentation least), and ``kaiweb`` (our production policy, see ``_kaiweb_pick``).
+    grows fragmentation least), and ``kaiweb`` (our production policy: ``scheduler_core.placement``,
+    the scorer the scheduler's ``fragmentation-aware`` placement runs).
     Node ties go to the first node in the seed's node order (the artifact shuffles node names).
     Deterministic for (cluster, workload, policy, seed).
     """
@@ -493,7 +423,8 @@ def run_experiment(
     table = _StateTable(
         len(shapes), workload.typical, need_delta=policy in ("fgd", "kaiweb"), prefer_fuller_gpu=policy == "kaiweb"
     )
-    node_pressure = model_pressure(cluster, workload.typical)[n_model]
+    node_pressure = placement.model_pressure(cluster.model_idx, cluster.gpu_count, len(cluster.models),
+                                             workload.typical)[n_model]
     n_state = np.asarray(
         [table.state_of(int(n_model[k]), int(n_cpu[k]), n_gpu[k]) for k in range(len(perm))], dtype=np.int64
     )
@@ -531,18 +462,21 @@ def run_experiment(
             elif policy == "fgd":
                 node = int(cand[np.argmax(table.score[s, n_state[cand]])])
             else:
+                # our production placement (scheduler_core.placement, as the scheduler runs it);
                 # free milli left on the GPU a fractional pod would share (0 for other pods)
-                sliver = table.choice[s, n_state[cand]] - milli if 0 < milli < MILLI else np.zeros(cand.size)
+                fractional = 0 < milli < MILLI
+                sliver = table.choice[s, n_state[cand]] - milli if fractional else np.zeros(cand.size)
                 node = int(
                     cand[
-                        _kaiweb_pick(
+                        placement.pick(
                             table.score[s, n_state[cand]],
-                            n_cpu[cand],
-                            n_gpu_total[cand],
-                            cpu_req,
-                            num * milli,
+                            n_cpu[cand] - cpu_req,
+                            n_gpu_total[cand] - num * milli,
                             sliver,
                             node_pressure[cand],
+                            fractional=fractional,
+                            cpu_scale=MAX_SPEC_CPU_MILLI,
+                            gpu_scale=MAX_SPEC_GPU_MILLI,
                         )
                     ]
                 )
@@ -598,87 +532,6 @@ def _unpermute(values: np.ndarray, perm: np.ndarray) -> np.ndarray:
     out = np.empty_like(values)
     out[perm] = values
     return out
-
-
-def model_pressure(cluster: Cluster, typical: TypicalPods) -> np.ndarray:
-    """Per GPU model, how contended it is by model-constrained pods, in tenths (an integer level).
-
-    The GPU demand of the typical pods *restricted* to a set of models is spread over the
-    capacity of the models each allows; per GPU of a model this is divided by the demand of all
-    GPU pods per GPU of the cluster and floored to tenths, so small differences do not count.
-    All 0 when no typical pod carries a model constraint. A pod should stay off the models with
-    high pressure: the constrained pods have nowhere else to go.
-    """
-    n_models = len(cluster.models)
-    every = (1 << n_models) - 1
-    capacity = np.zeros(n_models)
-    np.add.at(capacity, cluster.model_idx, cluster.gpu_count * MILLI)
-    pressure = np.zeros(n_models)
-    overall = 0.0
-    for mask, num, milli, prob in zip(
-        typical.mask.tolist(), typical.num_gpu.tolist(), typical.gpu_milli.tolist(), typical.prob.tolist()
-    ):
-        overall += prob * num * milli
-        if num == 0 or mask == every:
-            continue
-        allowed = [k for k in range(n_models) if mask >> k & 1]
-        cap = capacity[allowed].sum()
-        if cap > 0:
-            pressure[allowed] += prob * num * milli / cap
-    if overall == 0:
-        return np.zeros(n_models)
-    return np.floor(10 * pressure / (overall / capacity.sum()))
-
-
-def _kaiweb_pick(
-    score: np.ndarray,
-    cpu_free: np.ndarray,
-    gpu_free_total: np.ndarray,
-    cpu_req: int,
-    gpu_req: int,
-    sliver: np.ndarray,
-    pressure: np.ndarray,
-) -> int:
-    """Our production placement: FGD's fragmentation-gradient score, with measured tie-breaks.
-
-    1. FGD's integer score ``score`` (least growth of expected fragmentation under the typical-
-       pod distribution). Its sigmoid-and-truncate step is kept on purpose: ranking by the exact
-       growth is much worse (7.7 % unallocated at 100 % on `default`, seeds 42-44, against FGD's
-       4.8 %), because it greedily chases the nodes whose fragmentation drops most, while the
-       saturating buckets treat all "does no harm" nodes alike.
-    2. FGD breaks the many ties in that top bucket at random (by shuffled node name). We break
-       them by pod kind:
-       * a fractional pod goes where its GPU is left with the least free milli (``sliver``;
-         the capacity left at the end of this trace is mostly slivers on shared GPUs), then by
-         node order;
-       * a whole-GPU or CPU-only pod goes to the node left with the least free CPU + GPU (each
-         normalised by the largest node spec: keeps empty nodes and whole GPUs for the large
-         pods), plus ``KAIWEB_PRESSURE_WEIGHT`` per tenth of ``model_pressure`` (keeps it off the
-         GPU models that model-constrained pods depend on). Best fit for fractional pods too,
-         or without the pressure term, measured worse on gpushare100 and gpuspec33. When a
-         candidate's model is under heavy pressure (``KAIWEB_SPREAD_FROM_PRESSURE``), packing
-         starves the constrained pods, so these pods keep FGD's spreading (node order).
-    3. Then node order. Returns the index into the candidate arrays. Deterministic.
-    """
-    near = np.flatnonzero(score == score.max())
-    if near.size == 1:
-        return int(near[0])
-    if 0 < gpu_req < MILLI:
-        k = sliver[near]
-        return int(near[np.argmin(k)])
-    if pressure.max(initial=0.0) >= KAIWEB_SPREAD_FROM_PRESSURE:
-        # Heavily model-constrained workload: keep FGD's spreading (node order is a per-seed
-        # shuffle); packing here starves the constrained pods (gpuspec20: 8.7 % against 5.2 %).
-        return int(near[0])
-    left = (cpu_free[near] - cpu_req) / MAX_SPEC_CPU_MILLI + (gpu_free_total[near] - gpu_req) / MAX_SPEC_GPU_MILLI
-    return int(near[np.argmin(left + KAIWEB_PRESSURE_WEIGHT * pressure[near])])
-
-
-# How much a tenth of model pressure weighs against best fit's normalised leftover (0..1).
-KAIWEB_PRESSURE_WEIGHT = 0.05
-# From this pressure (in tenths: constrained demand at half the cluster's average demand per GPU)
-# on a candidate's model, whole-GPU and CPU-only pods are spread as FGD does instead of packed.
-KAIWEB_SPREAD_FROM_PRESSURE = 5.0
 
 
 def summarize(values: Sequence[float]) -> tuple[float, float]:
