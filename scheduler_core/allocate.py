@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from scheduler_core import model as m
+from scheduler_core import placement as fa
 from scheduler_core import predicates as pr
 from scheduler_core.ordering import (
     JobsOrder,
@@ -113,8 +114,14 @@ class Placer:
         self.node_gpu_spread = cfg.gpu_placement == "spread"
         self.gpu_spread = self.node_gpu_spread or (cfg.plugins is not None and "gpuspread" in cfg.plugins)
         self.cpu_spread = cfg.cpu_placement == "spread"
+        # fragmentation-aware: GPU pods go where they grow expected fragmentation least (placement.py)
+        self.frag_aware = cfg.gpu_placement == "fragmentation-aware" and not self.gpu_spread
+        self.typical = fa.typical_pods_from_requests(cfg.typical_pods or fa.DEFAULT_TYPICAL_PODS) \
+            if self.frag_aware else None
+        self._frag_before: dict[tuple[int, ...], float] = {}
         self.use_availability = cfg.has_plugin("nodeavailability")
-        self.use_sharing_order = cfg.has_plugin("gpusharingorder") and not self.gpu_spread
+        # the fragmentation gradient already prefers GPUs being shared when that does no harm
+        self.use_sharing_order = cfg.has_plugin("gpusharingorder") and not self.gpu_spread and not self.frag_aware
         self.use_resource_type = cfg.has_plugin("resourcetype")
         self.use_placement = cfg.has_plugin("nodeplacement") or cfg.plugins is None
         self._affinity_cache: dict[tuple, np.ndarray] = {}
@@ -343,14 +350,18 @@ class Placer:
         return opts, mem, portion
 
     # ---- scoring ----------------------------------------------------------------------------
-    def scores(self, t: TaskState, cand: np.ndarray, fit_idle: np.ndarray, extra: np.ndarray | None) -> np.ndarray:
-        """Score sum of the plugins for each candidate node (§2.7)."""
+    def scores(self, t: TaskState, cand: np.ndarray, fit_idle: np.ndarray, extra: np.ndarray | None,
+               placement_points: np.ndarray | None = None) -> np.ndarray:
+        """Score sum of the plugins for each candidate node (§2.7); ``placement_points`` replaces
+        the node-placement plugin's binpack/spread term (fragmentation-aware placement)."""
         s = self.s
         r = t.request
         score = np.zeros(len(cand))
         gpu_task = not r.cpu_only
         res = GPU if gpu_task else CPU
-        if self.use_placement:
+        if self.use_placement and placement_points is not None:
+            score += placement_points
+        elif self.use_placement:
             free = s.idle[cand, res] + s.rel[cand, res]
             cap = s.cap[cand, res]
             if r.gpu_kind == m.GPU_MIG:
@@ -409,7 +420,8 @@ class Placer:
         # binpack, no topology term, no sharing bonus).
         key = None
         if (self.fast_paths and extra_score is None and cand is self.all_nodes and r.gpu_kind == m.GPU_WHOLE
-                and not self.node_gpu_spread and not t.dynamic and not t.prefers and not r.extended
+                and not self.node_gpu_spread and not self.frag_aware and not t.dynamic and not t.prefers
+                and not r.extended
                 and not self.anti_holders):
             key = (t.shape_id, pipeline_only) if t.shape_id >= 0 else (t.shape, pipeline_only)
             last = self._last.get(key) if t.status == m.PENDING else None
@@ -480,8 +492,13 @@ class Placer:
             pref = self._preferred_scores(t, cand)
             if pref is not None:
                 extra_score = pref if extra_score is None else extra_score + pref
-        score = self.scores(t, cand, fit_idle, extra_score)
-        order = np.lexsort((cand, -score))
+        frag = self.fragmentation_terms(t, cand, fit_any) if self.frag_aware and self.use_placement else None
+        if frag is None:
+            score = self.scores(t, cand, fit_idle, extra_score)
+            order = np.lexsort((cand, -score))
+        else:
+            score = self.scores(t, cand, fit_idle, extra_score, frag[0])
+            order = np.lexsort((cand, frag[1], -score))
         fits_sorted = fit_any[order]
         # only the fitting nodes, in score order (on a full cluster most nodes do not fit)
         for pos in np.flatnonzero(fits_sorted).tolist():
@@ -499,6 +516,114 @@ class Placer:
             return True
         return False
 
+    # ---- fragmentation-aware placement (scheduler_core.placement) ------------------------------
+    def _milli(self, mib: float, i: int) -> int:
+        """MiB of one GPU of node i in milli-GPU (monotone, so "fits" is kept)."""
+        return int(round(fa.MILLI * mib / float(self.s.gpu_mem[i]))) if self.s.gpu_mem[i] > 0 else 0
+
+    def gpu_row(self, i: int) -> list[int]:
+        """Node i's free milli per GPU, descending: whole GPUs free on idle + releasing resources
+        (1000 each), then each shared GPU's free memory (releasing memory counts as free)."""
+        s = self.s
+        whole = max(0, int(math.floor(s.idle[i, GPU] + s.rel[i, GPU] + _EPS)))
+        gmem = float(s.gpu_mem[i])
+        row = [fa.MILLI] * whole
+        for g in s.nodes[i].groups.values():
+            if not g.fully_releasing:
+                row.append(min(fa.MILLI, max(0, self._milli(gmem - g.mem_active, i))))
+        row.sort(reverse=True)
+        return row
+
+    def _task_milli(self, t: TaskState, i: int) -> tuple[int, int]:
+        """(share per GPU in milli, GPUs) of a GPU task on node i; a shared pod on several devices
+        is scored as one of them."""
+        r = t.request
+        if t.shared:
+            mem, _ = self.s.shared_need(t, i)
+            return max(1, min(fa.MILLI, self._milli(mem, i))), 1
+        return fa.MILLI, int(round(r.gpus))
+
+    def fragmentation_terms(self, t: TaskState, cand: np.ndarray, fit_any: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Node-placement points (FGD score 0..100 scaled to binpack's 0..9) and the tie-break key
+        (lower first) per candidate, for a whole-GPU, fractional or GPU-memory task; None for
+        other tasks (CPU-only, MIG), which keep binpack."""
+        r = t.request
+        if r.cpu_only or r.gpu_kind not in (m.GPU_WHOLE, m.GPU_FRACTION, m.GPU_MEMORY) or self.typical is None:
+            return None
+        s = self.s
+        points = np.zeros(len(cand))
+        tie = np.full(len(cand), np.inf)
+        ks = np.flatnonzero(fit_any)
+        if ks.size == 0:
+            return points, tie
+        nodes = [int(cand[k]) for k in ks.tolist()]
+        rows = [self.gpu_row(i) for i in nodes]
+        width = max(1, max(len(x) for x in rows))
+        gpu = np.zeros((len(nodes), width), dtype=np.int64)
+        for k, x in enumerate(rows):
+            gpu[k, :len(x)] = x
+        cpu_free = np.array([s.idle[i, CPU] + s.rel[i, CPU] for i in nodes])
+        model_idx = np.zeros(len(nodes), dtype=np.int64)  # typical pods carry no GPU model here
+        before = np.empty(len(nodes))
+        missing = []
+        for k, x in enumerate(rows):
+            v = self._frag_before.get(tuple(x))
+            if v is None:
+                missing.append(k)
+            else:
+                before[k] = v
+        if missing:
+            idx = np.array(missing)
+            # the typical pods ask no CPU, so the fragment depends on the GPU row alone
+            vals = fa.node_fragmentation(cpu_free[idx], gpu[idx], model_idx[idx], self.typical)
+            for k, v in zip(missing, vals.tolist()):
+                before[k] = v
+                self._frag_before[tuple(rows[k])] = v
+        shapes = [self._task_milli(t, i) for i in nodes]
+        delta = np.empty(len(nodes))
+        chosen = np.empty(len(nodes))
+        for milli, num in sorted(set(shapes)):
+            sel = np.array([x == (milli, num) for x in shapes])
+            d, c = fa.placement_deltas(cpu_free[sel], gpu[sel], model_idx[sel], r.cpu_millis, milli, num,
+                                       self.typical, before[sel])
+            delta[sel], chosen[sel] = d, c
+        milli_req = np.array([x[0] for x in shapes], dtype=np.float64)
+        gpu_req = np.array([x[0] * x[1] for x in shapes], dtype=np.float64)
+        gpu_scale = float(max(1.0, s.cap[:, GPU].max() if len(s.nodes) else 1.0)) * fa.MILLI
+        cpu_scale = float(max(1.0, s.cap[:, CPU].max() if len(s.nodes) else 1.0))
+        key = fa.tie_break(cpu_free - r.cpu_millis, gpu.sum(axis=1) - gpu_req, chosen - milli_req,
+                           np.zeros(len(nodes)), fractional=t.shared, spread=False,
+                           cpu_scale=cpu_scale, gpu_scale=gpu_scale)
+        points[ks] = 9.0 * fa.fgd_score(delta) / 100.0
+        tie[ks] = key
+        return points, tie
+
+    def _fragmentation_device_order(self, t: TaskState, i: int, opts: list[tuple[float, str | None, bool]],
+                                    mem: float) -> list[tuple[float, str | None, bool]]:
+        """The devices for a shared task on node i, the one that grows the node's fragment least
+        first, then the fullest (best fit); otherwise in ``_shared_options``' order (existing GPU
+        groups before new devices, idle before releasing)."""
+        s = self.s
+        gmem = float(s.gpu_mem[i])
+        row = self.gpu_row(i)
+        if not row or self.typical is None:
+            return opts
+        milli, _ = self._task_milli(t, i)
+        gpu = np.array([row], dtype=np.int64)
+        cpu = np.array([s.idle[i, CPU] + s.rel[i, CPU]])
+        model_idx = np.zeros(1, dtype=np.int64)
+        before = fa.node_fragmentation(cpu, gpu, model_idx, self.typical)
+        deltas = fa.fractional_deltas(cpu, gpu, model_idx, t.request.cpu_millis, milli, self.typical, before)[0]
+        by_value = {v: float(d) for v, d in zip(row, deltas.tolist()) if d != math.inf}
+        groups = s.nodes[i].groups
+
+        def value(o: tuple[float, str | None, bool]) -> int:
+            if o[1] is None:
+                return fa.MILLI
+            return min(fa.MILLI, max(0, self._milli(gmem - groups[o[1]].mem_active, i)))
+
+        return sorted(opts, key=lambda o: (by_value.get(value(o), math.inf), value(o)))
+
     def _commit_move(self, stmt: Statement, t: TaskState, status: str, i: int, groups: tuple[str, ...]) -> None:
         # pipelining an evicted task back onto its own node (and GPU groups) cancels the eviction
         if status == m.PIPELINED and t.status == m.RELEASING and t.node == i and t.orig_status != m.RELEASING \
@@ -515,6 +640,8 @@ class Placer:
         opts, mem, portion = self._shared_options(t, i)
         if len(opts) < n:
             return False
+        if self.frag_aware:
+            opts = self._fragmentation_device_order(t, i, opts, mem)
         chosen = opts[:n]
         new_groups = sum(1 for o in chosen if o[1] is None)
         if self.predicates and new_groups and s.idle[i, PODS] + s.rel[i, PODS] + _EPS < 1 + new_groups:

@@ -411,7 +411,9 @@ class CycleConfig:
     """How a cycle runs. Caps: None = unlimited, 0 = none allowed."""
 
     actions: tuple[str, ...] = ACTIONS
-    gpu_placement: str = "binpack"  # binpack | spread
+    gpu_placement: str = "binpack"  # binpack | spread | fragmentation-aware
+    # fragmentation-aware: the typical pods as (GPUs per pod, weight); () = placement.DEFAULT_TYPICAL_PODS
+    typical_pods: tuple[tuple[float, float], ...] = ()
     cpu_placement: str = "binpack"
     k_value: float = 1.0
     saturation_multiplier: float = 1.0
