@@ -11,7 +11,9 @@ Invariants:
 * Deterministic: same rows, same ``now``, same inputs → the same result (the engine and the
   replay are deterministic; every query has a total order).
 * Bounded: at most ``max_jobs`` jobs (the most recent ones) and, per run, ``max_cycles`` cycles
-  and ``max_horizon_s`` simulated seconds; the result says what was cut.
+  and ``max_horizon_s`` simulated seconds; the result says what was cut. Each of these, the
+  window and the work (replayed jobs × cycles per run) has a ceiling from the settings
+  (``KAI_WHATIF_MAX_*``): a request above one is refused before anything is replayed.
 * Bad input raises ``WhatIfInputError`` whose keys name the field (``changes.<queue>.<field>``,
   ``yaml``, ``window_hours`` …) and whose messages state the rule.
 """
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import Max, Q
 from django.utils import timezone
@@ -35,7 +38,6 @@ from scheduler_core.sim.replay import ReplayCluster, ReplayConfig, leaf_queues, 
 from scheduler_core.sim.traces import Job
 
 DEFAULT_WINDOW = timedelta(hours=24)
-MAX_WINDOW = timedelta(days=30)
 DEFAULT_MAX_JOBS = 400
 DEFAULT_MAX_HORIZON_S = 3 * 24 * 3600.0
 #: Cycles per replay run at most: a cycle costs the engine tens of milliseconds, so this keeps a
@@ -64,6 +66,27 @@ METRICS = (
 
 class WhatIfInputError(ValidationError):
     """A what-if input breaks a rule; ``message_dict`` maps each field path to its messages."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The ceilings of one what-if (from the settings; see deploy/.env.example)."""
+
+    window_hours: float
+    horizon_hours: float
+    cycles: int
+    jobs: int
+    work: int
+
+    @classmethod
+    def from_settings(cls) -> Limits:
+        return cls(
+            window_hours=float(settings.KAI_WHATIF_MAX_WINDOW_HOURS),
+            horizon_hours=float(settings.KAI_WHATIF_MAX_HORIZON_HOURS),
+            cycles=int(settings.KAI_WHATIF_MAX_CYCLES),
+            jobs=int(settings.KAI_WHATIF_MAX_JOBS),
+            work=int(settings.KAI_WHATIF_MAX_WORK),
+        )
 
 
 @dataclass(frozen=True)
@@ -131,9 +154,11 @@ def window_from_hours(value: Any) -> timedelta:
         hours = float(value)
     except (TypeError, ValueError):
         raise WhatIfInputError({"window_hours": [f"must be a number of hours, not {value!r}"]}) from None
-    if not math.isfinite(hours) or hours <= 0 or hours > MAX_WINDOW.total_seconds() / 3600:
+    top = Limits.from_settings().window_hours
+    if not math.isfinite(hours) or hours <= 0 or hours > top:
         raise WhatIfInputError(
-            {"window_hours": [f"must be more than 0 and at most {MAX_WINDOW.days * 24} hours, got {value}"]}
+            {"window_hours": [f"must be more than 0 and at most {top:g} hours (KAI_WHATIF_MAX_WINDOW_HOURS), "
+                              f"got {value}"]}
         )
     return timedelta(hours=hours)
 
@@ -338,6 +363,11 @@ def apply_changes(rows: list[Any], changes: Mapping[str, Any]) -> tuple[list[Any
                 queue.parent_id = parent.pk if parent else None
                 services.check_tree(queue, parent)
             for f, v in data.items():
+                model_field = queue._meta.get_field(f)
+                if model_field.null and v in model_field.empty_values:
+                    v = None  # full_clean skips empty values of a nullable field: store them as unset
+                elif f in ("preempt_min_runtime", "reclaim_min_runtime"):
+                    v = _duration(f, v)
                 setattr(queue, f, v)
             queue.full_clean(validate_constraints=False, exclude=["name"], validate_unique=False)
         except ValidationError as exc:
@@ -355,6 +385,27 @@ def apply_changes(rows: list[Any], changes: Mapping[str, Any]) -> tuple[list[Any
     if not edits:
         raise WhatIfInputError({"changes": ["no value differs from the current tree; change at least one field"]})
     return [changed[q.name] for q in rows], edits
+
+
+def _duration(name: str, value: Any) -> Any:
+    """A minimum runtime as the queue form takes it ("1 00:00:00", "PT1H") or as seconds (the unit
+    the result reports it in); anything else is refused by name."""
+    if isinstance(value, timedelta | str):
+        return value
+    seconds = None if isinstance(value, bool) else _finite(value)
+    if seconds is None:
+        raise ValidationError({name: "must be a duration (e.g. \"01:00:00\" or \"PT1H\") or a number of seconds"})
+    from kaiweb.queues.validators import MAX_DURATION
+
+    if not 0 <= seconds <= MAX_DURATION.total_seconds():
+        raise ValidationError({name: "must be between 0 and 2562047h (the longest duration KAI's Queue can hold)"})
+    return timedelta(seconds=seconds)
+
+
+def _finite(value: Any) -> float | None:
+    from kaiweb.core.inputs import finite_number
+
+    return finite_number(value) if isinstance(value, int | float) else None
 
 
 def _plain(value: Any) -> Any:
@@ -457,15 +508,23 @@ def run_whatif(
     if (changes and yaml_text) or (not changes and not yaml_text):
         key = "yaml" if yaml_text else "changes"
         raise WhatIfInputError({key: ["give either field changes or a YAML tree, exactly one of them"]})
-    if not 1 <= int(max_jobs) <= 5000:
-        raise WhatIfInputError({"max_jobs": [f"must be between 1 and 5000, got {max_jobs}"]})
-    if not 0 < float(max_horizon_s) <= 90 * 24 * 3600:
-        raise WhatIfInputError({"max_horizon_s": [f"must be more than 0 and at most 90 days, got {max_horizon_s}"]})
+    limits = Limits.from_settings()
+    if window.total_seconds() > limits.window_hours * 3600:
+        raise WhatIfInputError({"window_hours": [
+            f"must be at most {limits.window_hours:g} hours (KAI_WHATIF_MAX_WINDOW_HOURS), "
+            f"got {window.total_seconds() / 3600:g}"]})
+    if not 1 <= int(max_jobs) <= limits.jobs:
+        raise WhatIfInputError({"max_jobs": [f"must be between 1 and {limits.jobs} (KAI_WHATIF_MAX_JOBS), got {max_jobs}"]})
+    if not 0 < float(max_horizon_s) <= limits.horizon_hours * 3600:
+        raise WhatIfInputError({"max_horizon_hours": [
+            f"must be more than 0 and at most {limits.horizon_hours:g} hours (KAI_WHATIF_MAX_HORIZON_HOURS), "
+            f"got {float(max_horizon_s) / 3600:g}"]})
     if period_s is None:
         # One cycle per 1/288 of the window (5 min for a day), between 1 and 15 minutes.
         period_s = min(900.0, max(60.0, 60.0 * math.ceil(window.total_seconds() / 288 / 60)))
-    if not 1 <= int(max_cycles) <= 20_000:
-        raise WhatIfInputError({"max_cycles": [f"must be between 1 and 20000, got {max_cycles}"]})
+    if not 1 <= int(max_cycles) <= limits.cycles:
+        raise WhatIfInputError({"max_cycles": [
+            f"must be between 1 and {limits.cycles} (KAI_WHATIF_MAX_CYCLES), got {max_cycles}"]})
     if not 10 <= float(period_s) <= 3600:
         raise WhatIfInputError({"period_s": [f"must be between 10 and 3600 seconds, got {period_s}"]})
     shard = _shard(shard)
@@ -504,6 +563,12 @@ def run_whatif(
         k_value=float(getattr(shard, "k_value", 1.0)),
     )
     budget = min(int(max_cycles), max(1, math.ceil(max_horizon_s / period_s)))
+    work = len(rec.jobs) * budget
+    if work > limits.work:
+        raise WhatIfInputError({"max_cycles": [
+            f"{len(rec.jobs)} replayed workloads × {budget} cycles per run = {work} is above the limit of "
+            f"{limits.work} (KAI_WHATIF_MAX_WORK); lower max_jobs, max_cycles or max_horizon_hours, "
+            "or narrow the window"]})
     config = ReplayConfig(period_s=float(period_s), cycle=cycle, max_cycles=budget)
     ra = replay(rec.jobs, current, cluster, config, rec.queue_of)
     rb = replay(rec.jobs, proposed, cluster, config, rec.queue_of)

@@ -8,12 +8,14 @@ adding up above their parent's) come back as warnings on the returned `Change`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+import functools
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 
 from kaiweb.accounts import roles
 from kaiweb.audit import services as audit
@@ -25,6 +27,8 @@ from kaiweb.queues.models import PriorityClass, Queue, QueueMembership
 from kaiweb.workloads.choices import ACTIVE_WORKLOAD_STATES
 
 Actor = AbstractBaseUser | AnonymousUser | None
+F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger(__name__)
 
 QUEUE_FIELDS = frozenset(
     {
@@ -44,6 +48,8 @@ def resolve_parent(value: Queue | int | str | None) -> Queue | None:
         return None
     if isinstance(value, Queue):
         return value
+    if isinstance(value, bool) or not isinstance(value, int | str) or isinstance(value, int) and not 0 < value < 2**63:
+        raise ValidationError({"parent": "must be the name of a queue (or null for the top level)"})
     lookup = {"pk": value} if isinstance(value, int) else {"name": value}
     parent = Queue.objects.filter(**lookup).first()
     if parent is None:
@@ -129,6 +135,56 @@ def _validate(queue: Queue) -> None:
     queue.full_clean(validate_constraints=False)
 
 
+# ------------------------------------------------------------------------------------------ concurrency
+
+
+def _is_lock_conflict(exc: OperationalError) -> bool:
+    """A deadlock or a serialization failure: the transaction can simply be run again."""
+    sqlstate = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
+    return sqlstate in {"40P01", "40001"} or "deadlock" in str(exc).lower()
+
+
+def retry_on_conflict(func: F) -> F:
+    """Run a write once more when the database aborted it for a deadlock (only as the outermost
+    transaction: inside another one, the caller's transaction is lost and the error goes up)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if connection.in_atomic_block:
+            return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except OperationalError as exc:
+            if not _is_lock_conflict(exc):
+                raise
+            log.warning("%s hit a lock conflict (%s); running it again", func.__name__, exc)
+            return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def lock_tree() -> None:
+    """Lock every queue row, in id order, until the transaction ends.
+
+    A move locks the whole tree before it reads it for cycles; taking the locks in one global order
+    means two concurrent moves wait for each other instead of deadlocking.
+    """
+    list(Queue.objects.select_for_update().order_by("pk").values_list("pk", flat=True))
+
+
+def _save_unique(queue: Queue) -> None:
+    """Save, turning a unique-name race (two creates or renames of one name at once) into a rule error."""
+    try:
+        with transaction.atomic():
+            queue.save()
+    except IntegrityError as exc:
+        if Queue.objects.filter(name=queue.name).exclude(pk=queue.pk).exists():
+            raise ValidationError(
+                {"name": f"a queue named {queue.name!r} already exists; queue names are unique"}
+            ) from exc
+        raise
+
+
 # ------------------------------------------------------------------------------------------ queues
 
 
@@ -153,16 +209,23 @@ def create_queue(data: Mapping[str, Any], *, actor: Actor = None, source: str = 
             raise ValidationError({"name": f"a queue named {queue.name!r} already exists; queue names are unique"})
         _validate(queue)
         check_tree(queue, parent)
-        queue.save()
+        _save_unique(queue)
         audit.record(queue, AuditAction.CREATE, actor=actor, source=source, after=audit.snapshot(queue))
         return Change(queue, quota_warnings(queue))
 
 
+@retry_on_conflict
 def update_queue(
     queue: Queue, data: Mapping[str, Any], *, actor: Actor = None, source: str = AuditSource.SYSTEM
 ) -> Change[Queue]:
-    """Change some fields of a queue (a partial update); the tree is re-checked when the parent moves."""
+    """Change some fields of a queue (a partial update); the tree is re-checked when the parent moves.
+
+    A move locks the whole tree in id order first (`lock_tree`), so concurrent moves serialise and
+    a pair that would make a cycle together is refused; a deadlock is retried once.
+    """
     with transaction.atomic():
+        if "parent" in data:
+            lock_tree()
         queue = Queue.objects.select_for_update().get(pk=queue.pk)
         before = audit.snapshot(queue)
         old_name = queue.name
@@ -171,8 +234,8 @@ def update_queue(
             raise ValidationError({"name": f"a queue named {queue.name!r} already exists; queue names are unique"})
         _validate(queue)
         if "parent" in data:
-            check_tree(queue, parent, lock=True)
-        queue.save()
+            check_tree(queue, parent)
+        _save_unique(queue)
         after = audit.snapshot(queue)
         if after != before:
             audit.record(queue, AuditAction.UPDATE, actor=actor, source=source, before=before, after=after)

@@ -21,13 +21,14 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from kaiweb.audit.choices import AuditSource
+from kaiweb.core import inputs
 from kaiweb.core.choices import RESOURCES
 from kaiweb.core.services import error_dict
 from kaiweb.queues import services
 from kaiweb.queues.choices import DEFAULT_QUEUE_PRIORITY
 from kaiweb.queues.models import Queue
 from kaiweb.queues.services import find_cycle
-from kaiweb.queues.validators import quota_errors
+from kaiweb.queues.validators import MAX_DURATION, quota_errors
 from kaiweb.workloads.choices import ACTIVE_WORKLOAD_STATES
 
 API_VERSION = "scheduling.run.ai/v2"
@@ -95,19 +96,27 @@ class _Doc:
 
 
 def parse_duration(text: Any) -> dt.timedelta:
-    """A Go duration string ("90s", "5m", "1h30m") as a timedelta; ValueError if unreadable."""
+    """A Go duration string ("90s", "5m", "1h30m") as a timedelta; ValueError if unreadable or
+    longer than a Go duration can be (about 292 years, the CRD field's type)."""
     if isinstance(text, int | float) and not isinstance(text, bool):
-        return dt.timedelta(seconds=float(text))
-    if not isinstance(text, str) or not text:
-        raise ValueError(f"must be a duration like '90s', '5m' or '1h30m', not {text!r}")
-    pos, seconds = 0, 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != pos:
-            break
-        seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(text):
-        raise ValueError(f"must be a duration like '90s', '5m' or '1h30m', not {text!r}")
+        seconds = inputs.finite_number(text)
+        if seconds is None:
+            raise ValueError(f"must be a finite number of seconds or a duration like '90s', not {inputs.shown(text)}")
+    elif isinstance(text, str) and text:
+        pos, seconds = 0, 0.0
+        for match in _DURATION_PART.finditer(text):
+            if match.start() != pos:
+                break
+            seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+            pos = match.end()
+        if pos != len(text):
+            raise ValueError(f"must be a duration like '90s', '5m' or '1h30m', not {inputs.shown(text)}")
+    else:
+        raise ValueError(f"must be a duration like '90s', '5m' or '1h30m', not {inputs.shown(text)}")
+    if not 0 <= seconds <= MAX_DURATION.total_seconds():
+        raise ValueError(
+            f"must be between 0s and {format_duration(MAX_DURATION)} (the longest Go duration), not {inputs.shown(text)}"
+        )
     return dt.timedelta(seconds=seconds)
 
 
@@ -127,17 +136,13 @@ def format_duration(value: dt.timedelta) -> str:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
+    return inputs.finite_number(value)
 
 
 def _documents(text: str) -> list[Any]:
     docs: list[Any] = []
-    for doc in yaml.safe_load_all(text):
+    # NaN and infinities reach the field checks, which name the CRD field they are in.
+    for doc in inputs.load_yaml_documents(text, keep_non_finite=True):
         if doc is None:
             continue
         if isinstance(doc, dict) and doc.get("kind") in ("List", "QueueList") and isinstance(doc.get("items"), list):
@@ -158,9 +163,9 @@ def _parse_document(index: int, doc: Any, problems: list[ImportProblem], warning
     name = metadata.get("name") if isinstance(metadata.get("name"), str) else ""
     start = len(problems)
     if doc.get("apiVersion") != API_VERSION:
-        problem(name, "apiVersion", f"must be {API_VERSION}, not {doc.get('apiVersion')!r}")
+        problem(name, "apiVersion", f"must be {API_VERSION}, not {inputs.shown(doc.get('apiVersion'))}")
     if doc.get("kind") != KIND:
-        problem(name, "kind", f"must be {KIND}, not {doc.get('kind')!r}")
+        problem(name, "kind", f"must be {KIND}, not {inputs.shown(doc.get('kind'))}")
     if not name:
         problem(name, "metadata.name", "is required")
     spec = doc.get("spec")
@@ -183,7 +188,7 @@ def _parse_document(index: int, doc: Any, problems: list[ImportProblem], warning
     values["parent"] = parent or None
     priority = spec.get("priority", DEFAULT_QUEUE_PRIORITY)
     if isinstance(priority, bool) or not isinstance(priority, int):
-        problem(name, "spec.priority", f"must be an integer, not {priority!r}")
+        problem(name, "spec.priority", f"must be an integer, not {inputs.shown(priority)}")
     values["priority"] = priority
     for key, attr in (("preemptMinRuntime", "preempt_min_runtime"), ("reclaimMinRuntime", "reclaim_min_runtime")):
         if spec.get(key) not in (None, ""):
@@ -211,7 +216,7 @@ def _parse_document(index: int, doc: Any, problems: list[ImportProblem], warning
             raw = entry.get(key, 0)
             number = _number(raw)
             if number is None:
-                problem(name, f"spec.resources.{r}.{key}", f"must be a number, not {raw!r}")
+                problem(name, f"spec.resources.{r}.{key}", f"must be a finite number, not {inputs.shown(raw)}")
                 number = 0.0
             values[f"{r}_{attr}"] = number
         if "limit" not in entry:
@@ -247,6 +252,8 @@ def plan_import(text: str) -> tuple[list[_Doc], list[str]]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise QueueImportError([ImportProblem(0, "", "", f"is not valid YAML{where}: {getattr(exc, 'problem', exc)}")]) from exc
+    except inputs.InputRejected as exc:
+        raise QueueImportError([ImportProblem(0, "", "", f"is not accepted: {exc}")]) from None
     if not raw_docs:
         raise QueueImportError([ImportProblem(0, "", "", "the file holds no Queue documents")])
     docs = [d for i, raw in enumerate(raw_docs, 1) if (d := _parse_document(i, raw, problems, warnings))]
@@ -270,7 +277,7 @@ def plan_import(text: str) -> tuple[list[_Doc], list[str]]:
         parent = doc.values["parent"]
         if parent is not None and parent not in by_name and parent not in existing and parent not in named:
             problems.append(
-                ImportProblem(doc.index, doc.name, "spec.parentQueue", f"queue {parent!r} does not exist in the file or in kaiweb")
+                ImportProblem(doc.index, doc.name, "spec.parentQueue", f"queue {inputs.shown(parent)} does not exist in the file or in kaiweb")
             )
     reported: set[str] = set()
     for doc in docs:
@@ -315,6 +322,8 @@ def import_queues(
     """Apply a Queue CRD YAML file (one or many documents) all-or-nothing; see the module docstring."""
     result = ImportResult(dry_run=dry_run)
     with transaction.atomic():
+        # The tree is read for cycles and then changed: hold it (in id order, as every move does).
+        services.lock_tree()
         ordered, warnings = plan_import(text)
         result.warnings.extend(warnings)
         for doc in ordered:

@@ -45,7 +45,9 @@ class YAMLTextParser(BaseParser):
     media_type = "application/yaml"
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> dict[str, str]:
-        raw = stream.read() if stream is not None else b""
+        from kaiweb.core.api.parsers import read_bounded
+
+        raw = read_bounded(stream)
         try:
             return {"yaml": raw.decode("utf-8")}
         except UnicodeDecodeError as exc:

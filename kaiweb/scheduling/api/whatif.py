@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.permissions import IsAuthenticated
@@ -26,17 +27,22 @@ class WhatIfRequestSerializer(serializers.Serializer):
     )
     yaml = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False,
                                  help_text="Queue CRD documents laid over the current tree. Give this or `changes`.")
-    window_hours = serializers.FloatField(required=False, default=24.0,
-                                          help_text="Replay the workloads submitted in the last N hours (≤ 720).")
-    shard = serializers.IntegerField(required=False, allow_null=True, default=None,
-                                     help_text="Shard id; default the first enabled shard.")
-    max_jobs = serializers.IntegerField(required=False, default=whatif.DEFAULT_MAX_JOBS, min_value=1, max_value=5000,
-                                        help_text="Replay at most this many (most recent) workloads, 1–5000.")
-    max_horizon_hours = serializers.FloatField(required=False, default=whatif.DEFAULT_MAX_HORIZON_S / 3600,
-                                               min_value=0.1, max_value=90 * 24,
-                                               help_text="Stop each run after this many simulated hours.")
-    max_cycles = serializers.IntegerField(required=False, default=whatif.DEFAULT_MAX_CYCLES, min_value=1,
-                                          max_value=20_000, help_text="Stop each run after this many cycles.")
+    window_hours = serializers.FloatField(
+        required=False, default=24.0, min_value=0.01, max_value=settings.KAI_WHATIF_MAX_WINDOW_HOURS,
+        help_text="Replay the workloads submitted in the last N hours (at most KAI_WHATIF_MAX_WINDOW_HOURS).")
+    shard = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                     max_value=2**63 - 1, help_text="Shard id; default the first enabled shard.")
+    max_jobs = serializers.IntegerField(
+        required=False, default=whatif.DEFAULT_MAX_JOBS, min_value=1, max_value=settings.KAI_WHATIF_MAX_JOBS,
+        help_text="Replay at most this many (most recent) workloads (at most KAI_WHATIF_MAX_JOBS).")
+    max_horizon_hours = serializers.FloatField(
+        required=False, default=whatif.DEFAULT_MAX_HORIZON_S / 3600, min_value=0.1,
+        max_value=settings.KAI_WHATIF_MAX_HORIZON_HOURS,
+        help_text="Stop each run after this many simulated hours (at most KAI_WHATIF_MAX_HORIZON_HOURS).")
+    max_cycles = serializers.IntegerField(
+        required=False, default=whatif.DEFAULT_MAX_CYCLES, min_value=1, max_value=settings.KAI_WHATIF_MAX_CYCLES,
+        help_text="Stop each run after this many cycles (at most KAI_WHATIF_MAX_CYCLES). Replayed workloads × "
+                  "cycles must stay within KAI_WHATIF_MAX_WORK.")
     consolidation = serializers.BooleanField(required=False, default=False,
                                              help_text="Also simulate consolidation (much slower).")
 
