@@ -1,7 +1,8 @@
 """`make run`: migrate, seed the demo, print a login, then run web + worker + beat until Ctrl-C.
 
 Everything runs on embedded defaults (SQLite, the filesystem Celery broker, the simulated
-cluster) unless DATABASE_URL / REDIS_URL / KAI_CLUSTER_BACKEND say otherwise. While it runs, a
+cluster) unless DATABASE_URL / REDIS_URL / KAI_CLUSTER_BACKEND say otherwise. It is for a
+developer's machine, so DEBUG is on (KAI_DEBUG=true) unless KAI_DEBUG says otherwise. While it runs, a
 line per new scheduling cycle shows what the scheduler does. Ctrl-C (or SIGTERM) stops the web
 server, the worker and beat, and waits until none of their processes is left.
 """
@@ -73,6 +74,8 @@ def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
 
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kaiweb.settings")
+    # Local development: tracebacks in the browser. The settings keep DEBUG off everywhere else.
+    os.environ.setdefault("KAI_DEBUG", "true")
     sys.path.insert(0, str(ROOT))
     manage("migrate", "--noinput", "-v", "0")
     if has_command("seed_demo"):

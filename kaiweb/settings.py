@@ -1,8 +1,11 @@
 """kaiweb settings: one file, everything from the environment (see deploy/.env.example).
 
-Defaults are for a developer's machine: SQLite under var/, a Celery broker that needs no
-server (kombu's filesystem transport under var/broker/), the simulated cluster. Production
-sets DATABASE_URL (Postgres), REDIS_URL, DJANGO_SECRET_KEY and turns DEBUG off.
+Defaults are for a developer's machine (SQLite under var/, a Celery broker that needs no
+server — kombu's filesystem transport under var/broker/ —, the simulated cluster) but safe for
+production: DEBUG is off unless KAI_DEBUG or DJANGO_DEBUG turns it on (`make run` does), and
+with DEBUG off the shipped example key is refused. Production sets DATABASE_URL (Postgres),
+REDIS_URL, DJANGO_SECRET_KEY and the HTTPS settings (see deploy/.env.example);
+`manage.py check --deploy` is clean with that example.
 """
 
 from __future__ import annotations
@@ -31,12 +34,21 @@ def read_secret(name: str, default: str | None = None) -> str | None:
 
 
 # ---------------------------------------------------------------- core
-DEBUG = env.bool("DJANGO_DEBUG", default=True)
+# Off unless turned on: KAI_DEBUG wins over DJANGO_DEBUG; `make run` sets KAI_DEBUG=true.
+DEBUG = env.bool("KAI_DEBUG", default=env.bool("DJANGO_DEBUG", default=False))
+#: Keys that were published (deploy/.env.example, docs): never a production key.
+EXAMPLE_SECRET_KEYS = frozenset({"change-me", "changeme"})
 SECRET_KEY = read_secret("DJANGO_SECRET_KEY")
+if SECRET_KEY in EXAMPLE_SECRET_KEYS and not DEBUG:
+    raise ImproperlyConfigured(
+        f"DJANGO_SECRET_KEY is the published example {SECRET_KEY!r}; set a random key of your own "
+        "(e.g. `openssl rand -base64 48`) or turn DEBUG on for local development"
+    )
+#: True when no key was configured and one was generated under var/ (`check --deploy` warns).
+SECRET_KEY_GENERATED = not SECRET_KEY
 if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) is required when DEBUG is off")
-    # Development only: a key generated once and kept under var/ so sessions survive restarts.
+    # A key generated once and kept under var/, so sessions survive restarts and every process of
+    # one machine (web, worker, tests) shares it. Several replicas need one configured key.
     key_file = VAR_DIR / "dev-secret-key"
     if not key_file.exists():
         key_file.write_text(secrets.token_urlsafe(50))
@@ -44,6 +56,36 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+# ---------------------------------------------------------------- HTTPS and cookies
+# Off by default so plain http works on a laptop; production behind TLS turns them on.
+SESSION_COOKIE_SECURE = env.bool("DJANGO_SESSION_COOKIE_SECURE", default=False)
+CSRF_COOKIE_SECURE = env.bool("DJANGO_CSRF_COOKIE_SECURE", default=SESSION_COOKIE_SECURE)
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=False)
+# Probes and scrapes come over plain http from inside the cluster.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
+# "HTTP_X_FORWARDED_PROTO,https" behind a TLS-terminating proxy that sets that header (and strips
+# it from clients); empty: no proxy header is trusted.
+_proxy_header = env.list("DJANGO_SECURE_PROXY_SSL_HEADER", default=[])
+if _proxy_header and len(_proxy_header) != 2:
+    raise ImproperlyConfigured(
+        "DJANGO_SECURE_PROXY_SSL_HEADER must be 'HEADER,value', e.g. HTTP_X_FORWARDED_PROTO,https"
+    )
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_header) if _proxy_header else None
+USE_X_FORWARDED_HOST = env.bool("DJANGO_USE_X_FORWARDED_HOST", default=False)
+SESSION_COOKIE_AGE = env.int("DJANGO_SESSION_COOKIE_AGE", default=14 * 24 * 3600)
+
+# ---------------------------------------------------------------- request bounds
+# Largest request body read (forms, JSON, YAML imports), and deepest nesting of a JSON/YAML document.
+KAI_MAX_REQUEST_BYTES = env.int("KAI_MAX_REQUEST_BYTES", default=1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = KAI_MAX_REQUEST_BYTES
+FILE_UPLOAD_MAX_MEMORY_SIZE = KAI_MAX_REQUEST_BYTES
+KAI_MAX_INPUT_DEPTH = env.int("KAI_MAX_INPUT_DEPTH", default=32)
+# `?limit=` of any API list is cut to this.
+KAI_API_MAX_PAGE_SIZE = env.int("KAI_API_MAX_PAGE_SIZE", default=500)
 
 # ---------------------------------------------------------------- apps
 INSTALLED_APPS = [
@@ -57,6 +99,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "django_celery_results",
     "django_htmx",
@@ -118,6 +161,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Login throttling: after this many failed sign-ins (or bad API tokens) from one address, or for one
+# user name, further attempts are refused for the lockout time. Counted in the cache: give several
+# web replicas a shared one (DJANGO_CACHE_URL=redis://…) so they count together.
+KAI_LOGIN_MAX_FAILURES = env.int("KAI_LOGIN_MAX_FAILURES", default=5)
+KAI_LOGIN_LOCKOUT_SECONDS = env.int("KAI_LOGIN_LOCKOUT_SECONDS", default=15 * 60)
+# API tokens expire this many days after they were issued (0: never); `POST /api/v1/me/token/` issues a new one.
+KAI_API_TOKEN_LIFETIME_DAYS = env.float("KAI_API_TOKEN_LIFETIME_DAYS", default=90.0)
+CACHES = {"default": env.cache_url("DJANGO_CACHE_URL", default="locmemcache://")}
 
 # ---------------------------------------------------------------- i18n / time
 LANGUAGE_CODE = "en-us"
@@ -141,7 +192,7 @@ WHITENOISE_USE_FINDERS = True
 REST_FRAMEWORK = {
     # Token first: an unauthenticated or bad-token request gets 401 with `WWW-Authenticate: Token`.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "kaiweb.accounts.authentication.ExpiringTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["kaiweb.accounts.permissions.RolePermission"],
@@ -149,7 +200,13 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PARSER_CLASSES": [
+        "kaiweb.core.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "kaiweb.core.api.pagination.BoundedLimitOffsetPagination",
+    "EXCEPTION_HANDLER": "kaiweb.core.api.errors.exception_handler",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_VERSIONING_CLASS": None,
@@ -159,6 +216,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "GPU scheduling control plane: queues, workloads, scheduling history and usage.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and ReDoc from the installed drf-spectacular-sidecar package, never a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
     # One schema name per choice set, so clients get stable enum types.
@@ -220,10 +281,22 @@ CELERY_BEAT_SCHEDULE = {
     "usage-retention": {"task": "usage.retention", "schedule": 24 * 3600.0},
 }
 
+# What-if (replay of recorded history): the largest run one request may ask for. Work is counted as
+# replayed jobs × cycles per run; both runs (current and changed tree) together cost twice that.
+KAI_WHATIF_MAX_WINDOW_HOURS = env.float("KAI_WHATIF_MAX_WINDOW_HOURS", default=7 * 24.0)
+KAI_WHATIF_MAX_HORIZON_HOURS = env.float("KAI_WHATIF_MAX_HORIZON_HOURS", default=14 * 24.0)
+KAI_WHATIF_MAX_CYCLES = env.int("KAI_WHATIF_MAX_CYCLES", default=2000)
+KAI_WHATIF_MAX_JOBS = env.int("KAI_WHATIF_MAX_JOBS", default=2000)
+KAI_WHATIF_MAX_WORK = env.int("KAI_WHATIF_MAX_WORK", default=400_000)
+
 # ---------------------------------------------------------------- utilization, idle GPUs, reports
 # Prometheus with NVIDIA's DCGM exporter metrics (empty: utilization from the simulated cluster only).
 KAI_PROMETHEUS_URL = env.str("KAI_PROMETHEUS_URL", default="")
 KAI_PROMETHEUS_TIMEOUT = env.float("KAI_PROMETHEUS_TIMEOUT", default=10.0)
+# /metrics names every queue and its allocation: it answers a scraper that sends
+# `Authorization: Bearer <KAI_METRICS_TOKEN>` or a signed-in staff user; anyone only with KAI_METRICS_PUBLIC.
+KAI_METRICS_TOKEN = read_secret("KAI_METRICS_TOKEN", "") or ""
+KAI_METRICS_PUBLIC = env.bool("KAI_METRICS_PUBLIC", default=False)
 # A job holding GPUs whose utilization stays under this percentage for this long is reported idle.
 KAI_IDLE_GPU_UTILIZATION_PERCENT = env.float("KAI_IDLE_GPU_UTILIZATION_PERCENT", default=5.0)
 KAI_IDLE_GPU_WINDOW_SECONDS = env.float("KAI_IDLE_GPU_WINDOW_SECONDS", default=600.0)

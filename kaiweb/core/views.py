@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hmac
+
+from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -24,10 +27,32 @@ def readyz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status=200 if ok else 503)
 
 
+def metrics_allowed(request: HttpRequest) -> bool:
+    """May this request read /metrics? With KAI_METRICS_PUBLIC anyone; else a scraper sending
+    `Authorization: Bearer <KAI_METRICS_TOKEN>`, or a signed-in staff user."""
+    if settings.KAI_METRICS_PUBLIC:
+        return True
+    token = settings.KAI_METRICS_TOKEN
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
+        return True
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
+
+
 @login_not_required
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text exposition of the scheduler's gauges and counters."""
+    """Prometheus text exposition of the scheduler's gauges and counters (see `metrics_allowed`)."""
     from kaiweb.core import prometheus
+
+    if not metrics_allowed(request):
+        response = HttpResponse(
+            "/metrics needs `Authorization: Bearer <KAI_METRICS_TOKEN>` or a signed-in staff user "
+            "(KAI_METRICS_PUBLIC=true opens it to anyone).\n",
+            status=401, content_type="text/plain; charset=utf-8",
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
 
     body, content_type = prometheus.render()
     return HttpResponse(body, content_type=content_type)

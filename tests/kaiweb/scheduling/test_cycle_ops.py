@@ -74,12 +74,12 @@ def test_an_unregistered_lock_name_is_refused():
         pass
 
 
-def test_metrics_expose_cycles_decisions_and_queue_figures(client):
+def test_metrics_expose_cycles_decisions_and_queue_figures(admin_client):
     sc = small_cluster(nodes=1)
     submit(sc, "team-a", "j", pods=2, gpus_per_pod=2)
     cycle.run_and_record_cycle(sc.shard, advance=False)
 
-    body = client.get("/metrics").content.decode()
+    body = admin_client.get("/metrics").content.decode()
 
     assert 'kai_scheduling_cycles_total{shard="default",status="succeeded"} 1.0' in body
     assert 'kai_scheduling_decisions_total{kind="bind",status="applied"} 2.0' in body
