@@ -20,5 +20,13 @@ class PlacementStrategy(models.TextChoices):
     SPREAD = "spread", _("Spread")
 
 
+class GpuPlacementStrategy(models.TextChoices):
+    """A shard's GPU placement: KAI's two strategies, or ours that keeps fragmentation low."""
+
+    BINPACK = "binpack", _("Bin-pack")
+    SPREAD = "spread", _("Spread")
+    FRAGMENTATION_AWARE = "fragmentation-aware", _("Fragmentation-aware")
+
+
 # KAI's default node-pool label: a shard sees the nodes, queues and jobs whose label equals its value.
 DEFAULT_PARTITION_LABEL = "kai.scheduler/node-pool"

@@ -7,7 +7,12 @@ from typing import Any
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from kaiweb.cluster.choices import DEFAULT_PARTITION_LABEL, BackendKind, PlacementStrategy
+from kaiweb.cluster.choices import (
+    DEFAULT_PARTITION_LABEL,
+    BackendKind,
+    GpuPlacementStrategy,
+    PlacementStrategy,
+)
 from kaiweb.core.models import TimeStampedModel
 
 
@@ -40,7 +45,9 @@ class SchedulingShard(TimeStampedModel):
         max_length=63, blank=True, help_text="Empty: the shard sees objects without the partition label."
     )
     gpu_placement = models.CharField(
-        max_length=16, choices=PlacementStrategy.choices, default=PlacementStrategy.BINPACK
+        max_length=32, choices=GpuPlacementStrategy.choices, default=GpuPlacementStrategy.BINPACK,
+        help_text="Fragmentation-aware: GPU pods go where they strand the least GPU capacity for the "
+        "shard's typical pods.",
     )
     cpu_placement = models.CharField(
         max_length=16, choices=PlacementStrategy.choices, default=PlacementStrategy.BINPACK

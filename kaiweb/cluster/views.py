@@ -41,6 +41,9 @@ def node_map(request: HttpRequest) -> HttpResponse:
     page = paginate(request, qs, default=NODES_PER_PAGE)
     nodes = list(page.object_list)
     rows, legend = build_map(nodes)
+    from kaiweb.scheduling.fragmentation import annotate_rows
+
+    stranded_total = annotate_rows(rows, shards)  # free GPUs no typical pod of the node's shard fits
     context = {
         "filterset": filterset,
         "shards": shards,
@@ -54,6 +57,7 @@ def node_map(request: HttpRequest) -> HttpResponse:
         "per_page_choices": PER_PAGE_CHOICES,
         "rows": rows,
         "legend": legend,
+        "stranded_total": stranded_total,
         "node_total": Node.objects.count(),
     }
     return render_page(request, "cluster/nodes.html", context, partial="cluster/partials/gpu_map.html")

@@ -121,9 +121,10 @@ class QueueCollector(Collector):
 
 def collectors() -> list[Collector]:
     """Collectors registered for /metrics (each reads the database when scraped)."""
+    from kaiweb.scheduling.fragmentation import FragmentationCollector
     from kaiweb.usage.metrics import IdleGpuCollector
 
-    return [SchedulerCollector(), QueueCollector(), IdleGpuCollector()]
+    return [SchedulerCollector(), QueueCollector(), IdleGpuCollector(), FragmentationCollector()]
 
 
 def render() -> tuple[bytes, str]:

@@ -34,6 +34,7 @@ from kaiweb.core.locks import advisory_lock
 from kaiweb.scheduling import adapters
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
 from kaiweb.scheduling.models import Decision, SchedulingCycle
+from kaiweb.scheduling.typical_pods import shard_typical_pods
 from scheduler_core import model as m
 from scheduler_core import run_cycle
 from scheduler_core.memo import CycleMemo
@@ -127,6 +128,7 @@ def cycle_config(shard: SchedulingShard) -> m.CycleConfig:
 
     return m.CycleConfig(
         gpu_placement=shard.gpu_placement, cpu_placement=shard.cpu_placement, k_value=shard.k_value,
+        typical_pods=shard_typical_pods(shard),
         default_preempt_min_runtime_s=seconds(shard.preempt_min_runtime),
         default_reclaim_min_runtime_s=seconds(shard.reclaim_min_runtime),
     )

@@ -527,9 +527,10 @@ def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
         strategy = spec.get("placementStrategy") or {}
         if not isinstance(strategy, Mapping):
             raise _Bad("spec.placementStrategy", "must be an object with gpu and cpu", strategy)
-        for key in ("gpu", "cpu"):
-            if strategy.get(key) not in (None, "", "binpack", "spread"):
-                raise _Bad(f"spec.placementStrategy.{key}", "must be binpack or spread", strategy.get(key))
+        if strategy.get("gpu") not in (None, "", "binpack", "spread", "fragmentation-aware"):
+            raise _Bad("spec.placementStrategy.gpu", "must be binpack, spread or fragmentation-aware", strategy.get("gpu"))
+        if strategy.get("cpu") not in (None, "", "binpack", "spread"):
+            raise _Bad("spec.placementStrategy.cpu", "must be binpack or spread", strategy.get("cpu"))
         args = spec.get("args") or {}
         if not isinstance(args, Mapping):
             raise _Bad("spec.args", "must be a map of strings", args)

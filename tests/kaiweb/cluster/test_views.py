@@ -70,5 +70,5 @@ def test_map_query_count_does_not_grow_with_the_data(client, viewer, ui_data, dj
     with CaptureQueriesContext(connection) as large:
         client.get("/nodes/")
     assert len(large) == len(small)
-    with django_assert_max_num_queries(10):
+    with django_assert_max_num_queries(12):  # +2: the typical pods behind the stranded GPUs
         client.get("/nodes/")
