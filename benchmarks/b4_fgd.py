@@ -2,7 +2,9 @@
 
 For each workload × policy: unallocated GPU % at 100 % arrived (mean ± sd over the seeds), the
 authors' published mean ± sd side by side, whether our port is within max(0.3 pt, 2 sd) of it, and
-seconds per experiment. Defaults run the full grid (4 policies on `default`, FGD + ours on the sweep
+seconds per experiment. Policy ``kaiweb`` is the scheduler's own placement: the fragmentation-gradient
+scorer and tie-breaks of ``scheduler_core/placement.py`` that ``gpu_placement = "fragmentation-aware"``
+runs (the simulator keeps no copy of it). Defaults run the full grid (4 policies on `default`, FGD + ours on the sweep
 variants, seeds 42-51); flags cut it down for a quick run:
 
     .venv/bin/python benchmarks/b4_fgd.py --workloads default --policies bestfit,fgd --seeds 42,43
@@ -118,6 +120,7 @@ def main() -> int:
                 "cpu_seconds_per_experiment": round(sum(cpu_seconds) / len(cpu_seconds), 3) if cpu_seconds else None,
                 "seconds_total": round(time.perf_counter() - started, 1),
                 "published_authors_seconds_per_experiment": 1967,
+                "kaiweb_scorer": "scheduler_core.placement (gpu_placement=fragmentation-aware)",
             },
             indent=2,
         )
