@@ -126,3 +126,14 @@ def test_stranded_gpus_are_on_metrics_and_the_node_map(admin_client):
     page = admin_client.get("/nodes/").content.decode()
     assert "0.1 stranded" in page
     assert 'id="stranded-total"' in page
+
+
+def test_the_shard_admin_offers_fragmentation_aware_for_gpus_only(admin_client):
+    shard = _default_shard()
+    page = admin_client.get(f"/admin/cluster/schedulingshard/{shard.pk}/change/").content.decode()
+    gpu_select = page[page.index('name="gpu_placement"'):]
+    gpu_select = gpu_select[:gpu_select.index("</select>")]
+    cpu_select = page[page.index('name="cpu_placement"'):]
+    cpu_select = cpu_select[:cpu_select.index("</select>")]
+    assert 'value="fragmentation-aware"' in gpu_select
+    assert 'value="fragmentation-aware"' not in cpu_select
