@@ -18,6 +18,7 @@ class ThrottledLoginView(auth_views.LoginView):
         if throttle.locked_out(request, username):
             # An unbound form: the password is not checked at all while locked out.
             form = self.get_form_class()(request=request, initial={"username": username})
+            form.cleaned_data = {}
             form.add_error(None, throttle.lockout_message())
             return self.render_to_response(self.get_context_data(form=form), status=429)
         return super().post(request, *args, **kwargs)
