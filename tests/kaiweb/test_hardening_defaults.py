@@ -219,3 +219,23 @@ def test_guessing_tokens_is_throttled(api_client, settings, fresh_cache):
         assert api_client.get("/api/v1/me/").status_code == 401
     api_client.credentials(HTTP_AUTHORIZATION=f"Token {good.key}")
     assert api_client.get("/api/v1/me/").status_code == 429
+
+
+# ------------------------------------------------------------------------------------------ Helm chart
+
+
+@pytest.mark.kube
+def test_the_chart_passes_the_metrics_token_from_a_secret_and_keeps_metrics_closed():
+    from tests.kube import test_helm_chart as chart
+
+    helm = chart.find_helm()
+    if helm is None:
+        pytest.skip("no helm binary: run deploy/helm/build-helm.sh (or set HELM=/path/to/helm)")
+    docs = chart.render(helm, [*chart.SECRETS, "prometheus.metricsToken.existingSecret=kaiweb-metrics"])
+    web = chart.pod_templates(docs)["web"]["spec"]["containers"][0]
+    env = chart.env_of(web)
+    assert env["KAI_METRICS_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "kaiweb-metrics", "key": "metrics-token"}
+    assert env["KAI_METRICS_PUBLIC"]["value"] == "false"
+    default = chart.env_of(chart.pod_templates(chart.render(helm, chart.SECRETS))["web"]["spec"]["containers"][0])
+    assert "KAI_METRICS_TOKEN" not in default
+    assert default["KAI_METRICS_PUBLIC"]["value"] == "false"

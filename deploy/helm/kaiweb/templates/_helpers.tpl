@@ -145,6 +145,15 @@ The migrate hook passes its own Secret: it runs before the release's Secret exis
 - name: KAI_PROMETHEUS_URL
   value: {{ . | quote }}
 {{- end }}
+{{- with $root.Values.prometheus.metricsToken }}
+{{- if .existingSecret }}
+- name: KAI_METRICS_TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .key | quote }}}
+{{- end }}
+{{- end }}
+- name: KAI_METRICS_PUBLIC
+  value: {{ $root.Values.prometheus.metricsPublic | default false | quote }}
 {{- with $root.Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
