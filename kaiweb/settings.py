@@ -155,6 +155,9 @@ DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web, worker and beat share the file: wait for locks instead of failing at once.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+elif DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql"):
+    # An unreachable server fails a connection in seconds instead of hanging a worker or a probe.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # ---------------------------------------------------------------- auth
@@ -256,6 +259,16 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# A broker restart must not end the worker: retry connecting for ever (also at start-up), with
+# keep-alives and a health check so a dead Redis connection is noticed and replaced.
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_keepalive": True, "health_check_interval": 25,
+                                       "retry_on_timeout": True, "socket_connect_timeout": 5}
+# How often each worker checks its database (paused while it does not answer; /readyz reports it).
+KAI_WORKER_HEALTH_SECONDS = env.float("KAI_WORKER_HEALTH_SECONDS", default=10.0)
 
 # ---------------------------------------------------------------- scheduling
 KAI_CLUSTER_BACKEND = env.str("KAI_CLUSTER_BACKEND", default="simulated")
@@ -266,6 +279,9 @@ KAI_USAGE_SECONDS = env.float("KAI_USAGE_SECONDS", default=60.0)
 KAI_SCHEDULER_NAME = env.str("KAI_SCHEDULER_NAME", default="kai-scheduler")
 # The queue of a pod whose pod, owner and namespace name none (empty: such a pod is reported, not scheduled).
 KAI_DEFAULT_QUEUE = env.str("KAI_DEFAULT_QUEUE", default="")
+# Shared GPUs: the namespace of the reservation pods that hold them, and their container's image.
+KAI_RESERVATION_NAMESPACE = env.str("KAI_RESERVATION_NAMESPACE", default="kai-resource-reservation")
+KAI_RESERVATION_IMAGE = env.str("KAI_RESERVATION_IMAGE", default="registry.k8s.io/pause:3.10")
 # Kubernetes backend: API server URL (empty: in-cluster, else KUBECONFIG), request timeout, and how
 # recent a heartbeat of `manage.py watch_cluster` must be for the cycle to skip its own full list.
 KAI_KUBERNETES_HOST = env.str("KAI_KUBERNETES_HOST", default="")

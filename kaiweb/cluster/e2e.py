@@ -394,7 +394,7 @@ def play_kubelet(core: client.CoreV1Api) -> dict[str, int]:
                 if exc.status != 404:
                     raise
             continue
-        if spec.node_name and (status.phase or "Pending") == "Pending":
+        if spec.node_name and ((status.phase if status else None) or "Pending") == "Pending":
             body = {"status": {"phase": "Running", "startTime": _rfc3339(time.time()), "conditions": [
                 {"type": "Ready", "status": "True", "lastTransitionTime": _rfc3339(time.time())}]}}
             try:

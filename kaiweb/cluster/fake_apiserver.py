@@ -53,6 +53,8 @@ _KINDS: dict[str, dict[str, Any]] = {
     "nodes": {"prefix": "/api/v1", "kind": "Node", "apiVersion": "v1", "namespaced": False},
     "pods": {"prefix": "/api/v1", "kind": "Pod", "apiVersion": "v1", "namespaced": True},
     "events": {"prefix": "/api/v1", "kind": "Event", "apiVersion": "v1", "namespaced": True},
+    "namespaces": {"prefix": "/api/v1", "kind": "Namespace", "apiVersion": "v1", "namespaced": False},
+    "configmaps": {"prefix": "/api/v1", "kind": "ConfigMap", "apiVersion": "v1", "namespaced": True},
     "priorityclasses": {
         "prefix": "/apis/scheduling.k8s.io/v1",
         "kind": "PriorityClass",

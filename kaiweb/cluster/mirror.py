@@ -998,12 +998,14 @@ def _holding_resources(cluster: Cluster, keys: set[tuple[str, str]]) -> dict[tup
 
 
 def observe(gateway: Any, cluster: Cluster) -> dict[str, Any]:
-    """The cycle's observe step on a mirrored cluster: the pod-grouper's pass (unless the watcher
-    groups pods as their events arrive), then `sync_into`."""
+    """The cycle's observe step on a mirrored cluster: reservation pods of shared GPUs nobody uses
+    any more are released, the pod-grouper makes its pass (unless the watcher groups pods as their
+    events arrive), then `sync_into`."""
+    released = gateway.collect_reservations()  # shared GPUs whose last sharer has left
     if watcher_is_current(cluster):
-        return sync_into(gateway, cluster)
+        return {**sync_into(gateway, cluster), "reservations_released": released}
     grouped = grouping.group_pods(gateway)
-    return {**sync_into(gateway, cluster), "pod_grouper": grouped.as_json()}
+    return {**sync_into(gateway, cluster), "pod_grouper": grouped.as_json(), "reservations_released": released}
 
 
 def sync_into(gateway: Any, cluster: Cluster) -> dict[str, Any]:

@@ -39,5 +39,12 @@ def check_cluster() -> dict[str, Any]:
         return {"ok": False, "detail": f"cluster unreachable: {exc}"}
 
 
+def check_workers() -> dict[str, Any]:
+    from kaiweb.core.workerhealth import check_workers as workers
+
+    return {**workers(), "gates": False}  # reported; a paused worker does not make the web unready
+
+
 def run_checks() -> dict[str, dict[str, Any]]:
-    return {"database": check_database(), "broker": check_broker(), "cluster": check_cluster()}
+    return {"database": check_database(), "broker": check_broker(), "cluster": check_cluster(),
+            "workers": check_workers()}

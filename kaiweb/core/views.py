@@ -19,12 +19,16 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 @login_not_required
 def readyz(request: HttpRequest) -> JsonResponse:
-    """Dependencies answer: the database, the broker and the cluster gateway."""
+    """Dependencies answer: the database, the broker and the cluster gateway (503 when one does not).
+
+    The workers' reports are shown but do not take this web process out of service: a worker that
+    lost its database makes the status ``degraded`` (200), since the pages still answer."""
     from kaiweb.core import readiness
 
     checks = readiness.run_checks()
-    ok = all(c["ok"] for c in checks.values())
-    return JsonResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status=200 if ok else 503)
+    ok = all(c["ok"] for c in checks.values() if c.get("gates", True))
+    status = "unavailable" if not ok else ("ok" if all(c["ok"] for c in checks.values()) else "degraded")
+    return JsonResponse({"status": status, "checks": checks}, status=200 if ok else 503)
 
 
 def metrics_allowed(request: HttpRequest) -> bool:

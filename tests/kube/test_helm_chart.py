@@ -87,6 +87,18 @@ def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # -- lint and rendering (helm only) -----------------------------------------------------------------
 
 
+def create_once(dynamic: Any, doc: dict[str, Any], default_namespace: str | None = None) -> None:
+    """Create ``doc`` for real (in its own namespace, else ``default_namespace``); already there is fine."""
+    from kubernetes.dynamic.exceptions import ConflictError
+
+    resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+    namespace = (doc["metadata"].get("namespace") or default_namespace) if resource.namespaced else None
+    try:
+        dynamic.create(resource, body=doc, namespace=namespace)
+    except ConflictError:
+        pass
+
+
 @pytest.mark.parametrize("values", [SECRETS, INLINE_URLS], ids=["existing-secrets", "inline-urls"])
 def test_lint_strict_passes(helm: str, values: list[str]) -> None:
     sets = [arg for s in values for arg in ("--set", s)]
@@ -182,14 +194,21 @@ def test_scheduling_values_reach_the_environment(helm: str) -> None:
     assert env["KAI_CYCLE_SECONDS"]["value"] == "2"
     assert env["KAI_PROMETHEUS_URL"]["value"] == "http://prometheus.monitoring:9090"
     assert env["KAI_CLUSTER_BACKEND"]["value"] == "kubernetes"
+    assert env["KAI_RESERVATION_NAMESPACE"]["value"] == "kai-resource-reservation"
 
 
 def test_only_the_worker_and_the_watcher_are_bound_to_the_scheduler_role(helm: str) -> None:
     docs = render(helm, SECRETS)
     binding = by_kind(docs, "ClusterRoleBinding")[name("scheduler")]
     assert [s["name"] for s in binding["subjects"]] == [name("worker"), name("watcher")]
-    assert by_kind(docs, "RoleBinding") == {}
-    assert by_kind(docs, "Role") == {}
+    # One Role, in the reservation namespace only, for the worker's reservation pods of shared GPUs.
+    (role_binding,) = by_kind(docs, "RoleBinding").values()
+    assert role_binding["metadata"]["namespace"] == "kai-resource-reservation"
+    assert [s["name"] for s in role_binding["subjects"]] == [name("worker")]
+    (reservations,) = by_kind(docs, "Role").values()
+    assert reservations["metadata"]["namespace"] == "kai-resource-reservation"
+    assert reservations["rules"] == [{"apiGroups": [""], "resources": ["pods"],
+                                      "verbs": ["get", "list", "create", "delete"]}]
     role = by_kind(docs, "ClusterRole")[name("scheduler")]
     for rule in role["rules"]:
         assert "*" not in rule["verbs"], rule
@@ -270,7 +289,10 @@ def test_api_server_accepts_every_rendered_object_in_a_dry_run(helm: str, dynami
     refused = []
     for doc in docs:
         try:
-            dry_run_create(dynamic, doc)
+            if doc["kind"] == "Namespace":  # made for real: the objects that follow are created in it
+                create_once(dynamic, doc)
+            else:
+                dry_run_create(dynamic, doc)
         except DynamicApiError as exc:
             refused.append(f"{doc['kind']} {doc['metadata']['name']}: {exc.status} {exc.summary()}")
     assert refused == []
@@ -331,9 +353,8 @@ def can_read_path(kube: Any, component: str, path: str) -> bool:
 def rbac_installed(helm: str, kube: Any, dynamic: Any) -> None:
     """The chart's ServiceAccounts and RBAC objects, created for real."""
     for doc in render(helm, SECRETS):
-        if doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
-            resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-            dynamic.create(resource, body=doc, namespace=NAMESPACE if resource.namespaced else None)
+        if doc["kind"] in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
+            create_once(dynamic, doc, NAMESPACE)
 
 
 SCHEDULER_NEEDS = [
@@ -343,7 +364,8 @@ SCHEDULER_NEEDS = [
     ("get", "namespaces", "", ""), ("create", "podgroups", "scheduling.run.ai", ""),
     ("patch", "podgroups", "scheduling.run.ai", "status"), ("patch", "queues", "scheduling.run.ai", "status"),
     ("update", "queues", "scheduling.run.ai", ""), ("list", "topologies", "kai.scheduler", ""),
-    ("get", "jobs", "batch", ""), ("get", "replicasets", "apps", ""),
+    ("get", "jobs", "batch", ""), ("get", "replicasets", "apps", ""), ("create", "configmaps", "", ""),
+    ("get", "persistentvolumeclaims", "", ""), ("get", "storageclasses", "storage.k8s.io", ""),
 ]
 NOBODY_NEEDS = [
     ("get", "secrets", "", ""), ("create", "pods", "", ""), ("delete", "pods", "", ""),
@@ -364,6 +386,16 @@ def test_scheduler_components_may_do_what_a_scheduler_does_and_no_more(kube: Any
 
 
 @pytest.mark.usefixtures("rbac_installed")
+def test_only_the_worker_makes_reservation_pods_and_only_in_their_namespace(kube: Any) -> None:
+    reservations = "kai-resource-reservation"
+    assert can(kube, "worker", "create", "pods", namespace=reservations)
+    assert can(kube, "worker", "delete", "pods", namespace=reservations)
+    assert not can(kube, "worker", "create", "pods", namespace="team-a")
+    assert not can(kube, "watcher", "create", "pods", namespace=reservations)
+    assert not can(kube, "web", "create", "pods", namespace=reservations)
+
+
+@pytest.mark.usefixtures("rbac_installed")
 @pytest.mark.parametrize("component", ["web", "beat", "migrate"])
 def test_web_beat_and_migrate_get_no_cluster_permissions(kube: Any, component: str) -> None:
     granted = [need for need in SCHEDULER_NEEDS + NOBODY_NEEDS
@@ -380,7 +412,8 @@ def test_helm_installs_upgrades_and_uninstalls_a_release_on_the_api_server(helm:
     env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig), "HELM_CACHE_HOME": str(tmp_path / "cache"),
            "HELM_CONFIG_HOME": str(tmp_path / "config"), "HELM_DATA_HOME": str(tmp_path / "data")}
     namespace = "kaiweb-release"
-    sets = [arg for s in INLINE_URLS for arg in ("--set", s)]
+    # Its own reservation namespace: a second release in one cluster must not share the first one's.
+    sets = [arg for s in [*INLINE_URLS, "gpuSharing.reservationNamespace=live-reservations"] for arg in ("--set", s)]
 
     def helm_run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([helm, "--namespace", namespace, *args], capture_output=True, text=True,
@@ -398,6 +431,9 @@ def test_helm_installs_upgrades_and_uninstalls_a_release_on_the_api_server(helm:
     names = sorted(d.metadata.name for d in apps.list_namespaced_deployment(namespace).items)
     assert names == sorted(f"live-kaiweb-{c}" for c in COMPONENTS)
     assert worker_env()["KAI_CYCLE_SECONDS"] == "5"
+    assert worker_env()["KAI_RESERVATION_NAMESPACE"] == "live-reservations"
+    core = client.CoreV1Api(api)
+    assert core.read_namespace("live-reservations").metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
     upgraded = helm_run("upgrade", "live", str(CHART), "--no-hooks", *sets, "--set", "scheduling.cycleSeconds=3")
     assert upgraded.returncode == 0, upgraded.stderr

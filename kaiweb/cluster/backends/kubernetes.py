@@ -30,6 +30,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 
+from kaiweb.cluster.backends import gpu_sharing
 from kaiweb.cluster.backends.pod_constraints import (
     ConstraintError,
     check_taint_effect,
@@ -785,6 +786,8 @@ class KubernetesGateway:
         backoff_base: float = 0.2,
         backoff_max: float = 5.0,
         sleep: Callable[[float], None] = time.sleep,
+        reservation_namespace: str = "kai-resource-reservation",
+        reservation_image: str = "registry.k8s.io/pause:3.10",
     ) -> None:
         self.api_client = api_client
         self.scheduler_name = scheduler_name
@@ -795,6 +798,9 @@ class KubernetesGateway:
         self._sleep = sleep
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.reservation_namespace = reservation_namespace
+        self.reservation_image = reservation_image
+        self._namespaces_seen: set[str] = set()
         self.scheduling = client.SchedulingV1Api(api_client)
         self.version = client.VersionApi(api_client)
 
@@ -805,7 +811,9 @@ class KubernetesGateway:
         configuration = load_configuration(getattr(settings, "KAI_KUBERNETES_HOST", None) or None)
         return cls(client.ApiClient(configuration),
                    scheduler_name=getattr(settings, "KAI_SCHEDULER_NAME", "kai-scheduler"),
-                   request_timeout=float(getattr(settings, "KAI_KUBERNETES_TIMEOUT", 10.0)))
+                   request_timeout=float(getattr(settings, "KAI_KUBERNETES_TIMEOUT", 10.0)),
+                   reservation_namespace=settings.KAI_RESERVATION_NAMESPACE,
+                   reservation_image=settings.KAI_RESERVATION_IMAGE)
 
     # -- transport ---------------------------------------------------------------------------
 
@@ -993,6 +1001,7 @@ class KubernetesGateway:
             done = self._label_gpu_group(action, operation)
             if done is not None:
                 return done
+            self._reserve_shared_gpu(action, operation)
         annotations = {}
         if action.idempotency_key:
             annotations[BIND_KEY_ANNOTATION] = action.idempotency_key
@@ -1038,6 +1047,84 @@ class KubernetesGateway:
         if bound:
             raise ClusterRejected(operation, f"the pod is already bound to {bound}", status=409, reason="Conflict")
         return None
+
+    def _reserve_shared_gpu(self, action: BindAction, operation: str) -> None:
+        """Before a sharer is bound: its group's reservation pod on the node (made once), and the
+        sharer's ConfigMap (`kaiweb.cluster.backends.gpu_sharing`). A reservation that cannot be made
+        refuses the bind: the pod would otherwise run on a device the plugin may give away."""
+        pod = self.read_pod(action.namespace, action.name)
+        if pod is None:
+            raise ClusterRejected(operation, "the pod no longer exists", status=404)
+        group = action.gpu_group or ""
+        ns = self.reservation_namespace
+        self._ensure_namespace(ns, operation)
+        selector = f"{gpu_sharing.APP_LABEL}={gpu_sharing.RESERVATION_APP},{GPU_GROUP_LABEL}={group}"
+        held, _ = self.list_raw(f"{operation}: reservation", self.core.list_namespaced_pod, ns, label_selector=selector)
+        holder = next((r for r in held if (r.get("spec") or {}).get("nodeName") == action.node
+                       and not _meta(r).get("deletionTimestamp")), None)
+        if holder is None:
+            manifest = gpu_sharing.reservation_pod(namespace=ns, node=action.node, group=group,
+                                                   image=self.reservation_image,
+                                                   tolerations=(pod.get("spec") or {}).get("tolerations") or ())
+            try:
+                holder = self._json(f"{operation}: reservation", self.core.create_namespaced_pod, ns, manifest)
+            except ClusterRejected as err:
+                if err.status != 409:
+                    raise
+                holder = self.read_pod(ns, manifest["metadata"]["name"]) or {}
+        memory = (_meta(pod).get("annotations") or {}).get(GPU_MEMORY_ANNOTATION)
+        config_map = gpu_sharing.sharing_config_map(
+            pod, portion=action.gpu_portion, gpu_memory_mib=int(memory) if str(memory or "").isdigit() else None,
+            device_index=(_meta(holder).get("annotations") or {}).get(gpu_sharing.GPU_INDEX_ANNOTATION))
+        try:
+            self._json(f"{operation}: ConfigMap", self.core.create_namespaced_config_map, action.namespace, config_map)
+        except ClusterRejected as err:
+            if err.status != 409:
+                raise
+            self._json(f"{operation}: ConfigMap", self.core.patch_namespaced_config_map,
+                       config_map["metadata"]["name"], action.namespace, {"data": config_map["data"]},
+                       _content_type="application/merge-patch+json")
+
+    def _ensure_namespace(self, name: str, operation: str) -> None:
+        """The reservation namespace: read (an install makes it), else created (a plain kubeconfig)."""
+        if name in self._namespaces_seen:
+            return
+        try:
+            self._json(f"{operation}: namespace {name}", self.core.read_namespace, name)
+        except ClusterRejected as err:
+            if err.status != 404:
+                raise
+            try:
+                self._json(f"{operation}: namespace {name}", self.core.create_namespace, {"metadata": {"name": name}})
+            except ClusterRejected as again:
+                if again.status != 409:
+                    raise
+        self._namespaces_seen.add(name)
+
+    def collect_reservations(self) -> list[str]:
+        """Delete the reservation pods whose GPU group no live sharer uses any more; their names."""
+        ns = self.reservation_namespace
+        try:
+            held, _ = self.list_raw("list reservation pods", self.core.list_namespaced_pod, ns,
+                                    label_selector=f"{gpu_sharing.APP_LABEL}={gpu_sharing.RESERVATION_APP}")
+        except ClusterRejected as err:
+            if err.status == 404:
+                return []
+            raise
+        if not held:
+            return []
+        sharers, _ = self.list_raw("list GPU sharers", self.core.list_pod_for_all_namespaces,
+                                   label_selector=GPU_GROUP_LABEL)
+        sharers = [p for p in sharers if _meta(p).get("namespace") != ns]
+        doomed = gpu_sharing.orphaned_reservations(held, sharers)
+        for name in doomed:
+            try:
+                self._json(f"delete reservation pod {ns}/{name}", self.core.delete_namespaced_pod, name, ns,
+                           grace_period_seconds=0)
+            except ClusterRejected as err:
+                if err.status != 404:
+                    raise
+        return doomed
 
     def _label_gpu_group(self, action: BindAction, operation: str) -> ActionResult | None:
         """Label a still-unbound pod with its GPU group before the Binding (as KAI's binder does).

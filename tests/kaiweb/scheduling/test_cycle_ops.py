@@ -96,7 +96,7 @@ def test_readyz_reports_database_broker_and_cluster(client):
 
     data = response.json()
     assert response.status_code == 200
-    assert set(data["checks"]) == {"database", "broker", "cluster"}
+    assert set(data["checks"]) == {"database", "broker", "cluster", "workers"}
     assert data["checks"]["cluster"]["ok"]
 
 

@@ -141,6 +141,10 @@ The migrate hook passes its own Secret: it runs before the release's Secret exis
   value: {{ $root.Values.scheduling.kubernetesTimeoutSeconds | quote }}
 - name: KAI_WATCH_HEARTBEAT_SECONDS
   value: {{ $root.Values.scheduling.watchHeartbeatSeconds | quote }}
+- name: KAI_RESERVATION_NAMESPACE
+  value: {{ $root.Values.gpuSharing.reservationNamespace | quote }}
+- name: KAI_RESERVATION_IMAGE
+  value: {{ $root.Values.gpuSharing.reservationImage | quote }}
 {{- with $root.Values.prometheus.url }}
 - name: KAI_PROMETHEUS_URL
   value: {{ . | quote }}
