@@ -510,3 +510,18 @@ def test_sync_cluster_command_speaks_json_and_refuses_a_simulated_cluster(server
 
     with pytest.raises(CommandError, match="'default' is a simulated cluster"):
         call_command("sync_cluster", "--host", server.url, "--cluster", "default")
+
+
+def test_reservations_that_cannot_be_collected_are_reported_and_do_not_fail_the_observe_step(
+        server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster, monkeypatch) -> None:
+    from kaiweb.cluster.errors import ClusterRejected
+
+    def refused() -> list[str]:
+        raise ClusterRejected("list reservation pods", "pods is forbidden", status=403, reason="Forbidden")
+
+    monkeypatch.setattr(gateway, "collect_reservations", refused)
+    observed = mirror.observe(gateway, cluster)
+    assert observed["mode"] == "full"
+    assert Pod.objects.filter(workload__cluster=cluster).count() == 4  # the sync went through
+    assert observed["reservations"]["released"] == []
+    assert "forbidden" in observed["reservations"]["error"]
