@@ -36,23 +36,12 @@ from scheduler_core.session import (
     SubGroupSet,
     TaskState,
 )
+from scheduler_core.units import RESOURCE_TITLES
+from scheduler_core.units import amount as fmt_amount
 
 _EPS = 1e-9
-RES_NAMES = ("CPU", "memory", "GPU")
 
 
-def _fmt(x: float) -> str:
-    if abs(x - round(x)) < 1e-9:
-        return str(int(round(x)))
-    return f"{x:.2f}"
-
-
-def _fmt_res(r: int, x: float) -> str:
-    if r == 0:
-        return f"{_fmt(x / 1000)} CPU cores"
-    if r == 1:
-        return f"{_fmt(x / 1e9)} GB memory"
-    return f"{_fmt(x)} GPUs"
 
 
 # --------------------------------------------------------------------------------------------
@@ -76,8 +65,8 @@ def queue_capacity_problem(s: Session, job: JobState, tasks: list[TaskState]) ->
             if req[r] > 0 and q.limit[r] != m.UNLIMITED and q.allocated[r] + req[r] > q.limit[r] + _EPS:
                 return m.Reason(
                     "queue-over-limit",
-                    f"queue {q.name} is at its {RES_NAMES[r]} limit of {_fmt_res(r, q.limit[r]).split(' ')[0]}: "
-                    f"{_fmt_res(r, q.allocated[r])} allocated + {_fmt_res(r, req[r])} requested would exceed it",
+                    f"queue {q.name} would exceed its {RESOURCE_TITLES[r]} limit of {fmt_amount(r, q.limit[r])}: "
+                    f"{fmt_amount(r, q.allocated[r])} allocated + {fmt_amount(r, req[r])} requested",
                     {"queue": q.name, "resource": ("cpu", "memory", "gpu")[r], "limit": q.limit[r],
                      "allocated": q.allocated[r], "requested": req[r]},
                 )
@@ -86,9 +75,9 @@ def queue_capacity_problem(s: Session, job: JobState, tasks: list[TaskState]) ->
                 if req[r] > 0 and q.deserved[r] != m.UNLIMITED and q.allocated_np[r] + req[r] > q.deserved[r] + _EPS:
                     return m.Reason(
                         "non-preemptible-over-quota",
-                        f"non-preemptible job would take queue {q.name} over its {RES_NAMES[r]} quota of "
-                        f"{_fmt_res(r, q.deserved[r])}: {_fmt_res(r, q.allocated_np[r])} already used by "
-                        f"non-preemptible jobs + {_fmt_res(r, req[r])} requested",
+                        f"non-preemptible job would take queue {q.name} over its {RESOURCE_TITLES[r]} quota of "
+                        f"{fmt_amount(r, q.deserved[r])}: {fmt_amount(r, q.allocated_np[r])} already used by "
+                        f"non-preemptible jobs + {fmt_amount(r, req[r])} requested",
                         {"queue": q.name, "resource": ("cpu", "memory", "gpu")[r], "quota": q.deserved[r],
                          "allocated_non_preemptible": q.allocated_np[r], "requested": req[r]},
                     )
@@ -965,19 +954,19 @@ def fit_failure_reason(s: Session, job: JobState, tasks: list[TaskState], failed
         free = s.idle[:, GPU] + s.rel[:, GPU]
         fitting = int((free + _EPS >= per).sum())
         if n > 1:
-            msg = f"gang of {n} × {_fmt(per)} GPUs: only {fitting} nodes have {_fmt(per)} free GPUs"
+            msg = f"gang of {n} × {fmt_amount(GPU, per)}: only {fitting} nodes have {fmt_amount(GPU, per)} free"
         else:
-            msg = f"{_fmt(per)} GPUs requested: no node has {_fmt(per)} free GPUs ({fitting} nodes fit)"
+            msg = f"{fmt_amount(GPU, per)} requested: no node has {fmt_amount(GPU, per)} free ({fitting} nodes fit)"
         return m.Reason("no-node-fits", msg, {"pods": n, "gpus_per_pod": per, "nodes_with_room": fitting})
     if failed.shared:
-        what = f"{_fmt(r.gpu_fraction)} of a GPU" if r.gpu_kind == m.GPU_FRACTION else f"{r.gpu_memory_mib} MiB of GPU memory"
+        what = f"{r.gpu_fraction:.2f} of a GPU" if r.gpu_kind == m.GPU_FRACTION else f"{r.gpu_memory_mib} MiB of GPU memory"
         return m.Reason("no-node-fits", f"{n} pod(s) asking {what} each: no node has a device with room",
                         {"pods": n})
     if r.gpu_kind == m.GPU_MIG:
         return m.Reason("no-node-fits", f"{n} pod(s) asking MIG {dict(r.mig)}: no node has these instances free",
                         {"pods": n, "mig": dict(r.mig)})
     return m.Reason("no-node-fits",
-                    f"{n} pod(s) of {_fmt(r.cpu_millis / 1000)} CPU cores and {_fmt(r.memory_bytes / 1e9)} GB: "
+                    f"{n} pod(s) of {fmt_amount(0, r.cpu_millis)} and {fmt_amount(1, r.memory_bytes)}: "
                     f"no node has room for task {failed.name}", {"pods": n})
 
 

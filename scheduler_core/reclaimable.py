@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler_core.proportion import RESOURCES, QueueAttrs, allocatable_share, is_unlimited, le_cap
+from scheduler_core.units import amount
 
 Vector = Sequence[float]
 
@@ -64,12 +65,9 @@ class MinRuntime:
     source: str
 
 
-def _n(x: float) -> str:
-    if is_unlimited(x):
-        return "unlimited"
-    if abs(x - round(x)) < 1e-9:
-        return str(int(round(x)))
-    return f"{x:.2f}"
+def _n(r: int, x: float) -> str:
+    """An amount of resource `r` with its unit; any cap below zero reads "unlimited"."""
+    return amount(r, -1 if is_unlimited(x) else x)
 
 
 def _vec(v: Vector) -> list[float]:
@@ -140,8 +138,8 @@ def can_reclaim(
         after = q.allocated[r] + req[r]
         if not le_cap(after, q.fair[r]):
             return Verdict(False, "reclaimer-over-fair-share",
-                           f"queue {q.name} would hold {_n(after)} {RESOURCES[r]} (allocated {_n(q.allocated[r])}"
-                           f" + job {_n(req[r])}) > its fair share {_n(q.fair[r])}",
+                           f"queue {q.name} would hold {_n(r, after)} (allocated {_n(r, q.allocated[r])}"
+                           f" + job {_n(r, req[r])}) > its fair share {_n(r, q.fair[r])}",
                            {"queue": q.name, "resource": RESOURCES[r], "allocated": q.allocated[r],
                             "request": req[r], "fair_share": q.fair[r]})
     if not preemptible:
@@ -149,9 +147,9 @@ def can_reclaim(
             after = q.allocated_np[r] + req[r]
             if not le_cap(after, q.deserved[r]):
                 return Verdict(False, "non-preemptible-over-quota",
-                               f"queue {q.name} would hold {_n(after)} {RESOURCES[r]} of non-preemptible work"
-                               f" (allocated {_n(q.allocated_np[r])} + job {_n(req[r])}) > its quota"
-                               f" {_n(q.deserved[r])}",
+                               f"queue {q.name} would hold {_n(r, after)} of non-preemptible work"
+                               f" (allocated {_n(r, q.allocated_np[r])} + job {_n(r, req[r])}) > its quota"
+                               f" {_n(r, q.deserved[r])}",
                                {"queue": q.name, "resource": RESOURCES[r], "allocated_np": q.allocated_np[r],
                                 "request": req[r], "deserved": q.deserved[r]})
     return Verdict(True, "reclaimer-within-fair-share",
@@ -213,8 +211,7 @@ def fits_reclaim_strategy(
     r = _over_allocatable(v, remaining)
     if r is not None:
         return Verdict(True, "maintain-fair-share",
-                       f"queue {v.name} allocated {_n(remaining[r])} > allocatable share {_n(alloc[r])} in"
-                       f" {RESOURCES[r]}",
+                       f"queue {v.name} allocated {_n(r, remaining[r])} > allocatable share {_n(r, alloc[r])}",
                        {"queue": v.name, "resource": RESOURCES[r], "remaining": remaining[r],
                         "allocatable": alloc[r], "fair_share": v.fair[r], "deserved": v.deserved[r]})
     within = fits_deserved(rq, req)
@@ -223,7 +220,7 @@ def fits_reclaim_strategy(
         if r is not None:
             return Verdict(True, "guarantee-deserved-quota",
                            f"queue {rq.name} is within its quota and queue {v.name} allocated"
-                           f" {_n(remaining[r])} > its quota {_n(v.deserved[r])} in {RESOURCES[r]}",
+                           f" {_n(r, remaining[r])} > its quota {_n(r, v.deserved[r])}",
                            {"queue": v.name, "resource": RESOURCES[r], "remaining": remaining[r],
                             "deserved": v.deserved[r], "reclaimer": rq.name})
         if queue_priority_in_quota_reclaim and rq.priority > v.priority:
@@ -234,8 +231,8 @@ def fits_reclaim_strategy(
                             "reclaimer_priority": rq.priority})
     r = _shown_resource(req)
     return Verdict(False, "victim-protected",
-                   f"queue {v.name} allocated {_n(remaining[r])} {RESOURCES[r]} is within its allocatable share"
-                   f" {_n(alloc[r])}" + ("" if not within else f" and its quota {_n(v.deserved[r])}")
+                   f"queue {v.name} allocated {_n(r, remaining[r])} is within its allocatable share"
+                   f" {_n(r, alloc[r])}" + ("" if not within else f" and its quota {_n(r, v.deserved[r])}")
                    + " in every resource"
                    + ("" if within else f"; queue {rq.name} would be over its quota"),
                    {"queue": v.name, "remaining": list(remaining), "allocatable": alloc,
@@ -261,14 +258,13 @@ def filter_victim_queue(
         alloc = allocatable_share(v)
         if r is not None:
             return Verdict(True, "victim-over-allocatable",
-                           f"queue {v.name} allocated {_n(v.allocated[r])} > allocatable share {_n(alloc[r])}"
-                           f" in {RESOURCES[r]}",
+                           f"queue {v.name} allocated {_n(r, v.allocated[r])} > allocatable share {_n(r, alloc[r])}",
                            {"queue": v.name, "resource": RESOURCES[r], "allocated": v.allocated[r],
                             "allocatable": alloc[r]})
         shown = _shown_resource(req)
         return Verdict(False, "victim-within-allocatable",
                        f"queue {rq.name} would exceed its quota, and queue {v.name} is within its allocatable"
-                       f" share {_n(alloc[shown])} {RESOURCES[shown]} (allocated {_n(v.allocated[shown])}) in every"
+                       f" share {_n(shown, alloc[shown])} (allocated {_n(shown, v.allocated[shown])}) in every"
                        " resource",
                        {"queue": v.name, "allocated": list(v.allocated), "allocatable": alloc,
                         "reclaimer": rq.name})
@@ -282,8 +278,7 @@ def filter_victim_queue(
             continue
         if v.allocated[r] > v.deserved[r]:
             return Verdict(True, "victim-over-quota",
-                           f"queue {v.name} allocated {_n(v.allocated[r])} > its quota {_n(v.deserved[r])} in"
-                           f" {RESOURCES[r]}",
+                           f"queue {v.name} allocated {_n(r, v.allocated[r])} > its quota {_n(r, v.deserved[r])}",
                            {"queue": v.name, "resource": RESOURCES[r], "allocated": v.allocated[r],
                             "deserved": v.deserved[r]})
         if v.allocated[r] < v.deserved[r]:
@@ -391,8 +386,8 @@ def check_saturation(
                 if rx > 1 and y.fair[r] > 0 and rx * m >= ry:
                     return Verdict(
                         False, "reclaimer-more-saturated",
-                        f"queue {x.name} would be at {_n(x_after[r])}/{_n(x.fair[r])} = {_ratio_text(rx)} of its"
-                        f" fair share in {RESOURCES[r]}, not below queue {y.name} at {_n(y_rem[r])}/{_n(y.fair[r])}"
+                        f"queue {x.name} would be at {_n(r, x_after[r])} of {_n(r, x.fair[r])} = {_ratio_text(rx)} of its"
+                        f" fair share, not below queue {y.name} at {_n(r, y_rem[r])} of {_n(r, y.fair[r])}"
                         f" = {_ratio_text(ry)}" + ("" if m == 1 else f" (multiplier {m:g})"),
                         {"queue": x.name, "sibling": y.name, "resource": RESOURCES[r], "ratio": _json_ratio(rx),
                          "sibling_ratio": _json_ratio(ry), "multiplier": m, "allocated": x_after[r], "fair_share": x.fair[r],
@@ -403,8 +398,8 @@ def check_saturation(
                 if not le_cap(after, x.deserved[r]):
                     return Verdict(
                         False, "non-preemptible-over-quota",
-                        f"queue {x.name} would hold {_n(after)} {RESOURCES[r]} of non-preemptible work > its quota"
-                        f" {_n(x.deserved[r])}",
+                        f"queue {x.name} would hold {_n(r, after)} of non-preemptible work > its quota"
+                        f" {_n(r, x.deserved[r])}",
                         {"queue": x.name, "resource": RESOURCES[r], "allocated_np": x.allocated_np[r],
                          "request": req[r], "deserved": x.deserved[r]})
     return Verdict(True, "saturation-ok", "the reclaiming queues stay less saturated than the queues they take from",

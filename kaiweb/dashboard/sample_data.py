@@ -32,18 +32,18 @@ TREE: list[tuple[str, str | None, int, float, float, float]] = [
 
 # The engine's reason codes and message shapes (scheduler_core.allocate / evict).
 PENDING_REASONS = [
-    ("queue-over-limit", "queue {queue} is at its GPU limit of {limit:g}: {alloc:g} GPUs allocated + {req:g} GPUs "
-     "requested would exceed it",
+    ("queue-over-limit", "queue {queue} would exceed its GPU limit of {limit:g} GPUs: {alloc:g} GPUs allocated + "
+     "{req:g} GPUs requested",
      lambda q, alloc, req: {"queue": q["name"], "resource": "gpu", "limit": q["limit"], "allocated": alloc,
                             "requested": req}),
-    ("no-node-fits", "gang of {n} × {g:g} GPUs: only {free} node(s) have {g:g} free GPUs",
+    ("no-node-fits", "gang of {n} × {g:g} GPUs: only {free} node(s) have {g:g} GPUs free",
      lambda q, alloc, req: {"pods": 4, "gpus_per_pod": 8, "nodes_with_room": 1}),
-    ("reclaim-reclaimer-over-fair-share", "reclaim: queue {queue} would hold {over:g} GPUs (allocated {alloc:g} + "
-     "job {req:g}) > its fair share {fair:g}",
+    ("reclaim-reclaimer-over-fair-share", "reclaim: queue {queue} would hold {over:g} GPUs (allocated {alloc:g} GPUs + "
+     "job {req:g} GPUs) > its fair share {fair:g} GPUs",
      lambda q, alloc, req: {"queue": q["name"], "resource": "gpu", "allocated": alloc, "request": req,
                             "fair_share": q["fair"]}),
-    ("non-preemptible-over-quota", "non-preemptible job would take queue {queue} over its GPU quota of {quota:g}: "
-     "{alloc:g} already used by non-preemptible jobs + {req:g} requested",
+    ("non-preemptible-over-quota", "non-preemptible job would take queue {queue} over its GPU quota of {quota:g} "
+     "GPUs: {alloc:g} GPUs already used by non-preemptible jobs + {req:g} GPUs requested",
      lambda q, alloc, req: {"queue": q["name"], "resource": "gpu", "quota": q["quota"],
                             "allocated_non_preemptible": alloc, "requested": req}),
 ]

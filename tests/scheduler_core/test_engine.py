@@ -92,7 +92,7 @@ def test_a_gang_is_placed_whole_or_not_at_all_and_the_reason_gives_the_numbers()
     assert result.binds == ()
     reason = result.pending["g"]
     assert reason.code == "no-node-fits"
-    assert "gang of 3 × 8 GPUs: only 2 nodes have 8 free GPUs" in reason.message
+    assert "gang of 3 × 8 GPUs: only 2 nodes have 8 GPUs free" in reason.message
 
 
 def test_queue_limit_is_enforced_at_every_level_with_a_sentence():
@@ -102,7 +102,7 @@ def test_queue_limit_is_enforced_at_every_level_with_a_sentence():
     assert status_of(result)["p-0"][0] == m.PENDING
     reason = result.pending["p"]
     assert reason.code == "queue-over-limit"
-    assert "queue dept is at its GPU limit of 4" in reason.message
+    assert "queue dept would exceed its GPU limit of 4 GPUs: 4 GPUs allocated + 1 GPU requested" in reason.message
 
 
 def test_non_preemptible_job_stays_within_quota():

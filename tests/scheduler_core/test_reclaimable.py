@@ -73,7 +73,7 @@ def test_worked_reclaim_example_first_round():
     assert verdict.ok
     assert [c.remaining_before[GPU] for c in outcome.chunks] == [8, 7]
     assert all(c.verdict.code == "maintain-fair-share" for c in outcome.chunks)
-    assert outcome.chunks[0].verdict.reason == "queue qA allocated 8 > allocatable share 6 in gpu"
+    assert outcome.chunks[0].verdict.reason == "queue qA allocated 8 GPUs > allocatable share 6 GPUs"
     assert outcome.remaining["qA"][GPU] == 6
 
 
@@ -96,7 +96,7 @@ def test_worked_reclaim_example_third_job_is_not_eligible():
     assert not v.ok
     assert v.code == "reclaimer-over-fair-share"
     assert v.numbers["fair_share"] == 4
-    assert "6 gpu" in v.reason
+    assert "would hold 6 GPUs (allocated 4 GPUs + job 2 GPUs) > its fair share 4 GPUs" in v.reason
 
 
 # ---- the saturation example of §3.7 ----------------------------------------------------------
@@ -325,7 +325,7 @@ def test_explanations_quote_the_resource_the_job_asks_for():
                    fair=[4000, 0, 0], allocated=[3000, 0, 0])
     verdict = fits_reclaim_strategy(r, v, cpu, [3000, 0, 0])
     assert not verdict.ok
-    assert verdict.reason.startswith("queue v allocated 3000 cpu is within its allocatable share 4000")
+    assert verdict.reason.startswith("queue v allocated 3 cores is within its allocatable share 4 cores")
     pre = filter_victim_queue({"r": r, "v": v}, "r", "v", cpu)
     assert pre.code == "victim-within-allocatable"
-    assert "4000 cpu (allocated 3000)" in pre.reason
+    assert "allocatable share 4 cores (allocated 3 cores)" in pre.reason
