@@ -161,6 +161,7 @@ def _arithmetic(queue: Queue, resource: str) -> dict[str, Any]:
     level_total = (division.total[r_index] if attrs.parent is None
                    else division.queues[attrs.parent].fair[r_index]) / scale
     return {
+        "children_division": _children_division(division, attrs, r_index, scale),
         "steps": steps,
         "fair": attrs.fair[r_index] / scale,
         "deserved": attrs.deserved[r_index] / scale if attrs.deserved[r_index] >= 0 else -1,
@@ -178,6 +179,29 @@ def _arithmetic(queue: Queue, resource: str) -> dict[str, Any]:
         "capacity": usage.capacity.get(resource, 0.0) if usage else 0.0,
         "errors": division.errors,
     }
+
+
+def _children_division(division: Any, attrs: Any, r_index: int, scale: float) -> dict[str, Any] | None:
+    """For a parent: what its children receive of its fair share, what is left over, and why each child
+    takes no more (at its limit, or it asks for no more). None for a leaf."""
+    children = sorted((q for q in division.queues.values() if q.parent == attrs.name), key=lambda q: q.name)
+    if not children:
+        return None
+    eps = 1e-6
+    rows = []
+    for q in children:
+        fair, request, limit = q.fair[r_index], q.request[r_index], q.limit[r_index]
+        if limit >= 0 and fair >= limit - eps:
+            why = "at its limit"
+        elif fair >= request - eps:
+            why = "gets all it requests"
+        else:
+            why = "its part of the division"
+        rows.append({"name": q.name, "fair": fair / scale, "request": request / scale,
+                     "limit": limit / scale if limit >= 0 else -1, "why": why})
+    given = sum(r["fair"] for r in rows)
+    own = attrs.fair[r_index] / scale
+    return {"fair": own, "given": given, "leftover": max(0.0, own - given), "children": rows}
 
 
 def _edit_context(request: HttpRequest, queue: Queue, form: QueueForm, **extra: Any) -> dict[str, Any]:

@@ -347,3 +347,35 @@ def test_a_queue_with_workloads_cannot_get_a_child(client, platform_admin, ui_da
     error = html[html.index('id="id_parent-errors"'):]
     assert "only leaf queues hold workloads" in error[:error.index("</ul>")]
     assert not Queue.objects.filter(name="sub-team").exists()
+
+
+def test_a_parent_page_says_what_its_children_receive_and_where_the_rest_went():
+    from types import SimpleNamespace as NS
+
+    from kaiweb.queues.views import _children_division
+
+    def q(name, parent, fair, request, limit):
+        return NS(name=name, parent=parent, fair=[0, 0, fair], request=[0, 0, request], limit=[-1, -1, limit])
+
+    dept = q("department-a", None, 47.5, 80, -1)
+    division = NS(queues={"department-a": dept, "team-x": q("team-x", "department-a", 16, 40, 16),
+                          "team-y": q("team-y", "department-a", 16, 40, 16),
+                          "team-z": q("team-z", "department-a", 4, 4, -1),
+                          "other": q("other", None, 10, 10, -1)})
+    out = _children_division(division, dept, 2, 1.0)
+    assert [r["name"] for r in out["children"]] == ["team-x", "team-y", "team-z"]
+    assert [r["why"] for r in out["children"]] == ["at its limit", "at its limit", "gets all it requests"]
+    assert out["given"] == 36
+    assert out["leftover"] == pytest.approx(11.5)
+    assert _children_division(division, division.queues["team-x"], 2, 1.0) is None
+
+
+def test_detail_of_a_parent_shows_the_children_division(client, viewer, ui_data):
+    client.force_login(viewer)
+    html = client.get("/queues/department-b/").content.decode()
+    section = html[html.index('id="children-division"'):]
+    table = section[section.index('id="children-division-table"'):section.index("</table>")]
+    for child in Queue.objects.get(name="department-b").children.values_list("name", flat=True):
+        assert f">{child}</a>" in table
+    leaf = client.get("/queues/team-training/").content.decode()
+    assert 'id="children-division"' not in leaf
