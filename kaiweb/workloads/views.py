@@ -126,7 +126,11 @@ def _number(value: Any) -> Any:
 
 
 def _history(workload: Workload, reasons: list[Any], decisions: list[Any], preemptions: list[Any]) -> list[dict[str, Any]]:
-    """Submission, starts, evictions, why-pending changes and decisions as one timeline, newest first."""
+    """Submission, starts, evictions, why-pending changes and decisions as one timeline per job, newest first.
+
+    A cycle's decisions of one kind are one row naming its pods and nodes; an eviction that has a
+    preemption record is shown once, as the preemption (all its pods in one row); and the same row
+    repeated over consecutive cycles ("Pipeline … waits") is folded into one with a count and a span."""
     events: list[dict[str, Any]] = [{"at": workload.submitted_at, "colour": "blue", "what": "Submitted",
                                      "text": f"to queue {workload.queue.name}"}]
     if workload.last_start_at:
@@ -137,20 +141,59 @@ def _history(workload: Workload, reasons: list[Any], decisions: list[Any], preem
     for r in reasons:
         events.append({"at": r.recorded_at, "colour": "orange", "what": f"Pending: {r.reason}", "text": r.message,
                        "cycle": r.cycle_id})
+    shown_as_preemption = {e.decision_id for e in preemptions if e.decision_id}
+    per_cycle: dict[tuple[int, str], list[Any]] = {}
     for d in decisions:
-        events.append({"at": d.applied_at or d.cycle.started_at, "colour": "red" if d.kind == "evict" else "green",
-                       "what": f"{d.get_kind_display()} {d.pod_name}".strip(),
-                       "text": (f"on {d.node_name}. " if d.node_name else "") + (d.message or d.reason),
-                       "cycle": d.cycle_id})
+        if d.pk in shown_as_preemption:
+            continue
+        per_cycle.setdefault((d.cycle_id, d.kind), []).append(d)
+    for (cycle_id, _kind), group in per_cycle.items():
+        first = group[0]
+        pods = sorted({d.pod_name for d in group if d.pod_name})
+        nodes = sorted({d.node_name for d in group if d.node_name})
+        texts = sorted({d.message or d.reason for d in group} - {""})
+        events.append({"at": max(d.applied_at or d.cycle.started_at for d in group),
+                       "colour": "red" if first.kind == "evict" else "green",
+                       "what": f"{first.get_kind_display()} {_pods_phrase(pods)}".strip(),
+                       "text": (f"on {', '.join(nodes)}. " if nodes else "") + "; ".join(texts),
+                       "cycle": cycle_id})
+    per_preemption: dict[tuple[Any, ...], list[Any]] = {}
     for e in preemptions:
-        if e.victim_id == workload.pk:
-            text = f"evicted ({e.get_action_display()}) for {e.preemptor_ref or 'no preemptor'}: {e.message or e.reason}"
+        victim = e.victim_id == workload.pk
+        key = (e.cycle_id, victim, e.action, e.victim_ref if not victim else e.preemptor_ref, e.reason)
+        per_preemption.setdefault(key, []).append(e)
+    for (_cycle, victim, _action, _other, _reason), group in per_preemption.items():
+        e = group[0]
+        pods = f" ({len(group)} pods)" if len(group) > 1 else ""
+        if victim:
+            text = f"evicted{pods} ({e.get_action_display()}) for {e.preemptor_ref or 'no preemptor'}: {e.message or e.reason}"
         else:
-            text = f"evicted {e.victim_ref} ({e.get_action_display()}): {e.message or e.reason}"
-        events.append({"at": e.at, "colour": "red", "what": "Preempted" if e.victim_id == workload.pk else "Preemptor",
-                       "text": text, "preemption": e.pk})
+            text = f"evicted {e.victim_ref}{pods} ({e.get_action_display()}): {e.message or e.reason}"
+        events.append({"at": max(x.at for x in group), "colour": "red", "what": "Preempted" if victim else "Preemptor",
+                       "text": text, "preemption": e.pk, "cycle": e.cycle_id})
     events.sort(key=lambda e: e["at"], reverse=True)
-    return events
+    return _fold_repeats(events)
+
+
+def _pods_phrase(pods: list[str]) -> str:
+    if len(pods) <= 1:
+        return pods[0] if pods else ""
+    if len(pods) <= 3:
+        return f"{len(pods)} pods ({', '.join(pods)})"
+    return f"{len(pods)} pods ({pods[0]} … {pods[-1]})"
+
+
+def _fold_repeats(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive rows that say the same thing become one row with a count and the time span."""
+    out: list[dict[str, Any]] = []
+    for e in events:
+        last = out[-1] if out else None
+        if last is not None and last["what"] == e["what"] and last["text"] == e["text"] and "preemption" not in e:
+            last["count"] = last.get("count", 1) + 1
+            last["since"] = e["at"]  # newest first: this one is older
+            continue
+        out.append(dict(e))
+    return out
 
 
 # Plain-words headlines for the engine's reason codes (and KAI's, as a Kubernetes mirror reports

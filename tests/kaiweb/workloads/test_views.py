@@ -156,3 +156,44 @@ def test_filter_selects_offer_any_rather_than_dashes(client, viewer, db):
     form = html[start:html.index("</form>", start)]
     assert "---------" not in form
     assert '<option value="">any</option>' in form
+
+
+def test_history_is_per_job_with_repeats_folded_and_evictions_shown_once(client, viewer, queue_tree):
+    from datetime import timedelta
+
+    from tests.factories import (
+        DecisionFactory,
+        PreemptionEventFactory,
+        SchedulingCycleFactory,
+        WorkloadFactory,
+    )
+
+    w = WorkloadFactory(queue=queue_tree["team-training"], namespace="ns", name="gang")
+    t0 = timezone.now() - timedelta(minutes=10)
+    # three cycles in which both pods of the gang are pipelined with the same message
+    for i in range(3):
+        cycle = SchedulingCycleFactory(started_at=t0 + timedelta(seconds=5 * i))
+        for pod in ("gang-0", "gang-1"):
+            DecisionFactory(cycle=cycle, workload=w, kind="pipeline", pod_name=pod, node_name="node-a",
+                            reason="pipelined", message="waits for node-a to free 8 GPUs",
+                            applied_at=cycle.started_at)
+    # then one eviction of both pods, recorded as decisions and as preemptions
+    cycle = SchedulingCycleFactory(started_at=t0 + timedelta(minutes=1))
+    for pod in ("gang-0", "gang-1"):
+        d = DecisionFactory(cycle=cycle, workload=w, kind="evict", pod_name=pod, node_name="node-a",
+                            reason="reclaim", message="reclaimed", applied_at=cycle.started_at)
+        PreemptionEventFactory(cycle=cycle, decision=d, victim=w, victim_ref=f"ns/{pod}", at=cycle.started_at,
+                               preemptor_ref="team/other", message="queue over its fair share")
+    client.force_login(viewer)
+    html = client.get(f"/workloads/{w.pk}/").content.decode()
+    history = html[html.index('id="workload-history"'):html.index("</ul>", html.index('id="workload-history"'))]
+    rows = history.split("<li")[1:]
+    pipeline = [r for r in rows if "Pipeline" in r]
+    assert len(pipeline) == 1
+    assert "2 pods (gang-0, gang-1)" in pipeline[0]
+    assert "× 3" in pipeline[0]
+    evictions = [r for r in rows if "evicted" in r or "Evict" in r]
+    assert len(evictions) == 1
+    assert "Preempted" in evictions[0]
+    assert "(2 pods)" in evictions[0]
+    assert "queue over its fair share" in evictions[0]
