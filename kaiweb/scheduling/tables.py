@@ -4,32 +4,33 @@ from __future__ import annotations
 
 import django_tables2 as tables
 
-from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADGE
-from kaiweb.scheduling.models import PreemptionEvent, SchedulingCycle
+from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADGE, PreemptionAction
+from kaiweb.scheduling.models import SchedulingCycle
 
 
 class PreemptionTable(tables.Table):
-    """Who was evicted, for whom, by which action and why."""
+    """Who was evicted, for whom, by which action and why: one row per job and cycle, with its pod count
+    (rows are `grouped_preemptions` dicts)."""
 
-    at = tables.DateTimeColumn(format="Y-m-d H:i:s", verbose_name="When", attrs={"td": {"class": "nowrap"}})
+    last_at = tables.Column(verbose_name="When", attrs={"td": {"class": "nowrap"}})
     action = tables.Column()
     victim_ref = tables.Column(verbose_name="Victim")
-    victim_queue = tables.Column(verbose_name="Victim queue", order_by=("victim_queue__name",))
+    pods = tables.Column(verbose_name="Pods", attrs={"td": {"class": "num"}, "th": {"class": "num"}})
+    victim_queue__name = tables.Column(verbose_name="Victim queue")
     preemptor_ref = tables.Column(verbose_name="Preemptor", empty_values=())
-    preemptor_queue = tables.Column(verbose_name="Preemptor queue", order_by=("preemptor_queue__name",))
+    preemptor_queue__name = tables.Column(verbose_name="Preemptor queue")
     reason = tables.Column()
     message = tables.Column(verbose_name="Why", orderable=False)
 
     class Meta:
-        model = PreemptionEvent
-        fields = ("at", "action", "victim_ref", "victim_queue", "preemptor_ref", "preemptor_queue", "reason", "message")
         template_name = "includes/table.html"
         attrs = {"class": "table", "id": "preemption-table"}
         empty_text = "No preemption matches these filters."
-        order_by = ("-at",)
+        order_by = ("-last_at",)
 
     row_template = "scheduling/rows/preemption.html"
     action_badge = PREEMPTION_ACTION_BADGE
+    action_labels = dict(PreemptionAction.choices)
 
 
 class CycleTable(tables.Table):

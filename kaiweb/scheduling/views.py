@@ -6,7 +6,7 @@ import csv
 from collections.abc import Iterator
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, Max, Min
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -62,10 +62,18 @@ def preemption_queryset() -> Any:
     return PreemptionEvent.objects.select_related("victim_queue", "preemptor_queue", "decision")
 
 
+def grouped_preemptions(qs: Any) -> Any:
+    """Preemption events one row per job and cycle: the pods of a gang evicted together are one row
+    with their count, the newest time and the first event (for its detail page)."""
+    return (qs.order_by().values("cycle_id", "action", "reason", "victim_ref", "victim_id", "victim_queue__name",
+                                 "preemptor_ref", "preemptor_id", "preemptor_queue__name")
+            .annotate(last_at=Max("at"), pods=Count("id"), first=Min("id"), message=Max("message")))
+
+
 def preemption_list(request: HttpRequest) -> HttpResponse:
-    """Evictions as a timeline and a table, filtered through the API's FilterSet."""
+    """Evictions as a timeline and a table (one row per job and cycle), filtered through the API's FilterSet."""
     filterset, qs = filter_queryset(request, _preemption_filterset(), preemption_queryset())
-    table = PreemptionTable(qs)
+    table = PreemptionTable(grouped_preemptions(qs))
     timeline = list(qs.order_by("-at", "-id").values("at", "action", "victim_ref", "preemptor_ref")[:TIMELINE_MAX])
     counts = {row["action"]: row["n"] for row in qs.order_by().values("action").annotate(n=Count("id"))}
     from kaiweb.queues.models import Queue

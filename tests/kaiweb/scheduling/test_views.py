@@ -33,20 +33,47 @@ def test_preemptions_page_has_timeline_and_every_event(client, viewer, ui_data):
     client.force_login(viewer)
     html = client.get("/preemptions/?per_page=250").content.decode()
     assert 'data-figure="preemption-timeline"' in html
-    assert len(_table_rows(html, "preemption-table")) == PreemptionEvent.objects.count() > 0
+    rows = _table_rows(html, "preemption-table")
+    jobs_and_cycles = set(PreemptionEvent.objects.values_list("cycle_id", "victim_ref", "preemptor_ref", "action", "reason"))
+    assert len(rows) == len(jobs_and_cycles) > 0
+
+
+def test_a_gang_evicted_in_one_cycle_is_one_row_with_its_pods_and_the_whole_reason(client, viewer, queue_tree):
+    from tests.factories import PreemptionEventFactory, SchedulingCycleFactory
+
+    cycle = SchedulingCycleFactory()
+    why = "queue team-b allocated 24 GPUs > allocatable share 16 GPUs; " + "the numbers go on " * 12 + "END-OF-REASON"
+    for _ in range(4):
+        PreemptionEventFactory(cycle=cycle, victim_ref="team-b/gang", preemptor_ref="team-a/job", message=why)
+    PreemptionEventFactory(cycle=cycle, victim_ref="team-b/other", preemptor_ref="team-a/job", message="short")
+    client.force_login(viewer)
+    rows = _table_rows(client.get("/preemptions/").content.decode(), "preemption-table")
+    assert len(rows) == 2
+    gang = next(r for r in rows if "team-b/gang" in r)
+    assert '<td class="num">4</td>' in gang
+    assert "END-OF-REASON" in gang  # readable in full, behind a summary
+    assert "<details>" in gang
+    for column in ("last_at", "-pods", "victim_queue__name", "preemptor_ref", "reason"):
+        ordered = _table_rows(client.get(f"/preemptions/?sort={column}").content.decode(), "preemption-table")
+        assert len(ordered) == 2
+    by_pods = _table_rows(client.get("/preemptions/?sort=-pods").content.decode(), "preemption-table")
+    assert "team-b/gang" in by_pods[0]
 
 
 def test_preemptions_filter_by_action_and_queue(client, viewer, ui_data):
     client.force_login(viewer)
     rows = _table_rows(client.get("/preemptions/?action=reclaim&per_page=250").content.decode(), "preemption-table")
-    assert len(rows) == PreemptionEvent.objects.filter(action="reclaim").count() > 0
+    assert len(rows) == len(set(PreemptionEvent.objects.filter(action="reclaim").values_list(
+        "cycle_id", "victim_ref", "preemptor_ref", "reason"))) > 0
     assert all("Reclaim" in r for r in rows)
     event = PreemptionEvent.objects.first()
     queue = event.victim_queue.name
     rows = _table_rows(client.get(f"/preemptions/?queue={queue}&per_page=250").content.decode(), "preemption-table")
     from django.db.models import Q
 
-    assert len(rows) == PreemptionEvent.objects.filter(Q(victim_queue__name=queue) | Q(preemptor_queue__name=queue)).count()
+    assert len(rows) == len(set(
+        PreemptionEvent.objects.filter(Q(victim_queue__name=queue) | Q(preemptor_queue__name=queue))
+        .values_list("cycle_id", "victim_ref", "preemptor_ref", "action", "reason")))
 
 
 def test_preemptions_csv_export_uses_the_same_filters(client, viewer, ui_data):
