@@ -105,11 +105,16 @@ def check_tree(queue: Queue, parent: Queue | None, *, lock: bool = False) -> Non
 
 
 def quota_warnings(queue: Queue) -> list[str]:
-    """Warnings for the queue's parent and for the queue itself: children's quotas above the parent's."""
+    """Warnings for the queue's parent and for the queue itself: children's quotas above the parent's.
+
+    `queue` may carry unsaved values (the edit preview): it stands in for its stored row among its
+    parent's children, so the preview warns exactly as the save will."""
     warnings: list[str] = []
     parents = [p for p in (queue.parent, queue if queue.pk else None) if p is not None]
     for parent in parents:
-        children = list(Queue.objects.filter(parent=parent))
+        children = [queue if c.pk == queue.pk else c for c in Queue.objects.filter(parent=parent)]
+        if parent is queue.parent and all(c is not queue for c in children):
+            children.append(queue)
         if not children:
             continue
         for r in RESOURCES:

@@ -276,10 +276,13 @@ def preview(request: HttpRequest, name: str) -> HttpResponse:
     context: dict[str, Any] = {}
     if form.is_valid():
         # form.instance carries the proposed values but is not saved.
+        from kaiweb.queues.services import quota_warnings
+
         try:
             rows, problems = fairshare.preview(form.instance)
         except Exception as exc:  # noqa: BLE001 - a preview failure is shown, never a 500
             rows, problems = [], [f"the engine could not compute the preview: {exc}"]
+        problems = [*quota_warnings(form.instance), *problems]  # the same warnings the save gives
         context.update({"preview_rows": rows, "preview_problems": problems, "previewed": True,
                         "changed_fields": sorted(form.changed_data)})
     else:

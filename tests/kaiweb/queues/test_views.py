@@ -379,3 +379,22 @@ def test_detail_of_a_parent_shows_the_children_division(client, viewer, ui_data)
         assert f">{child}</a>" in table
     leaf = client.get("/queues/team-training/").content.decode()
     assert 'id="children-division"' not in leaf
+
+
+def test_preview_warns_as_the_save_will_when_children_quotas_exceed_the_parent(client, platform_admin, queue_tree):
+    from kaiweb.queues.services import quota_warnings
+
+    q = queue_tree["team-training"]
+    siblings = sum(c.gpu_quota for c in Queue.objects.filter(parent=q.parent).exclude(pk=q.pk))
+    raised = q.parent.gpu_quota - siblings + 4  # the children now sum to the parent's quota + 4
+    client.force_login(platform_admin)
+    html = client.post("/queues/team-training/edit/preview/", _edit_data(q, gpu_quota=raised),
+                       headers={"HX-Request": "true"}).content.decode()
+    expected = (f"the children of department-b have gpu quotas summing to {q.parent.gpu_quota + 4:g}, above "
+                f"department-b&#x27;s gpu quota {q.parent.gpu_quota:g}")
+    assert expected in html
+    assert Queue.objects.get(pk=q.pk).gpu_quota == q.gpu_quota  # nothing saved
+    assert quota_warnings(Queue.objects.get(pk=q.pk)) == []  # and the stored tree is still within
+    within = client.post("/queues/team-training/edit/preview/", _edit_data(q, gpu_quota=q.gpu_quota),
+                         headers={"HX-Request": "true"}).content.decode()
+    assert "summing to" not in within
