@@ -15,11 +15,13 @@ $(VENV)/bin/python:
 $(STAMP): requirements.txt requirements-dev.txt | $(VENV)/bin/python
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -r requirements-dev.txt
+	@$(PY) manage.py vendor_plotly || echo "plotly.js basic bundle not fetched: the pages use plotly's full bundle"
 	touch $(STAMP)
 
 install: $(STAMP)
 
 run: $(STAMP)
+	@$(PY) manage.py vendor_plotly || echo "plotly.js basic bundle not fetched: the pages use plotly's full bundle"
 	$(PY) deploy/run_dev.py
 
 test: $(STAMP)

@@ -183,8 +183,13 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
-# plotly.min.js is served from the installed plotly package, never vendored into git.
-STATICFILES_DIRS = [BASE_DIR / "static", ("vendor/plotly", Path(plotly.__file__).parent / "package_data")]
+# vendor/plotly/plotly.min.js: plotly.js's basic bundle (1.2 MB) when `manage.py vendor_plotly` (run by
+# `make install` and the image build) has fetched it, else the full bundle of the plotly package (4.8 MB).
+# Neither is in git.
+PLOTLY_BASIC_BUNDLE = VAR_DIR / "vendor" / "plotly" / "plotly.min.js"
+_PLOTLY_DIR = (PLOTLY_BASIC_BUNDLE.parent if PLOTLY_BASIC_BUNDLE.exists()
+               else Path(plotly.__file__).parent / "package_data")
+STATICFILES_DIRS = [BASE_DIR / "static", ("vendor/plotly", _PLOTLY_DIR)]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
