@@ -62,6 +62,20 @@ def k8s_age(when: Any) -> str:
 
 
 @register.filter
+def ago(when: Any, now: Any = None) -> str:
+    """How long ago, in words: "just now" under a minute, else "5 minutes ago", "2 hours, 3 minutes ago"."""
+    from django.utils import timezone
+    from django.utils.timesince import timesince
+
+    if not when:
+        return "never"
+    now = now or timezone.now()
+    if (now - when).total_seconds() < 60:
+        return "just now"
+    return f"{timesince(when, now)} ago"
+
+
+@register.filter
 def first_clause(text: Any) -> str:
     """The engine joins what each action found with "; ": the first clause is the main reason."""
     return str(text or "").split("; ", 1)[0]

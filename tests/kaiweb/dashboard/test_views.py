@@ -180,3 +180,15 @@ def test_overview_names_the_cluster_objects_the_scheduler_skips(client, viewer):
     assert "Cluster objects the scheduler skips" in page
     assert "ml/bad" in page
     assert "metadata.annotations[gpu-fraction]" in page
+
+
+def test_ago_says_just_now_under_a_minute_instead_of_zero_minutes():
+    from datetime import UTC, datetime, timedelta
+
+    from kaiweb.dashboard.templatetags.ui import ago
+
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    assert ago(now - timedelta(seconds=20), now) == "just now"
+    assert ago(now - timedelta(minutes=5, seconds=10), now) == "5\xa0minutes ago"
+    assert ago(now - timedelta(hours=2, minutes=3), now) == "2\xa0hours, 3\xa0minutes ago"
+    assert ago(None, now) == "never"
