@@ -218,3 +218,15 @@ def test_labels_must_map_names_to_strings(admin_api):
     response = admin_api.post("/api/v1/queues/", {"name": "l", "labels": {"pool": 3}}, format="json")
     assert response.status_code == 400
     assert response.json() == {"labels": ["must be an object mapping label names to string values"]}
+
+
+def test_a_queue_is_addressed_by_its_name_as_well_as_its_id(admin_api, viewer_api, queue_tree):
+    q = queue_tree["team-training"]
+    by_name = viewer_api.get("/api/v1/queues/team-training/")
+    assert by_name.status_code == 200
+    assert by_name.json() == viewer_api.get(f"/api/v1/queues/{q.pk}/").json()
+    assert admin_api.patch("/api/v1/queues/team-training/", {"gpu_quota": 6}, format="json").status_code == 200
+    assert Queue.objects.get(pk=q.pk).gpu_quota == 6
+    assert viewer_api.patch("/api/v1/queues/team-training/", {"gpu_quota": 1}, format="json").status_code == 403
+    assert viewer_api.get("/api/v1/queues/no-such-queue/").status_code == 404
+    assert viewer_api.get("/api/v1/queues/99999999999999999999999/").status_code == 404
