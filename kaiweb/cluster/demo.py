@@ -140,8 +140,14 @@ def ensure_nodes(cluster: Cluster, count: int = 16, gpus: int = 8) -> int:
 
 
 def seed_demo(nodes: int = 16, gpus_per_node: int = 8, seed: int = 7, generate: bool = True,
-              seconds_per_cycle: float = 30) -> SeedReport:
-    """Create (once) what the demo needs; later calls change nothing that exists."""
+              seconds_per_cycle: float = 30, clock: str = "real") -> SeedReport:
+    """Create (once) what the demo needs; later calls change nothing that exists.
+
+    The demo's cluster runs on the wall clock (`clock="real"`), so every time the product shows,
+    a job's submission as much as the cycle that bound it, is on one clock. `clock="simulated"`
+    moves the cluster `seconds_per_cycle` per cycle instead (for traces and benchmarks)."""
+    if clock not in ("real", "simulated"):
+        raise ValueError(f"clock: must be 'real' or 'simulated', not {clock!r}")
     with transaction.atomic():
         cluster, _ = Cluster.objects.get_or_create(
             name="default", defaults={"backend": "simulated", "description": "The embedded simulated cluster."})
@@ -156,7 +162,7 @@ def seed_demo(nodes: int = 16, gpus_per_node: int = 8, seed: int = 7, generate: 
         submitted = 0
         if "seed" not in sim:
             # First seeding: configure the clock and the generator, and submit the initial flood.
-            gateway.configure(seed=seed, generate=generate, seconds_per_cycle=seconds_per_cycle,
+            gateway.configure(seed=seed, generate=generate, seconds_per_cycle=seconds_per_cycle, clock=clock,
                               now=datetime.now(tz=UTC).timestamp(), tick=0)
             if generate:
                 submitted = gateway.advance(seconds=0).submitted_workloads

@@ -170,6 +170,26 @@ def test_seed_demo_builds_the_demo_once():
     sim = Cluster.objects.get(name="default").settings["simulation"]
     assert sim["generate"] is True
     assert sim["tick"] == 1
+    # one clock: the demo cluster's time is the wall clock the cycles and pages use
+    assert sim["clock"] == "real"
+    from kaiweb.core import clock
+
+    gateway = SimulatedGateway(Cluster.objects.get(name="default"))
+    before = clock.timestamp()
+    report = gateway.advance()
+    assert before <= report.now <= clock.timestamp()
+    newest = Workload.objects.order_by("-submitted_at").first()
+    assert newest.submitted_at.timestamp() <= clock.timestamp()
+
+
+@pytest.mark.django_db
+def test_seed_demo_can_keep_a_simulated_clock_for_traces():
+    seed_demo(generate=False, clock="simulated", seconds_per_cycle=60)
+    sim = Cluster.objects.get(name="default").settings["simulation"]
+    assert sim["clock"] == "simulated"
+    assert sim["seconds_per_cycle"] == 60
+    with pytest.raises(ValueError, match="clock: must be 'real' or 'simulated'"):
+        seed_demo(clock="fast")
 
 
 @pytest.mark.django_db

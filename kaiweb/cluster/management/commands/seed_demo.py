@@ -12,8 +12,11 @@ class Command(BaseCommand):
         parser.add_argument("--nodes", type=int, default=16, help="simulated nodes (default 16)")
         parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
         parser.add_argument("--seed", type=int, default=7, help="seed of the workload generator")
+        parser.add_argument("--clock", choices=("real", "simulated"), default="real",
+                            help="the cluster's clock: the wall clock (default; one clock for everything the "
+                                 "product shows) or a simulated one that advances --seconds-per-cycle per cycle")
         parser.add_argument("--seconds-per-cycle", type=float, default=30,
-                            help="simulated seconds the clock advances per cycle (default 30)")
+                            help="with --clock simulated: seconds the clock advances per cycle (default 30)")
         parser.add_argument("--no-workloads", action="store_true", help="do not generate workloads")
 
     def handle(self, *args, **opts) -> None:  # type: ignore[no-untyped-def]
@@ -23,7 +26,8 @@ class Command(BaseCommand):
             raise CommandError("--nodes must be at least 1 and --gpus-per-node not negative")
         try:
             report = seed_demo(nodes=opts["nodes"], gpus_per_node=opts["gpus_per_node"], seed=opts["seed"],
-                               generate=not opts["no_workloads"], seconds_per_cycle=opts["seconds_per_cycle"])
+                               generate=not opts["no_workloads"], seconds_per_cycle=opts["seconds_per_cycle"],
+                               clock=opts["clock"])
         except (ValueError, LookupError) as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(
