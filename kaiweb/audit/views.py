@@ -6,6 +6,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
+from kaiweb.audit.display import readable_changes
 from kaiweb.audit.models import AuditEntry
 from kaiweb.dashboard.pages import active_filters, filter_context, filter_queryset, paginate, render_page
 
@@ -26,7 +27,7 @@ def audit_list(request: HttpRequest) -> HttpResponse:
                          labels={"object_repr": "Object", "object_type": "Type", "since": "Since (ISO time)"}),
         "filtered": active_filters(filterset),
         "page_obj": page,
-        "entries": [(e, e.changes()) for e in page.object_list],
+        "entries": list(zip(page.object_list, readable_changes(page.object_list), strict=True)),
         "any": AuditEntry.objects.exists(),
     }
     return render_page(request, "audit/list.html", context)

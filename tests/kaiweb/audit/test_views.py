@@ -16,8 +16,7 @@ def test_a_ui_edit_appears_with_its_change(client, platform_admin, queue_tree):
     table = html[html.index('id="audit-table"'):]
     assert "team-training" in table
     assert "platform-admin" in table
-    assert "<code>priority</code>" in table
-    assert "150" in table
+    assert 'priority: <span class="delta-down">100</span> → <span class="delta-up">150</span>' in table
 
 
 def test_audit_page_before_any_change_says_what_will_appear(client, viewer, db):
@@ -44,3 +43,34 @@ def test_audit_query_budget(client, platform_admin, viewer, queue_tree, django_a
     client.get("/audit/")
     with django_assert_max_num_queries(8):
         client.get("/audit/")
+
+
+def test_the_log_reads_old_to_new_in_units_and_names(client, platform_admin, viewer, queue_tree):
+    from kaiweb.queues import services
+
+    q = queue_tree["team-training"]
+    services.update_queue(q, {"gpu_quota": 12, "cpu_limit": -1, "parent": "department-a",
+                              "reclaim_min_runtime": "00:10:00"}, actor=platform_admin)
+    client.force_login(viewer)
+    html = client.get("/audit/?action=update").content.decode()
+    table = html[html.index('id="audit-table"'):html.index("</table>")]
+    assert 'GPU quota: <span class="delta-down">8 GPUs</span> → <span class="delta-up">12 GPUs</span>' in table
+    assert 'CPU limit: <span class="delta-down">128 cores</span> → <span class="delta-up">unlimited</span>' in table
+    assert 'parent: <span class="delta-down">department-b</span> → <span class="delta-up">department-a</span>' in table
+    assert 'reclaim min runtime: <span class="delta-down">inherit</span> → <span class="delta-up">10 m</span>' in table
+    assert "parent_id" not in table
+    assert "-1.0" not in table
+
+
+def test_a_creation_lists_what_was_set_without_empty_fields(client, platform_admin, viewer, queue_tree):
+    from kaiweb.queues import services
+
+    services.create_queue({"name": "team-new", "parent": "department-a", "gpu_quota": 2}, actor=platform_admin)
+    client.force_login(viewer)
+    html = client.get("/audit/?action=create").content.decode()
+    row = html[html.index("team-new"):]
+    row = row[:row.index("</tr>")]
+    assert 'GPU quota: <span class="delta-up">2 GPUs</span>' in row
+    assert 'parent: <span class="delta-up">department-a</span>' in row
+    assert "labels" not in row  # empty on creation: not listed
+    assert "→" not in row
