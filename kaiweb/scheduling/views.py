@@ -134,6 +134,10 @@ def preemption_csv(request: HttpRequest) -> HttpResponse:
     return response
 
 
+#: a resource's row in the preemption figures, with the unit its amounts are shown in
+RESOURCE_ROW_LABEL = {"gpu": "GPU (devices)", "cpu": "CPU (cores)", "memory": "memory (GB)"}
+
+
 def preemption_detail(request: HttpRequest, pk: int) -> HttpResponse:
     event = get_object_or_404(PreemptionEvent.objects.select_related("victim_queue", "preemptor_queue", "cycle",
                                                                      "victim", "preemptor"), pk=pk)
@@ -144,7 +148,8 @@ def preemption_detail(request: HttpRequest, pk: int) -> HttpResponse:
         resources = sorted({r for k in kinds for r in figures[k]}, key=lambda r: ("gpu", "cpu", "memory").index(r)
                            if r in ("gpu", "cpu", "memory") else 9)
         sides.append({"label": label, "queue": queue, "kinds": [FIGURE_LABEL[k] for k in kinds],
-                      "rows": [(r, [figures[k].get(r) for k in kinds]) for r in resources]})
+                      "rows": [(r, RESOURCE_ROW_LABEL.get(r, r), [figures[k].get(r) for k in kinds])
+                               for r in resources]})
     return render_page(request, "scheduling/preemption_detail.html",
                        {"event": event, "sides": sides, "action_badge": PREEMPTION_ACTION_BADGE})
 

@@ -104,6 +104,7 @@ def test_preemption_detail_shows_both_queues_figures(client, viewer, ui_data):
     assert "Victim queue" in html
     assert "Preemptor queue" in html
     assert '<th class="num">Fair share</th>' in html
+    assert "<td>GPU (devices)</td>" in html  # every row names its unit
 
 
 def test_preemptions_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
