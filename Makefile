@@ -49,6 +49,7 @@ test-e2e: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff check --config scheduler_core/ruff.toml scheduler_core
+	$(VENV)/bin/mypy
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format .

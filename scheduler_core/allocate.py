@@ -18,6 +18,7 @@ import numpy as np
 from scheduler_core import model as m
 from scheduler_core import placement as fa
 from scheduler_core import predicates as pr
+from scheduler_core.model import Key
 from scheduler_core.ordering import (
     JobsOrder,
     _member_order_key,
@@ -113,19 +114,19 @@ class Placer:
         self.use_sharing_order = cfg.has_plugin("gpusharingorder") and not self.gpu_spread and not self.frag_aware
         self.use_resource_type = cfg.has_plugin("resourcetype")
         self.use_placement = cfg.has_plugin("nodeplacement") or cfg.plugins is None
-        self._affinity_cache: dict[tuple, np.ndarray] = {}
-        self._static_reasons: dict[tuple, list[str | None]] = {}
-        self._preferred_cache: dict[tuple, np.ndarray] = {}
+        self._affinity_cache: dict[Key, np.ndarray] = {}
+        self._static_reasons: dict[Key, list[str | None]] = {}
+        self._preferred_cache: dict[Key, np.ndarray] = {}
         # placed pods with required anti-affinity keep matching pods out of their domain
         self.anti_holders = [t for t in s.tasks if t.spec.pod_anti_affinity]
         self.all_nodes = np.arange(len(s.nodes))
         # per task shape: the node order of the last full scoring, its idle-fit flags, the position
         # of the last choice and the node version after placing it; see place()
-        self._last: dict[tuple, tuple[list[int], list[bool], list[bool], int, int, bool]] = {}
-        self._failed: dict[tuple, int] = {}
+        self._last: dict[Key, tuple[list[int], list[bool], list[bool], int, int, bool]] = {}
+        self._failed: dict[Key, int] = {}
 
     # ---- predicates -------------------------------------------------------------------------
-    def _static_key(self, t: TaskState) -> tuple:
+    def _static_key(self, t: TaskState) -> Key:
         return (t.shape_id if t.shape_id >= 0 else t.shape, self.predicates)
 
     def _static_mask(self, t: TaskState) -> np.ndarray:
@@ -187,7 +188,9 @@ class Placer:
     def _domains(self, key: str, pods: list[TaskState]) -> set[str]:
         out = set()
         for o in pods:
-            v = self.s.nodes[o.node].spec.label(key)  # type: ignore[index]
+            if o.node is None:
+                continue
+            v = self.s.nodes[o.node].spec.label(key)
             if v is not None:
                 out.add(v)
         return out
@@ -207,7 +210,7 @@ class Placer:
                         raw[k] += sign * w.weight
         return raw
 
-    def _dynamic_context(self, t: TaskState, with_releasing: bool) -> tuple:
+    def _dynamic_context(self, t: TaskState, with_releasing: bool) -> Key:
         """What the dynamic predicates of ``t`` compare against: per required (anti-)affinity
         term the topology domains holding a selected pod (None = no selected pod anywhere), and
         the placed pods whose anti-affinity selects ``t``."""
@@ -231,7 +234,7 @@ class Placer:
                     existing.append((term.topology_key, self._domains(term.topology_key, [o])))
         return aff, anti, existing, with_releasing
 
-    def dynamic_failure(self, t: TaskState, i: int, ctx: tuple) -> str | None:
+    def dynamic_failure(self, t: TaskState, i: int, ctx: Key) -> str | None:
         """Why ``t`` may not go to node ``i`` given the pods placed now; None if it may."""
         aff, anti, existing, with_releasing = ctx
         spec = t.spec
@@ -685,7 +688,11 @@ def topology_subsets(s: Session, tasks: list[TaskState], tc: m.TopologyConstrain
     levels = topo.levels
     req_d = levels.index(tc.required_level) if tc.required_level in levels else None
     pref_d = levels.index(tc.preferred_level) if tc.preferred_level in levels else None
-    if req_d is None and pref_d is None:
+    if pref_d is not None:
+        deepest = pref_d
+    elif req_d is not None:
+        deepest = req_d
+    else:
         return [cand], None, None
     inside = [int(i) for i in cand if _domain_of(s.nodes[int(i)].spec, levels, len(levels) - 1) is not None]
     total_req = np.zeros(4)
@@ -703,19 +710,20 @@ def topology_subsets(s: Session, tasks: list[TaskState], tc: m.TopologyConstrain
             worst = max(worst, total_req[r] / free[r] if free[r] > 0 else 1000.0)
         return worst
 
-    deepest = pref_d if pref_d is not None else req_d
     # the domain tree: each domain's children sorted by least free room first (ratio descending,
     # then id); candidates at one level are listed in that tree order (pack top-most first)
-    by_depth: list[dict[tuple, list[int]]] = []
+    by_depth: list[dict[Key, list[int]]] = []
     for d in range(len(levels)):
-        doms: dict[tuple, list[int]] = {}
+        doms: dict[Key, list[int]] = {}
         for i in inside:
-            doms.setdefault(_domain_of(s.nodes[i].spec, levels, d), []).append(i)  # type: ignore[arg-type]
+            dom = _domain_of(s.nodes[i].spec, levels, d)
+            if dom is not None:  # always: a node inside has every level
+                doms.setdefault(dom, []).append(i)
         by_depth.append(doms)
     ratios = {key: ratio(nodes) for doms in by_depth for key, nodes in doms.items()}
-    rank: dict[tuple, int] = {}
+    rank: dict[Key, int] = {}
     for doms in by_depth:
-        sibs: dict[tuple, list[tuple]] = {}
+        sibs: dict[Key, list[Key]] = {}
         for key in doms:
             sibs.setdefault(key[:-1], []).append(key)
         for group in sibs.values():
@@ -723,11 +731,11 @@ def topology_subsets(s: Session, tasks: list[TaskState], tc: m.TopologyConstrain
             for r_, k in enumerate(group):
                 rank[k] = r_
 
-    def tree_pos(key: tuple) -> tuple:
+    def tree_pos(key: Key) -> Key:
         return tuple(rank[key[: d + 1]] for d in range(len(key)))
 
     top = req_d if req_d is not None else -1
-    subsets: list[tuple[int, tuple, list[int]]] = []
+    subsets: list[tuple[int, Key, list[int]]] = []
     for d in range(deepest, top - 1, -1):
         doms = by_depth[d] if d >= 0 else {(): inside}
         for key, nodes in doms.items():
@@ -740,9 +748,9 @@ def topology_subsets(s: Session, tasks: list[TaskState], tc: m.TopologyConstrain
         order = sorted(by_depth[pref_d].items(), key=lambda kv: tree_pos(kv[0]))
         extra_map: dict[int, float] = {}
         n = len(order)
-        for k, (_, nodes) in enumerate(order):
+        for pos, (_, nodes) in enumerate(order):
             for i in nodes:
-                extra_map[i] = math.floor(10 * (k + 1) / n) * 100000.0
+                extra_map[i] = math.floor(10 * (pos + 1) / n) * 100000.0
         extra = np.array([extra_map.get(int(i), 0.0) for i in cand])
     if not subsets:
         lvl = tc.required_level or tc.preferred_level
@@ -845,7 +853,7 @@ def allocate_job(s: Session, placer: Placer, stmt: Statement, job: JobState, pip
             for t in job.tasks:
                 if t.status == m.ALLOCATED:
                     if t.shared:
-                        stmt.place_shared(t, m.PIPELINED, t.node, t.groups, t.mem_per_device, t.portion)  # type: ignore[arg-type]
+                        stmt.place_shared(t, m.PIPELINED, t.node, t.groups, t.mem_per_device, t.portion)  # type: ignore[arg-type]  # an allocated task has its node
                     else:
                         stmt.move(t, m.PIPELINED, t.node, t.groups)
         return True

@@ -34,11 +34,11 @@ def open_session(snapshot: m.ClusterSnapshot, config: m.CycleConfig,
     s = Session(snapshot, config)
     s.memo = memo
     try:
-        s.division_steps = compute_fair_shares(s.queues, s.total, config.k_value)  # type: ignore[attr-defined]
+        s.division_steps = compute_fair_shares(s.queues, s.total, config.k_value)
     except FairShareInputError as exc:  # validated above; kept as a guard for bad totals
         for problem in exc.problems:
             s.errors.append(m.ObjectError("queue", "*", "fair_share", problem))
-    s.queue_comparator = QueueComparator(s.total)  # type: ignore[attr-defined]
+    s.queue_comparator = QueueComparator(s.total)
     return s, Placer(s)
 
 
@@ -82,9 +82,12 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
             action, preemptor, reason = info if info else ("unknown", None, m.Reason("evicted", "evicted", {}))
             evictions.append(m.EvictionDecision(t.job.uid, t.name, t.spec.node or node or "", action,
                                                 preemptor, reason))
+    def vec3(v: list[float]) -> tuple[float, float, float]:
+        return (v[0], v[1], v[2])
+
     queues = {
-        name: m.QueueStatus(name, tuple(q.fair), tuple(q.allocated), tuple(q.allocated_np), tuple(q.request),
-                            tuple(q.deserved), tuple(q.limit))
+        name: m.QueueStatus(name, vec3(q.fair), vec3(q.allocated), vec3(q.allocated_np), vec3(q.request),
+                            vec3(q.deserved), vec3(q.limit))
         for name, q in sorted(s.queues.items())
     }
     pending: dict[str, m.Reason] = {}
@@ -95,13 +98,13 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
             err = next((e for e in s.errors if e.name == j.uid), None)
             pending[j.uid] = m.Reason("invalid", err.message if err else "job has invalid fields", {})
             continue
-        reason = s.pending_reasons.get(j.uid)
-        if reason is None:
+        why = s.pending_reasons.get(j.uid)
+        if why is None:
             if j.gang_satisfied() and not tasks_to_allocate(j):
                 continue
-            reason = m.Reason("not-attempted", "no attempt was made for this job in this cycle "
-                              "(earlier jobs used the capacity, or a session cap was reached)", {})
-        pending[j.uid] = reason
+            why = m.Reason("not-attempted", "no attempt was made for this job in this cycle "
+                           "(earlier jobs used the capacity, or a session cap was reached)", {})
+        pending[j.uid] = why
     nodes = {}
     for i, n in enumerate(s.nodes):
         idle, rel = s.node_gpu_counts(i)

@@ -19,12 +19,14 @@ import copy
 import heapq
 import math
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from scheduler_core import model as m
 from scheduler_core import reclaimable as rc
 from scheduler_core.allocate import Placer, allocate_job
+from scheduler_core.model import Key
 from scheduler_core.ordering import JobsOrder, batch_request, tasks_to_allocate
 from scheduler_core.proportion import QueueAttrs, allocatable_share, compare_victim_queues
 from scheduler_core.session import GPU, JobState, PodSet, Session, Statement, SubGroupSet, TaskState
@@ -111,7 +113,7 @@ class VictimJob:
                 above = True
         return 2 if above else 1
 
-    def order_key(self) -> tuple:
+    def order_key(self) -> Key:
         """Reversed JobOrder: lowest priority, above-min before at-min before below-min, newest."""
         j = self.job
         static = j.victim_key
@@ -121,7 +123,7 @@ class VictimJob:
         return (j.priority, -self.elastic_state(), static[0], static[1], static[2])
 
 
-def victim_entry(s: Session, j: JobState) -> tuple[tuple, int, JobState, list[TaskState]] | None:
+def victim_entry(s: Session, j: JobState) -> tuple[Key, int, JobState, list[TaskState]] | None:
     """A job's entry in a leaf heap of ``VictimOrder`` keyed by its index (victim keys end with
     the job's name, so they are unique and the index never decides); None without evictable pods."""
     got = s.victim_cache.get(j.index)
@@ -150,7 +152,7 @@ class VictimOrder:
     reversed job order inside a leaf; a job with pods left competes again after each chunk."""
 
     def __init__(self, s: Session, jobs: list[JobState],
-                 heaps: dict[str, list[tuple[tuple, int, JobState, list[TaskState]]]] | None = None) -> None:
+                 heaps: dict[str, list[tuple[Key, int, JobState, list[TaskState]]]] | None = None) -> None:
         """``heaps``: the leaf heaps of exactly ``jobs`` when the caller keeps them (a sorted list
         is a heap); they are copied, not changed."""
         self.s = s
@@ -158,7 +160,7 @@ class VictimOrder:
         self.children: dict[str | None, list[str]] = {}
         # heap entries: (victim order key, position in ``jobs``, job, its evictable pods then);
         # the VictimJob of an entry is made when the search first reaches it (most never are)
-        self.heaps: dict[str, list[tuple[tuple, int, JobState, list[TaskState]]]] = {}
+        self.heaps: dict[str, list[tuple[Key, int, JobState, list[TaskState]]]] = {}
         self.victims: dict[int, VictimJob] = {}
         # A job's evictable pods and its key change only when one of its tasks moves (its version
         # changes), so both are kept across the pending jobs of a cycle instead of recomputed for
@@ -188,8 +190,8 @@ class VictimOrder:
                     continue
                 seen.add(q.name)
                 self.children.setdefault(q.parent, []).append(q.name)
-        for k in self.children:
-            self.children[k].sort()
+        for kids in self.children.values():
+            kids.sort()
 
     def _candidate(self, name: str) -> tuple[VictimJob, list[float]] | None:
         """The next victim under queue ``name`` and the resources its next chunk would free."""
@@ -201,7 +203,7 @@ class VictimOrder:
             return v, _vec(v.next_chunk())
         return self._pick(name)
 
-    def _victim(self, entry: tuple[tuple, int, JobState, list[TaskState]]) -> VictimJob:
+    def _victim(self, entry: tuple[Key, int, JobState, list[TaskState]]) -> VictimJob:
         v = self.victims.get(entry[1])
         if v is None:
             v = self.victims[entry[1]] = VictimJob(entry[2], entry[3])
@@ -220,7 +222,8 @@ class VictimOrder:
                 return cand
             q = self.s.queues[name]
             removed = [a + b for a, b in zip(self.removed.get(name, [0.0, 0.0, 0.0]), cand[1])]
-            if best is None or compare_victim_queues(q, best_q, removed, best_removed, self.s.total) < 0:  # type: ignore[arg-type]
+            if (best is None or best_q is None or best_removed is None
+                    or compare_victim_queues(q, best_q, removed, best_removed, self.s.total) < 0):
                 best, best_q, best_removed = cand, q, removed
         return best
 
@@ -258,7 +261,7 @@ class Attempt:
         self.evicted: list[TaskState] = []
         self.moved: list[TaskState] = []
         self.verdict: str = ""
-        self.detail: dict = {}
+        self.detail: dict[str, Any] = {}
         self.scenarios = 0
 
 
@@ -331,7 +334,7 @@ def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks
     order = JobsOrder(s, [job, *replace], simulation=True)
     # A batch that found no room fails again for any batch of the same shape in the same queue as
     # long as no node changed: remember (shape, node version) to skip the repeats.
-    no_room: dict[tuple, int] = {}
+    no_room: dict[Key, int] = {}
     while True:
         j = order.pop()
         if j is None:
@@ -365,7 +368,7 @@ def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks
 def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: list[JobState],
           validate: Validator, max_victim_jobs: int | None = None, move_all: bool = False,
           replace_victims: bool = True,
-          victim_heaps: dict[str, list[tuple[tuple, int, JobState, list[TaskState]]]] | None = None) -> Attempt:
+          victim_heaps: dict[str, list[tuple[Key, int, JobState, list[TaskState]]]] | None = None) -> Attempt:
     """Find the first victim set (node-local scenarios first, then multi-node ones) whose simulation
     places the job and passes ``validate``. Bounded by ``config.max_victim_scenarios``.
     ``victim_heaps``: the victim order's leaf heaps of exactly ``victims``, when the caller keeps them."""
@@ -551,10 +554,10 @@ class _Signatures:
     request is ≤ the remembered one in every resource and differs from it."""
 
     def __init__(self) -> None:
-        self.failed: dict[tuple, tuple[int, list[tuple[float, float, float]]]] = {}
+        self.failed: dict[Key, tuple[int, list[tuple[float, float, float]]]] = {}
 
     @staticmethod
-    def _key(scope: str, job: JobState) -> tuple:
+    def _key(scope: str, job: JobState) -> Key:
         cons = []
         for t in job.tasks:
             if t.status != m.PENDING:
@@ -572,7 +575,7 @@ class _Signatures:
         return sorted((t.req_qvec[0], t.req_qvec[1], t.req_qvec[2]) for t in job.tasks if t.status == m.PENDING)
 
     @staticmethod
-    def _easier(new: tuple[int, list], old: tuple[int, list]) -> bool:
+    def _easier(new: tuple[int, list[Any]], old: tuple[int, list[Any]]) -> bool:
         if new[0] < old[0]:
             return True
         for a, b in zip(new[1], old[1]):
@@ -656,7 +659,7 @@ def _job_index(j: JobState) -> int:
 def _held_gpus(v: JobState, cache: dict[int, float] | None) -> float:
     if cache is not None and v.index in cache:
         return cache[v.index]
-    g = sum(t.qvec[GPU] for t in v.tasks if t.status in m.ACTIVE_ALLOCATED_STATES)
+    g = float(sum(t.qvec[GPU] for t in v.tasks if t.status in m.ACTIVE_ALLOCATED_STATES))
     if cache is not None:
         cache[v.index] = g
     return g
@@ -752,7 +755,8 @@ def _can_reclaim(s: Session, job: JobState, req: list[float]) -> rc.Verdict:
     q = s.queues[job.queue]
     key = ("can_reclaim", q.name, tuple(q.allocated), tuple(q.allocated_np), tuple(q.fair), tuple(q.deserved),
            tuple(req), job.preemptible)
-    return memo.verdict(key, lambda: rc.can_reclaim(s.queues, job.queue, req, job.preemptible))
+    verdict: rc.Verdict = memo.verdict(key, lambda: rc.can_reclaim(s.queues, job.queue, req, job.preemptible))
+    return verdict
 
 
 def _reclaim_hopeless(s: Session, triggers: list[JobState]) -> bool:
@@ -762,7 +766,7 @@ def _reclaim_hopeless(s: Session, triggers: list[JobState]) -> bool:
     walk would give it, in any order. Writes those notes and returns True; returns False (and
     writes nothing) when some job passes the check, so the full walk must run."""
     notes: list[tuple[JobState, m.Reason]] = []
-    seen: dict[tuple, rc.Verdict] = {}
+    seen: dict[Key, rc.Verdict] = {}
     for job in triggers:
         tasks = tasks_to_allocate(job)
         if not tasks:
@@ -797,9 +801,9 @@ def run_reclaim(s: Session, placer: Placer) -> None:
     # the victim order's leaf heaps of the whole pool, as sorted lists, made when a search first
     # needs them and then kept up to date after each commit for the jobs it changed (victims are
     # then the pool minus the reclaimer's queue)
-    leaf_heaps: dict[str, list[tuple[tuple, int, JobState, list[TaskState]]]] = {}
+    leaf_heaps: dict[str, list[tuple[Key, int, JobState, list[TaskState]]]] = {}
     heaps_made = False
-    entry_of: dict[int, tuple[tuple, int, JobState, list[TaskState]]] = {}
+    entry_of: dict[int, tuple[Key, int, JobState, list[TaskState]]] = {}
     held: dict[int, float] = {}  # GPUs each job holds, dropped for jobs a commit touches
     dropped: list[JobState] = []  # jobs leaving the pool in one commit
     # per leaf queue of the pool: GPUs its jobs hold (as the held cache has them) and how many
@@ -827,9 +831,10 @@ def run_reclaim(s: Session, placer: Placer) -> None:
         pool_queues[j.queue] = pool_queues.get(j.queue, 0) + 1
         count_held(j, +1)
     while True:
-        job = order.pop()
-        if job is None:
+        popped = order.pop()
+        if popped is None:
             break
+        job = popped
         if job.gang_satisfied() and not tasks_to_allocate(job):
             continue
         if sigs.skip(job.queue, job):
@@ -869,22 +874,22 @@ def run_reclaim(s: Session, placer: Placer) -> None:
         for v in (() if everyone else pool):
             if v.queue == job.queue:
                 continue
-            f = verdicts.get(v.queue)
-            if f is None:
-                f = verdicts[v.queue] = rc.filter_victim_queue(s.queues, job.queue, v.queue, req)
-            if not f.ok:
-                refused = f.reason
+            known = verdicts.get(v.queue)
+            if known is None:
+                known = verdicts[v.queue] = rc.filter_victim_queue(s.queues, job.queue, v.queue, req)
+            if not known.ok:
+                refused = known.reason
                 continue
-            minrt = minrts.get(v.queue)
-            if minrt is None:
-                minrt = minrts[v.queue] = rc.reclaim_min_runtime(s.queues, job.queue, v.queue,
-                                                                 s.config.default_reclaim_min_runtime_s)
-            if minrt.seconds > 0 and not v.is_elastic() and _protected(s, v, minrt.seconds):
-                refused = f"job {v.uid} is within its minimum runtime of {_fmt(minrt.seconds)}s"
+            runtime = minrts.get(v.queue)
+            if runtime is None:
+                runtime = minrts[v.queue] = rc.reclaim_min_runtime(s.queues, job.queue, v.queue,
+                                                                   s.config.default_reclaim_min_runtime_s)
+            if runtime.seconds > 0 and not v.is_elastic() and _protected(s, v, runtime.seconds):
+                refused = f"job {v.uid} is within its minimum runtime of {_fmt(runtime.seconds)}s"
                 continue
             victims.append(v)
         if everyone:
-            victims = _PoolMinusQueue(pool, own, any(q != own for q in pool_queues))  # type: ignore[assignment]
+            victims = _PoolMinusQueue(pool, own, any(q != own for q in pool_queues))  # type: ignore[assignment]  # a list view of the pool
             if fractional:
                 victims = list(victims)
         if not victims:
@@ -984,13 +989,13 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                     pool = [j for j in pool if evictable[j.index]]
                 dropped.clear()
                 redo = sorted(changed_jobs | touched)
-                gone: dict[str, dict[int, tuple]] = {}  # per leaf: job index -> (key, index) of its old entry
+                gone: dict[str, dict[int, Key]] = {}  # per leaf: job index -> (key, index) of its old entry
                 for ji in redo:
                     old_e = entry_of.pop(ji, None)
                     if old_e is not None:
                         gone.setdefault(s.jobs[ji].queue, {})[ji] = old_e[:2]
-                for q, olds in gone.items():
-                    h = leaf_heaps[q]
+                for leaf_name, olds in gone.items():
+                    h = leaf_heaps[leaf_name]
                     if len(olds) <= 8:
                         for head in olds.values():
                             del h[bisect.bisect_left(h, head)]
@@ -1057,7 +1062,7 @@ def _preempt_hopeless(s: Session, triggers: list[JobState], sigs: _Signatures) -
     for v in s.jobs:
         if v.priority < floor.get(v.queue, v.priority + 1) and _preempt_victim(s, v, minrts):
             floor[v.queue] = v.priority
-    by_leaf: dict[str, list[tuple[tuple, int, JobState]]] = {}
+    by_leaf: dict[str, list[tuple[Key, int, JobState]]] = {}
     for k, job in enumerate(triggers):
         low = floor.get(job.queue)
         if low is not None and low < job.priority and tasks_to_allocate(job):
@@ -1082,9 +1087,10 @@ def run_preempt(s: Session, placer: Placer) -> None:
         return
     order = JobsOrder(s, triggers)
     while True:
-        job = order.pop()
-        if job is None:
+        popped = order.pop()
+        if popped is None:
             break
+        job = popped
         if _preempt_without_victims(s, job, sigs) is not None:
             continue
         victims = []
@@ -1198,9 +1204,10 @@ def run_consolidation(s: Session, placer: Placer) -> None:
     cap = s.config.max_consolidation_preemptees
     max_jobs = None if cap < 0 else cap + 1  # KAI's check is "> max" (quirk Q6)
     while True:
-        job = order.pop()
-        if job is None:
+        popped = order.pop()
+        if popped is None:
             break
+        job = popped
         tasks = tasks_to_allocate(job)
         if not tasks or sigs.skip("*", job):
             continue
@@ -1229,7 +1236,7 @@ def run_consolidation(s: Session, placer: Placer) -> None:
             touched = stmt.commit()
             for t in attempt.moved:
                 s.eviction_reasons[t.index] = ("consolidation", job.uid, m.Reason(
-                    "consolidation", f"moved to node {s.nodes[t.node].name} to make room for job {job.uid}"  # type: ignore[index]
+                    "consolidation", f"moved to node {s.nodes[t.node].name} to make room for job {job.uid}"
                     if t.node is not None else f"moved to make room for job {job.uid}", {"preemptor": job.uid}))
             for t in touched:
                 if t.status == m.PIPELINED and t.index >= 0:

@@ -20,6 +20,9 @@ from typing import Any
 
 UNLIMITED = -1.0
 
+#: An ordering or cache key: a tuple of mixed numbers and names, compared element by element.
+Key = tuple[Any, ...]
+
 # Task states (KAI's pod statuses, plus the in-session ones).
 PENDING = "Pending"
 RUNNING = "Running"
@@ -399,11 +402,13 @@ class ClusterSnapshot:
     total_capacity: tuple[float, float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
+        out: dict[str, Any] = to_dict(self)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterSnapshot:
-        return from_dict(cls, data)
+        obj: ClusterSnapshot = from_dict(cls, data)
+        return obj
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,11 +438,13 @@ class CycleConfig:
     shortcuts: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
+        out: dict[str, Any] = to_dict(self)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CycleConfig:
-        return from_dict(cls, data)
+        obj: CycleConfig = from_dict(cls, data)
+        return obj
 
     def has_plugin(self, name: str) -> bool:
         return self.plugins is None or name in self.plugins
@@ -543,11 +550,13 @@ class CycleResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
+        out: dict[str, Any] = to_dict(self)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CycleResult:
-        return from_dict(cls, data)
+        result: CycleResult = from_dict(cls, data)
+        return result
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,8 +11,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from scheduler_core import model as m
+from scheduler_core.model import Key
 from scheduler_core.proportion import QueueAttrs, allocatable_share
 from scheduler_core.session import JobState, PodSet, Session, SubGroupSet, TaskState
 
@@ -24,7 +26,7 @@ def is_candidate(t: TaskState, simulation: bool) -> bool:
     return simulation and t.status == m.RELEASING and t.orig_status != m.RELEASING
 
 
-def _member_order_key(x: PodSet | SubGroupSet) -> tuple:
+def _member_order_key(x: PodSet | SubGroupSet) -> Key:
     """SubGroupOrder (§2.5): below threshold first, required before optional, less filled first."""
     if isinstance(x, PodSet):
         threshold, have = x.min_available, x.active_allocated
@@ -149,10 +151,11 @@ class QueueComparator:
     def _caps(self, q: QueueAttrs, alloc: list[float], total: list[float]) -> tuple[float, float, float]:
         got = self._cap.get(q.name)
         if got is None or total is not self.total:
-            got = tuple(total[r] if alloc[r] == _UNL else alloc[r] for r in (0, 1, 2))  # type: ignore[assignment]
+            got = (total[0] if alloc[0] == _UNL else alloc[0], total[1] if alloc[1] == _UNL else alloc[1],
+                   total[2] if alloc[2] == _UNL else alloc[2])
             if total is self.total:
-                self._cap[q.name] = got  # type: ignore[assignment]
-        return got  # type: ignore[return-value]
+                self._cap[q.name] = got
+        return got
 
     def allocatable(self, q: QueueAttrs) -> list[float]:
         got = self._alloc.get(q.name)
@@ -160,7 +163,7 @@ class QueueComparator:
             got = self._alloc[q.name] = allocatable_share(q)
         return got
 
-    def key(self, q: QueueAttrs, req: list[float]) -> tuple:
+    def key(self, q: QueueAttrs, req: list[float]) -> Key:
         """Rules 1–6 of ``__call__`` as one sortable tuple for queue ``q`` with batch ``req``.
         Each of those rules compares one value per queue, so comparing two keys decides exactly
         what the cascade decides; equal keys fall through to ``tie`` (rules 7–8)."""
@@ -247,12 +250,12 @@ class _QNode:
     def __init__(self, attrs: QueueAttrs | None, parent: _QNode | None) -> None:
         self.attrs = attrs
         self.children: list[_QNode] = []
-        self.heap: list[tuple[tuple, int, JobState]] = []
+        self.heap: list[tuple[Key, int, JobState]] = []
         self.parent = parent
         self.dirty = True
         self.best: tuple[JobState, list[float], _QNode] | None = None
         self.size = 0
-        self.key: tuple | None = None  # queue-order key of this queue with its best batch (see JobsOrder)
+        self.key: Key | None = None  # queue-order key of this queue with its best batch (see JobsOrder)
 
 
 class JobsOrder:
@@ -266,7 +269,10 @@ class JobsOrder:
         evictions, which change other queues' accounting, must leave this off."""
         self.session = session
         self.simulation = simulation
-        self.compare = compare or session.queue_comparator
+        chosen = compare or session.queue_comparator
+        if chosen is None:
+            raise ValueError("JobsOrder: the session has no queue comparator (open it with cycle.open_session)")
+        self.compare: Callable[..., int] = chosen
         cmp = self.compare
         self._keyed = isinstance(cmp, QueueComparator) and cmp.total is session.total
         self._keep_keys = local_changes and self._keyed
@@ -315,9 +321,9 @@ class JobsOrder:
         if self._keyed:
             # one key per child (rules 1–6) instead of one cascade per comparison; the scan and
             # its replacement rule are those of the pairwise loop below
-            cmp: QueueComparator = self.compare  # type: ignore[assignment]
+            cmp = cast(QueueComparator, self.compare)  # _keyed: it is one
             keep = self._keep_keys
-            best_key: tuple = ()
+            best_key: Key = ()
             for child in node.children:
                 if child.size == 0:
                     continue
@@ -326,10 +332,11 @@ class JobsOrder:
                     continue
                 k = child.key if keep else None
                 if k is None:
-                    k = cmp.key(child.attrs, cb[1])  # type: ignore[arg-type]
+                    k = cmp.key(child.attrs, cb[1])  # type: ignore[arg-type]  # only the root has no attrs
                     if keep:
                         child.key = k
-                if best is None or k < best_key or (k == best_key and cmp.tie(child.attrs, best_child.attrs) < 0):  # type: ignore[arg-type, union-attr]
+                if best is None or best_child is None or k < best_key or (
+                        k == best_key and cmp.tie(child.attrs, best_child.attrs) < 0):  # type: ignore[arg-type]  # only the root has no attrs
                     best, best_child, best_key = (cb[0], cb[1], child), child, k
             node.best = best
             return best
@@ -339,7 +346,7 @@ class JobsOrder:
             cb = self._best(child)
             if cb is None:
                 continue
-            if best is None or self.compare(child.attrs, best_child.attrs, cb[1], best[1], total) < 0:  # type: ignore[union-attr]
+            if best is None or best_child is None or self.compare(child.attrs, best_child.attrs, cb[1], best[1], total) < 0:
                 best, best_child = (cb[0], cb[1], child), child
         node.best = best
         return best

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scheduler_core.model import Key
+
 __all__ = [
     "DEFAULT_TYPICAL_PODS",
     "MILLI",
@@ -131,7 +133,7 @@ def typical_pods_from_requests(pods: Sequence[tuple[float, float]]) -> TypicalPo
 # --------------------------------------------------------------------------- fragmentation
 
 
-def _fits(cpu_free: np.ndarray, gpu_free: np.ndarray, model_idx: np.ndarray, typical: TypicalPods) -> tuple:
+def _fits(cpu_free: np.ndarray, gpu_free: np.ndarray, model_idx: np.ndarray, typical: TypicalPods) -> Key:
     """Per (node, typical pod): (fits, enough (H, M, G): slots with the pod's share free)."""
     g = gpu_free[:, None, :]  # (H, 1, G)
     need = typical.gpu_milli[None, :, None]  # (1, M, 1)
@@ -162,7 +164,8 @@ def node_fragmentation(
     short = np.where(enough, 0, gpu_free[:, None, :]).sum(axis=2)  # (H, M) free milli on too-small GPUs
     idle = gpu_free.sum(axis=1)  # (H,)
     frag = np.where(fits, short, idle[:, None]).astype(np.float64)
-    return frag @ typical.prob
+    expected: np.ndarray = frag @ typical.prob
+    return expected
 
 
 def stranded_gpu_milli(
@@ -174,7 +177,8 @@ def stranded_gpu_milli(
     is excluded). Deterministic, integer-valued."""
     fits, enough = _fits(cpu_free, gpu_free, model_idx, typical)
     usable = (enough & fits[:, :, None]).any(axis=1)  # (H, G)
-    return np.where(usable, 0, gpu_free).sum(axis=1).astype(np.int64)
+    stranded: np.ndarray = np.where(usable, 0, gpu_free).sum(axis=1).astype(np.int64)
+    return stranded
 
 
 def fgd_score(delta: np.ndarray) -> np.ndarray:
@@ -192,7 +196,7 @@ def fractional_deltas(
     cpu_free: np.ndarray,
     gpu_free: np.ndarray,
     model_idx: np.ndarray,
-    cpu_req: int,
+    cpu_req: float,
     milli: int,
     typical: TypicalPods,
     before: np.ndarray,
@@ -217,7 +221,7 @@ def placement_deltas(
     cpu_free: np.ndarray,
     gpu_free: np.ndarray,
     model_idx: np.ndarray,
-    cpu_req: int,
+    cpu_req: float,
     milli: int,
     num: int,
     typical: TypicalPods,
@@ -280,7 +284,8 @@ def model_pressure(
             pressure[allowed] += prob * num * milli / cap
     if overall == 0:
         return np.zeros(n_models)
-    return np.floor(10 * pressure / (overall / capacity.sum()))
+    levels: np.ndarray = np.floor(10 * pressure / (overall / capacity.sum()))
+    return levels
 
 
 def tie_break(

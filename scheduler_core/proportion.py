@@ -565,11 +565,12 @@ def _vec_lt_any(a: list[float], b: list[float]) -> bool:
     return not _vec_le(b, a)
 
 
-def _cmp(a: float | str, b: float | str) -> int:
-    return -1 if a < b else (1 if a > b else 0)  # type: ignore[operator]
+def _cmp(a: Any, b: Any) -> int:
+    """-1, 0 or 1 for two values of one kind (numbers, or names)."""
+    return -1 if a < b else (1 if a > b else 0)
 
 
-_ZEROS = (0.0, 0.0, 0.0)
+_ZEROS: list[float] = [0.0, 0.0, 0.0]  # read only
 
 
 def queue_order_reasons(
@@ -587,7 +588,7 @@ def queue_order_reasons(
     if lo != ro:
         return (1 if lo else -1), "over-utilized"
     # 2. starved first
-    ls, rs = is_starved(left, lreq), is_starved(right, rreq)  # type: ignore[arg-type]
+    ls, rs = is_starved(left, lreq), is_starved(right, rreq)
     if ls != rs:
         return (-1 if ls else 1), "starved"
     # 3. higher queue priority first
@@ -595,8 +596,8 @@ def queue_order_reasons(
         return (-1 if left.priority > right.priority else 1), "priority"
     # 4. zero-share penalty
     la, ra = allocatable_share(left), allocatable_share(right)
-    lz = has_zero_share_violation(left, lreq, la)  # type: ignore[arg-type]
-    rz = has_zero_share_violation(right, rreq, ra)  # type: ignore[arg-type]
+    lz = has_zero_share_violation(left, lreq, la)
+    rz = has_zero_share_violation(right, rreq, ra)
     if lz != rz:
         return (1 if lz else -1), "zero-share"
     # 5. dominant share including the job (and, in victim mode, without the removed victims)

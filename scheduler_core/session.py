@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from scheduler_core import model as m
 from scheduler_core.memo import CycleMemo
+from scheduler_core.model import Key
 from scheduler_core.proportion import QueueAttrs
+
+if TYPE_CHECKING:
+    from scheduler_core.ordering import QueueComparator
+    from scheduler_core.proportion import DivisionStep
 
 CPU, MEM, GPU, PODS = 0, 1, 2, 3
 _EPS = 1e-9
@@ -120,7 +126,7 @@ class SubGroupSet:
         return sum(1 for x in self.members if x.satisfied) >= self.need
 
 
-def request_info(r: m.TaskRequest) -> tuple:
+def request_info(r: m.TaskRequest) -> Key:
     """What a task derives from its request alone: (node charge vector, queue charge vector,
     request part of the placement shape, shared-GPU flag, whole GPUs an eviction frees). Pods of
     one snapshot often share a request object, so the session computes this once per object."""
@@ -157,7 +163,7 @@ class TaskState:
                  "orig_groups", "was_cleared", "shape", "shape_id", "q_counted", "pre_evict", "freed_gpus", "shared",
                  "dynamic", "prefers")
 
-    def __init__(self, index: int, job: JobState, spec: m.TaskSpec, info: tuple | None = None) -> None:
+    def __init__(self, index: int, job: JobState, spec: m.TaskSpec, info: Key | None = None) -> None:
         self.index = index
         self.job = job
         self.spec = spec
@@ -233,7 +239,7 @@ class JobState:
         self.preemptible = spec.preemptible
         self.evicted_by: str | None = None
         self.n_pending = 0  # tasks in Pending, kept by Session._charge
-        self.victim_key: tuple | None = None  # static part of the victim order (evict.VictimJob)
+        self.victim_key: Key | None = None  # static part of the victim order (evict.VictimJob)
         self.has_topology = False  # some member of the gang tree has a topology constraint
         self.elastic: bool | None = None  # cached by is_elastic()
         self.version = 0  # bumped on every change of one of its tasks (caches of derived state key on it)
@@ -291,7 +297,7 @@ class JobState:
 
         return ok(self.root)
 
-    def order_key(self) -> tuple:
+    def order_key(self) -> Key:
         """JobOrder inside a leaf (§2.4): priority, elastic state, age, build order, name."""
         s = self.spec
         return (-self.priority, self.elastic_state(), s.creation, s.build_order, self.uid)
@@ -323,12 +329,13 @@ class Session:
         self._group_seq = 0
         self.ghosts: list[TaskState] = []
         # per job index: (job version, evictable tasks, victim order key) — see evict.VictimOrder
-        self.victim_cache: dict[int, tuple[int, list[TaskState], tuple]] = {}
+        self.victim_cache: dict[int, tuple[int, list[TaskState], Key]] = {}
         self.memo: CycleMemo | None = None  # verdicts remembered across cycles (memo.py), set by the caller
         self.n_groups = 0  # shared-GPU groups on all nodes (each holds one device)
         self._build_nodes()
         self._build_queues()
-        self.queue_comparator = None  # set by cycle.open_session once fair shares are known
+        self.queue_comparator: QueueComparator | None = None  # set by cycle.open_session with the fair shares
+        self.division_steps: list[DivisionStep] = []  # set by cycle.open_session
         self.node_version = 0  # bumped on every change of node usage (placement caches key on it)
         self._build_jobs()
         self._built = False
@@ -439,9 +446,9 @@ class Session:
                 usage=[float(x) for x in self.snapshot.usage.get(name, (0.0, 0.0, 0.0))],
                 preempt_min_runtime=q.preempt_min_runtime_s, reclaim_min_runtime=q.reclaim_min_runtime_s,
             )
-        for q in self.queues.values():
-            if q.parent is not None:
-                self.queues[q.parent].children.append(q.name)
+        for qa in self.queues.values():
+            if qa.parent is not None:
+                self.queues[qa.parent].children.append(qa.name)
         # ancestor chains (leaf first) for fast accounting
         self.chain: dict[str, list[QueueAttrs]] = {}
         for name in self.queues:
@@ -454,9 +461,9 @@ class Session:
     def _build_jobs(self) -> None:
         self.jobs: list[JobState] = []
         self.tasks: list[TaskState] = []
-        shape_ids: dict[tuple, int] = {}
+        shape_ids: dict[Key, int] = {}
         # derived request data per request object (the snapshot keeps the objects alive)
-        infos: dict[int, tuple] = {}
+        infos: dict[int, Key] = {}
         seen: set[str] = set()
         for spec in self.snapshot.jobs:
             job = JobState(len(self.jobs), spec)
@@ -553,8 +560,8 @@ class Session:
         added_default = False
         for t in job.tasks:
             name = t.spec.subgroup or "default"
-            ps = job.pod_sets.get(name)
-            if ps is None:
+            found = job.pod_sets.get(name)
+            if found is None:
                 if name != "default":
                     self._error("task", t.name, "subgroup", f"task {t.name}: unknown subgroup {name!r}")
                     job.valid = False
@@ -564,8 +571,9 @@ class Session:
                 job.root.members.append(ps)
                 job.pod_sets[name] = ps
                 added_default = added_default or name == "default"
-            ps.tasks.append(t)
-            t.pod_set = ps
+                found = ps
+            found.tasks.append(t)
+            t.pod_set = found
         if added_default:
             job.pod_sets["default"].min_available = len(job.pod_sets["default"].tasks)
         for ps in job.pod_sets.values():
@@ -737,13 +745,13 @@ class Session:
                     ns.mig_releasing[p] = ns.mig_releasing.get(p, 0.0) - sign * c
         ext = t.request.extended
         if ext:
-            for p, c in ext.items():
+            for res, amount in ext.items():
                 if status in _ACTIVE_NODE or status == m.RELEASING:
-                    ns.ext_idle[p] = ns.ext_idle.get(p, 0.0) - sign * c
+                    ns.ext_idle[res] = ns.ext_idle.get(res, 0.0) - sign * amount
                 if status == m.RELEASING:
-                    ns.ext_releasing[p] = ns.ext_releasing.get(p, 0.0) + sign * c
+                    ns.ext_releasing[res] = ns.ext_releasing.get(res, 0.0) + sign * amount
                 elif status == m.PIPELINED:
-                    ns.ext_releasing[p] = ns.ext_releasing.get(p, 0.0) - sign * c
+                    ns.ext_releasing[res] = ns.ext_releasing.get(res, 0.0) - sign * amount
 
     # ---- per-session caps (CycleConfig.max_binds / max_pipelines / max_evictions) -----------
     def statement_delta(self, stmt: Statement) -> dict[str, int]:
