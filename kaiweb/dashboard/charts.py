@@ -94,6 +94,24 @@ def allocation_over_time(gpu: list[tuple[datetime, float]], cpu_cores: list[tupl
     return to_dict(fig)
 
 
+def fragmentation_over_time(rows: list[tuple[datetime, float, float]], gpu_total: float) -> dict[str, Any]:
+    """Free GPUs and, beneath them, the stranded ones (free but no typical pod fits), per minute."""
+    if not rows:
+        return EMPTY
+    times = _times([t for t, _, _ in rows])
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        x=times, y=_nums([round(free, 2) for _, free, _ in rows]), name="free", mode="lines",
+        line={"color": MUTED, "width": 1.5}, hovertemplate="%{y} GPUs free<extra></extra>"))
+    fig.add_trace(go.Scatter(
+        x=times, y=_nums([round(stranded, 2) for _, _, stranded in rows]), name="stranded", mode="lines",
+        line={"color": BAD, "width": 2}, fill="tozeroy", fillcolor="rgba(194,59,50,.12)",
+        customdata=_nums([100 * s / gpu_total if gpu_total else 0 for _, _, s in rows]),
+        hovertemplate="%{y} GPUs stranded (%{customdata:.1f}% of the cluster)<extra></extra>"))
+    fig.update_layout(**_layout(yaxis={"title": {"text": "GPUs"}, "rangemode": "tozero"}))
+    return to_dict(fig)
+
+
 def pending_by_queue(rows: list[tuple[str, int]]) -> dict[str, Any]:
     """Horizontal bars: pending workloads per leaf queue (largest on top)."""
     rows = [r for r in rows if r[1] > 0]

@@ -189,6 +189,25 @@ def usage_series(resource: str, since: datetime, until: datetime | None = None,
     return [(row["start"], row["total"] / row["width_seconds"]) for row in rows]
 
 
+def fragmentation_series(since: datetime) -> list[tuple[datetime, float, float]]:
+    """Free and stranded GPUs per minute (summed over shards, averaged over the minute's cycles), from
+    the figures each cycle records. One query, aggregated by the database: at most one row a minute."""
+    from django.db.models import Avg
+    from django.db.models.functions import TruncMinute
+
+    from kaiweb.scheduling.models import SchedulingCycle
+
+    rows = (SchedulingCycle.objects.filter(started_at__gte=since, stranded_gpus__isnull=False)
+            .annotate(minute=TruncMinute("started_at")).values("minute", "shard_id")
+            .annotate(free=Avg("free_gpus"), stranded=Avg("stranded_gpus")).order_by("minute"))
+    per_minute: dict[datetime, list[float]] = {}
+    for row in rows:
+        acc = per_minute.setdefault(row["minute"], [0.0, 0.0])
+        acc[0] += row["free"] or 0.0
+        acc[1] += row["stranded"] or 0.0
+    return [(t, free, stranded) for t, (free, stranded) in per_minute.items()]
+
+
 def status_history(queue: Any, limit: int = 720) -> list[Any]:
     """The queue's most recent recorded figures (oldest first), bounded so a busy day stays cheap."""
     from kaiweb.scheduling.models import QueueStatus

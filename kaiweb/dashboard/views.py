@@ -66,6 +66,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         "allocation_chart": charts.allocation_over_time(gpu_series, cpu_series, totals.gpu_total,
                                                         totals.cpu_total / 1000.0),
         "pending_chart": charts.pending_by_queue([(row.queue.name, row.pending_workloads) for row in leaves]),
+        "fragmentation_chart": charts.fragmentation_over_time(queries.fragmentation_series(day_ago),
+                                                              totals.gpu_total),
         "cycle_badge": CYCLE_STATUS_BADGE,
         "action_badge": PREEMPTION_ACTION_BADGE,
         "now": now,

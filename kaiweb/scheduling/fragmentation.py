@@ -61,6 +61,18 @@ def stranded_gpus(free: list[list[float]], typical_pods: tuple[tuple[float, floa
     return [v / placement.MILLI for v in milli.tolist()]
 
 
+def shard_fragmentation(shard: SchedulingShard) -> tuple[float, float]:
+    """The shard's free GPUs and, of them, the stranded ones, as the database sees its nodes now
+    (three queries: nodes, their pods, the shard's typical pods)."""
+    nodes = [n for n in Node.objects.filter(cluster_id=shard.cluster_id).only(
+        "pk", "labels", "allocatable_gpu", "cluster_id") if _matches_partition(n.labels, shard)]
+    if not nodes:
+        return 0.0, 0.0
+    free = free_per_gpu(nodes)
+    stranded = node_stranded(nodes, [shard], free)
+    return float(sum(sum(v) for v in free.values())), float(sum(stranded.values()))
+
+
 def shard_of(node: Node, shards: list[SchedulingShard]) -> SchedulingShard | None:
     return next((s for s in shards if s.cluster_id == node.cluster_id and _matches_partition(node.labels, s)), None)
 

@@ -27,6 +27,9 @@ class SchedulingCycle(models.Model):
     pipelined = models.PositiveIntegerField(default=0)
     evictions = models.PositiveIntegerField(default=0)
     pending = models.PositiveIntegerField(default=0)
+    free_gpus = models.FloatField(null=True, blank=True, help_text="Free GPUs of the shard's nodes after the cycle.")
+    stranded_gpus = models.FloatField(
+        null=True, blank=True, help_text="Of the free GPUs, those no typical pod of the shard can use (fragmentation).")
     error = models.TextField(blank=True)
 
     class Meta:

@@ -81,7 +81,7 @@ def test_overview_query_count_does_not_grow_with_the_data(client, viewer, ui_dat
     with CaptureQueriesContext(connection) as large:
         client.get("/")
     assert len(large) == len(small)
-    with django_assert_max_num_queries(16):
+    with django_assert_max_num_queries(17):
         client.get("/")
 
 

@@ -137,3 +137,33 @@ def test_the_shard_admin_offers_fragmentation_aware_for_gpus_only(admin_client):
     cpu_select = cpu_select[:cpu_select.index("</select>")]
     assert 'value="fragmentation-aware"' in gpu_select
     assert 'value="fragmentation-aware"' not in cpu_select
+
+
+# --------------------------------------------------------------------------- over time
+
+
+def test_each_cycle_records_the_shards_free_and_stranded_gpus_and_the_overview_draws_them(admin_client):
+    from kaiweb.scheduling import cycle
+    from kaiweb.scheduling.models import SchedulingCycle
+    from tests.celery.builders import small_cluster, submit
+
+    sc = small_cluster(nodes=1, gpus=8)
+    submit(sc, "team-a", "frac", pods=1, fraction=0.9)
+    outcome = cycle.run_and_record_cycle(sc.shard, trigger="test", advance=False)
+    row = SchedulingCycle.objects.get(pk=outcome.cycle_id)
+    assert outcome.binds == 1
+    # one device holds the 0.9 pod: 7 whole GPUs and 0.1 free; no typical pod fits in 0.1
+    assert row.free_gpus == pytest.approx(7.1)
+    assert row.stranded_gpus == pytest.approx(0.1)
+    assert "fragmentation" in row.phase_durations
+
+    SchedulingCycle.objects.filter(pk=row.pk).update(started_at=dt.datetime.now(tz=dt.UTC))
+    from kaiweb.dashboard.queries import fragmentation_series
+
+    series = fragmentation_series(dt.datetime.now(tz=dt.UTC) - dt.timedelta(hours=24))
+    assert [(free, stranded) for _, free, stranded in series] == [(pytest.approx(7.1), pytest.approx(0.1))]
+    html = admin_client.get("/").content.decode()
+    chart = html[html.index('<script id="fragmentation-chart"'):]
+    chart = chart[:chart.index("</script>")]
+    assert '"name": "free"' in chart
+    assert '"name": "stranded"' in chart
