@@ -230,6 +230,12 @@ class ReplayResult:
         busy = sum(float(c["allocated_gpus"]) * float(c["dt"]) for c in self.cycles)  # type: ignore[arg-type]
         span = sum(float(c["dt"]) for c in self.cycles)  # type: ignore[arg-type]
         frag = sum(float(c["stranded_gpus"]) * float(c["dt"]) for c in self.cycles)  # type: ignore[arg-type]
+        # while some job waits, the share of GPUs nobody holds: what placement left unusable
+        waiting = [c for c in self.cycles if int(c["pending_jobs"]) > 0]  # type: ignore[call-overload]
+        wait_span = sum(float(c["dt"]) for c in waiting)  # type: ignore[arg-type]
+        idle_while_waiting = sum((self.total_gpus - float(c["allocated_gpus"])) * float(c["dt"])  # type: ignore[arg-type]
+                                 for c in waiting)
+        waits_sorted, jcts_sorted = sorted(waits), sorted(jcts)
         return {
             "jobs": len(self.jobs),
             "completed": len(jcts),
@@ -239,8 +245,12 @@ class ReplayResult:
             "total_gpus": self.total_gpus,
             "gpu_utilisation": round(busy / (span * self.total_gpus), 4) if span else 0.0,
             "stranded_gpus_avg": round(frag / span, 3) if span else 0.0,
+            "unallocated_gpu_pct_while_waiting": (round(100 * idle_while_waiting / (wait_span * self.total_gpus), 2)
+                                                  if wait_span else None),
             "queueing_delay_mean_s": _r(_mean(waits)),
+            "queueing_delay_p95_s": _r(_pct(waits_sorted, 95)) if waits_sorted else None,
             "jct_mean_s": _r(_mean(jcts)),
+            "jct_p95_s": _r(_pct(jcts_sorted, 95)) if jcts_sorted else None,
             "jain_fairness": _r(self.fairness(), 4),
             "jain_fairness_vs_quota": _r(self.fairness("quota_gpus_avg"), 4),
             "preempted_jobs": self.preempted_jobs,

@@ -17,6 +17,7 @@ Supported formats (each trace folder's README gives the columns and units):
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -399,6 +400,29 @@ def read_dirlab_jobs(path: str | Path, *, include_cpu_jobs: bool = False) -> Job
         )
     return JobTrace(name=p.stem, jobs=_sorted(jobs), has_users=True)
 
+
+
+def openb_jobs(pods: PodList, name: str = "openb", since: float = 0.0) -> JobTrace:
+    """The GPU pods of an ``openb`` pod list as one-pod jobs for a job-level replay.
+
+    A job arrives at the pod's ``creation_time`` (pods created before ``since`` are left out) and
+    runs for ``deletion_time - scheduled_time`` seconds (at least 1); pods without those times, and
+    CPU-only pods, are left out. A pod of one GPU asks for ``gpu_milli / 1000`` of it (a shared
+    GPU); a pod of several GPUs asks for them whole."""
+    jobs: list[Job] = []
+    for k, pod_name in enumerate(pods.names):
+        n, milli = int(pods.num_gpu[k]), int(pods.gpu_milli[k])
+        created, deleted, scheduled = (float(pods.creation_time[k]), float(pods.deletion_time[k]),
+                                       float(pods.scheduled_time[k]))
+        if n == 0 or milli == 0 or math.isnan(created) or math.isnan(deleted) or math.isnan(scheduled):
+            continue
+        if created < since:
+            continue
+        per_pod = milli / 1000.0 if n == 1 else float(n)
+        jobs.append(Job(job_id=pod_name, submit_time=created, duration=max(1.0, deleted - scheduled),
+                        num_gpu=max(1, n), num_pods=1, gpu_per_pod=per_pod,
+                        cpu_milli_per_pod=int(pods.cpu_milli[k]), memory_mib_per_pod=int(pods.memory_mib[k])))
+    return JobTrace(name=name, jobs=_sorted(jobs), has_users=False)
 
 
 def read_job_trace(path: str | Path) -> JobTrace:
