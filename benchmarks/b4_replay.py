@@ -6,7 +6,7 @@ same jobs are replayed twice through the engine's cycle, once per ``gpu_placemen
 runs are printed side by side as JSON: unallocated GPU % while jobs wait, queueing delay (mean,
 p95), job completion time (mean, p95), stranded GPUs, cycles and seconds per run.
 
-    .venv/bin/python benchmarks/b4_replay.py --jobs 1500
+    .venv/bin/python benchmarks/b4_replay.py --jobs 1000 --arrival-speedup 10 --load 1.2
 
 Needs ``../shared/traces`` (or ``--traces``); exits with a message when it is absent.
 """
@@ -82,11 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--since", type=float, default=10_600_000.0,
                         help="leave out pods created before this trace second (the trace starts with a snapshot "
                              "of pods already running; arrivals follow)")
-    parser.add_argument("--jobs", type=int, default=1500, help="replay the first N arriving GPU pods")
-    parser.add_argument("--load", type=float, default=1.1, help="offered GPU load / capacity that sizes the cluster")
+    parser.add_argument("--jobs", type=int, default=1000, help="replay the first N arriving GPU pods")
+    parser.add_argument("--load", type=float, default=1.2, help="offered GPU load / capacity that sizes the cluster")
     parser.add_argument("--nodes", type=int, default=0, help="nodes (default: sized by --load)")
     parser.add_argument("--period", type=float, default=60.0, help="seconds between cycles")
-    parser.add_argument("--arrival-speedup", type=float, default=1.0,
+    parser.add_argument("--arrival-speedup", type=float, default=10.0,
                         help="divide the gaps between arrivals by this (durations unchanged): a busier cluster")
     args = parser.parse_args(argv)
     path = Path(args.traces) / "alibaba_gpu_v2023_openb" / args.pods
