@@ -1,4 +1,7 @@
-"""Writes of the workloads app: submit (simulated cluster) or record (observed) PodGroups and pods."""
+"""Writes of the workloads app: submit (simulated cluster) or record (observed) PodGroups and pods.
+
+Every change a person makes (create, move to another queue or any other edit, delete) writes an audit
+entry with the old and new values in the same transaction; the cluster mirror does not come here."""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from kaiweb.audit import services as audit
+from kaiweb.audit.choices import AuditAction, AuditSource
 from kaiweb.cluster.models import Cluster
 from kaiweb.core.services import Change, reject_unknown_fields
 from kaiweb.queues.models import PriorityClass, Queue
@@ -69,7 +74,8 @@ def _pod_errors(index: int, pod: Pod) -> dict[str, str]:
     return errors
 
 
-def create_workload(data: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] = ()) -> Change[Workload]:
+def create_workload(data: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] = (), *, actor: Any = None,
+                    source: str = AuditSource.SYSTEM) -> Change[Workload]:
     """Create a workload and its pods in one transaction (queue, class and cluster by object, id or name)."""
     reject_unknown_fields(dict(data), WORKLOAD_FIELDS)
     with transaction.atomic():
@@ -111,17 +117,21 @@ def create_workload(data: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] =
         for pod in pod_objects:
             pod.workload = workload
         Pod.objects.bulk_create(pod_objects)
+        audit.record(workload, AuditAction.CREATE, actor=actor, source=source,
+                     after={**audit.snapshot(workload), "pods": len(pod_objects)})
         return Change(workload)
 
 
 UPDATABLE_FIELDS = frozenset({"queue", "priority_class", "preemptibility", "min_member", "min_subgroup", "labels"})
 
 
-def update_workload(workload: Workload, data: Mapping[str, Any]) -> Change[Workload]:
+def update_workload(workload: Workload, data: Mapping[str, Any], *, actor: Any = None,
+                    source: str = AuditSource.SYSTEM) -> Change[Workload]:
     """Move a workload to another (leaf) queue, or change its class, preemptibility or gang size."""
     reject_unknown_fields(dict(data), UPDATABLE_FIELDS)
     with transaction.atomic():
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        before = audit.snapshot(workload)
         values = dict(data)
         if "queue" in values:
             values["queue"] = _resolve(Queue, values["queue"], "queue", "queue")
@@ -137,9 +147,15 @@ def update_workload(workload: Workload, data: Mapping[str, Any]) -> Change[Workl
         if workload.min_member is not None and pods and workload.min_member > pods:
             raise ValidationError({"min_member": f"is {workload.min_member} but the workload has only {pods} pod(s)"})
         workload.save()
+        after = audit.snapshot(workload)
+        if after != before:
+            audit.record(workload, AuditAction.UPDATE, actor=actor, source=source, before=before, after=after)
         return Change(workload)
 
 
-def delete_workload(workload: Workload) -> None:
+def delete_workload(workload: Workload, *, actor: Any = None, source: str = AuditSource.SYSTEM) -> None:
     """Forget a workload and its pods (its scheduling history keeps the names)."""
-    workload.delete()
+    with transaction.atomic():
+        before = {**audit.snapshot(workload), "pods": workload.pods.count()}
+        audit.record(workload, AuditAction.DELETE, actor=actor, source=source, before=before)
+        workload.delete()

@@ -10,6 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from kaiweb.audit.choices import AuditSource
 from kaiweb.core.api.base import ServiceErrorsMixin
 from kaiweb.workloads import selectors, services
 from kaiweb.workloads.api import serializers as s
@@ -43,7 +44,7 @@ class WorkloadViewSet(
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         pods = [dict(p) for p in data.pop("pods", [])]
-        change = services.create_workload(data, pods)
+        change = services.create_workload(data, pods, actor=request.user, source=AuditSource.API)
         obj = selectors.workloads(with_pods=True).get(pk=change.obj.pk)
         return Response(s.WorkloadDetailSerializer(obj).data, status=status.HTTP_201_CREATED)
 
@@ -51,12 +52,13 @@ class WorkloadViewSet(
         instance = self.get_object()
         serializer = s.WorkloadUpdateSerializer(instance, data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        change = services.update_workload(instance, dict(serializer.validated_data))
+        change = services.update_workload(instance, dict(serializer.validated_data), actor=request.user,
+                                          source=AuditSource.API)
         obj = selectors.workloads().get(pk=change.obj.pk)
         return Response(s.WorkloadSerializer(obj).data)
 
     def perform_destroy(self, instance: Any) -> None:
-        services.delete_workload(instance)
+        services.delete_workload(instance, actor=self.request.user, source=AuditSource.API)
 
     @extend_schema(responses=s.PendingReasonSerializer(many=True), filters=False)
     @action(detail=True, methods=["get"], url_path="pending-history", filterset_class=None)

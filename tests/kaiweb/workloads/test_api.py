@@ -126,3 +126,34 @@ def test_moving_a_workload_keeps_it_on_a_leaf_queue(admin_api, viewer_api, queue
     assert (moved.json()["queue"], moved.json()["priority_class"]) == ("team-inference", "build")
     too_big = admin_api.patch(url, {"min_member": 3}, format="json")
     assert too_big.json() == {"min_member": ["is 3 but the workload has only 1 pod(s)"]}
+
+
+def test_every_workload_change_through_the_api_is_audited_with_who_and_what(admin_api, queue_tree, client,
+                                                                              platform_admin):
+    from kaiweb.audit.models import AuditEntry
+
+    created = submit(admin_api)
+    assert created.status_code == 201
+    pk = created.json()["id"]
+    entry = AuditEntry.objects.get(object_type="workloads.workload", action="create")
+    assert (entry.actor_name, entry.source, entry.object_id) == ("platform-admin", "api", str(pk))
+    assert entry.after["queue_id"] == queue_tree["team-training"].pk
+    assert entry.after["pods"] == 2
+
+    moved = admin_api.patch(f"/api/v1/workloads/{pk}/", {"queue": "team-inference"}, format="json")
+    assert moved.status_code == 200
+    update = AuditEntry.objects.get(object_type="workloads.workload", action="update")
+    assert update.changes()["queue_id"] == (queue_tree["team-training"].pk, queue_tree["team-inference"].pk)
+    # a refused change writes nothing
+    admin_api.patch(f"/api/v1/workloads/{pk}/", {"queue": "department-a"}, format="json")
+    assert AuditEntry.objects.filter(object_type="workloads.workload", action="update").count() == 1
+
+    assert admin_api.delete(f"/api/v1/workloads/{pk}/").status_code == 204
+    gone = AuditEntry.objects.get(object_type="workloads.workload", action="delete")
+    assert gone.before["name"] == "train-1"
+    assert "train-1" in gone.object_repr
+
+    # the audit page reads the move by queue name
+    client.force_login(platform_admin)
+    html = client.get("/audit/?object_type=workloads.workload&action=update").content.decode()
+    assert 'queue: <span class="delta-down">team-training</span> → <span class="delta-up">team-inference</span>' in html
