@@ -11,7 +11,7 @@ from kaiweb.accounts import roles
 from kaiweb.core.admin import SOURCE, ServiceAdmin
 from kaiweb.core.services import Change
 from kaiweb.queues import services
-from kaiweb.queues.models import PriorityClass, Queue, QueueMembership
+from kaiweb.queues.models import PriorityClass, Queue, QueueBounds, QueueMembership
 from kaiweb.queues.services import QUEUE_FIELDS
 
 
@@ -131,3 +131,23 @@ class QueueMembershipAdmin(ServiceAdmin):
 
     def service_delete(self, request: Any, obj: Any) -> None:
         services.set_membership(obj.queue, obj.user, None, actor=request.user, source=SOURCE)
+
+
+@admin.register(QueueBounds)
+class QueueBoundsAdmin(ServiceAdmin):
+    """What queue admins may set on their queues; platform admins change it."""
+
+    list_display = ("__str__", "max_priority", "max_gpu_quota", "max_gpu_limit", "max_over_quota_weight")
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False  # one row, created on first use
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def get_queryset(self, request: Any) -> Any:
+        QueueBounds.load()
+        return super().get_queryset(request)
+
+    def service_save(self, request: Any, obj: Any, data: dict[str, Any], change: bool) -> Change[Any]:
+        return services.update_bounds(data, actor=request.user, source=SOURCE)

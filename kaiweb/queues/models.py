@@ -22,13 +22,12 @@ k8s_name_validator = RegexValidator(
     "must be a Kubernetes name: lowercase letters, digits, '-' and '.', starting and ending alphanumeric",
     code="invalid_name",
 )
-# A quota or limit is a non-negative amount, or -1 for unlimited.
-amount_validator = MinValueValidator(UNLIMITED, "must be -1 (unlimited) or a non-negative amount")
-weight_validator = MinValueValidator(0, "must not be negative")
 
 
 def _amount_field(default: float, help_text: str) -> models.FloatField:
-    return models.FloatField(default=default, validators=[amount_validator], help_text=help_text)
+    # A quota or limit is a non-negative amount, or -1 for unlimited: checked, with the value in the
+    # message, by Queue.clean (validators.quota_errors), the one place of that rule.
+    return models.FloatField(default=default, help_text=help_text)
 
 
 class Queue(TimeStampedModel):
@@ -48,13 +47,13 @@ class Queue(TimeStampedModel):
     # -1 means unlimited, matching KAI's Queue CRD; a limit of 0 means "none of it at all".
     cpu_quota = _amount_field(0, "Guaranteed CPU (millicores); -1 = unlimited.")
     cpu_limit = _amount_field(UNLIMITED, "CPU cap (millicores); -1 = no cap, 0 = none.")
-    cpu_over_quota_weight = models.FloatField(default=1, validators=[weight_validator])
+    cpu_over_quota_weight = models.FloatField(default=1)
     memory_quota = _amount_field(0, "Guaranteed memory (MB); -1 = unlimited.")
     memory_limit = _amount_field(UNLIMITED, "Memory cap (MB); -1 = no cap, 0 = none.")
-    memory_over_quota_weight = models.FloatField(default=1, validators=[weight_validator])
+    memory_over_quota_weight = models.FloatField(default=1)
     gpu_quota = _amount_field(0, "Guaranteed GPUs (devices, fractions allowed); -1 = unlimited.")
     gpu_limit = _amount_field(UNLIMITED, "GPU cap (devices); -1 = no cap, 0 = none.")
-    gpu_over_quota_weight = models.FloatField(default=1, validators=[weight_validator])
+    gpu_over_quota_weight = models.FloatField(default=1)
     preempt_min_runtime = models.DurationField(
         null=True, blank=True, help_text="Minimum runtime before preemption; empty = inherit."
     )
@@ -193,3 +192,46 @@ class PriorityClass(TimeStampedModel):
         """An unsaved PriorityClass; an unset preemptibility follows KAI's rule (value below 100)."""
         preemptible = cls.default_preemptible(spec.value) if spec.preemptible is None else spec.preemptible
         return cls(name=spec.name, value=spec.value, preemptible=preemptible)
+
+
+class QueueBounds(models.Model):
+    """What queue admins may set on the queues they administer (a single row, edited by platform admins).
+
+    Platform admins and the cluster mirror are not bound. A bound applies to the value being set: a
+    queue admin may keep a value a platform admin set above it, but not raise one past it. An
+    unlimited quota or limit (-1) counts as above any bound of that field."""
+
+    max_priority = models.IntegerField(default=1000, help_text="Highest queue priority a queue admin may set.")
+    max_gpu_quota = models.FloatField(default=1024, validators=[MinValueValidator(0)],
+                                      help_text="GPUs (devices).")
+    max_gpu_limit = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)],
+                                      help_text="GPUs (devices); empty: any limit, unlimited included.")
+    max_cpu_quota = models.FloatField(default=100_000_000, validators=[MinValueValidator(0)],
+                                      help_text="Millicores (100,000 cores by default).")
+    max_memory_quota = models.FloatField(default=1_000_000_000, validators=[MinValueValidator(0)],
+                                         help_text="MB (1 PB by default).")
+    max_over_quota_weight = models.FloatField(default=100, validators=[MinValueValidator(0)],
+                                              help_text="Over-quota weight, for every resource.")
+
+    class Meta:
+        verbose_name_plural = "queue bounds"
+        constraints = [models.CheckConstraint(condition=models.Q(pk=1), name="%(app_label)s_%(class)s_singleton")]
+
+    def __str__(self) -> str:
+        return "bounds for queue admins"
+
+    @classmethod
+    def load(cls) -> QueueBounds:
+        """The single row, created with the defaults on first use."""
+        obj, _ = cls.objects.get_or_create(pk=1)
+        return obj
+
+    def limits(self) -> dict[str, float | None]:
+        """Field of a queue → the highest value a queue admin may give it (None: no bound)."""
+        out: dict[str, float | None] = {
+            "priority": self.max_priority, "gpu_quota": self.max_gpu_quota, "gpu_limit": self.max_gpu_limit,
+            "cpu_quota": self.max_cpu_quota, "memory_quota": self.max_memory_quota,
+        }
+        for r in RESOURCES:
+            out[f"{r}_over_quota_weight"] = self.max_over_quota_weight
+        return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -23,7 +24,7 @@ from kaiweb.audit.choices import AuditAction, AuditSource
 from kaiweb.core.choices import RESOURCES, UNLIMITED
 from kaiweb.core.services import Change, reject_unknown_fields
 from kaiweb.queues.choices import MembershipRole
-from kaiweb.queues.models import PriorityClass, Queue, QueueMembership
+from kaiweb.queues.models import PriorityClass, Queue, QueueBounds, QueueMembership
 from kaiweb.workloads.choices import ACTIVE_WORKLOAD_STATES
 
 Actor = AbstractBaseUser | AnonymousUser | None
@@ -205,6 +206,55 @@ def _apply(queue: Queue, data: Mapping[str, Any]) -> Queue | None:
     return parent
 
 
+def check_bounds(queue: Queue, actor: Actor, before: Mapping[str, Any] | None = None) -> None:
+    """A queue admin (not a platform admin, not the system) may not raise a field past the platform
+    admins' bound (`QueueBounds`); each field past it is named with the bound. `before` holds the
+    stored values: a value that did not change is not judged again."""
+    from kaiweb.accounts import roles
+
+    if actor is None or not getattr(actor, "is_authenticated", False) or roles.is_platform_admin(actor):
+        return
+    errors: dict[str, str] = {}
+    for field, bound in QueueBounds.load().limits().items():
+        if bound is None:
+            continue
+        value = getattr(queue, field)
+        if before is not None and before.get(field) == value:
+            continue
+        unlimited = field != "priority" and value == UNLIMITED
+        if unlimited or value > bound:
+            shown = "unlimited (-1)" if unlimited else f"{value:g}"
+            errors[field] = (f"{shown} is above {bound:g}, the most a queue admin may set (a platform admin's "
+                             "bound); ask a platform admin")
+    if errors:
+        raise ValidationError(errors)
+
+
+BOUNDS_FIELDS = frozenset({"max_priority", "max_gpu_quota", "max_gpu_limit", "max_cpu_quota", "max_memory_quota",
+                           "max_over_quota_weight"})
+
+
+def update_bounds(data: Mapping[str, Any], *, actor: Actor = None, source: str = AuditSource.SYSTEM) -> Change[QueueBounds]:
+    """Change what queue admins may set (platform admins only: the admin and callers check the role)."""
+    reject_unknown_fields(dict(data), BOUNDS_FIELDS)
+    with transaction.atomic():
+        QueueBounds.load()
+        obj = QueueBounds.objects.select_for_update().get(pk=1)
+        before = audit.snapshot(obj)
+        for key, value in data.items():
+            setattr(obj, key, value)
+        obj.full_clean(validate_constraints=False)
+        for field in BOUNDS_FIELDS:
+            value = getattr(obj, field)
+            if value is not None and not math.isfinite(float(value)):
+                raise ValidationError({field: "must be a finite number"})
+        obj.save()
+        after = audit.snapshot(obj)
+        if after != before:
+            audit.record(obj, AuditAction.UPDATE, actor=actor, source=source, before=before, after=after)
+        return Change(obj)
+
+
 def create_queue(data: Mapping[str, Any], *, actor: Actor = None, source: str = AuditSource.SYSTEM) -> Change[Queue]:
     """Create a queue from field values (parent as object, id or name)."""
     with transaction.atomic():
@@ -213,6 +263,7 @@ def create_queue(data: Mapping[str, Any], *, actor: Actor = None, source: str = 
         if queue.name and Queue.objects.filter(name=queue.name).exists():
             raise ValidationError({"name": f"a queue named {queue.name!r} already exists; queue names are unique"})
         _validate(queue)
+        check_bounds(queue, actor)
         check_tree(queue, parent)
         _save_unique(queue)
         audit.record(queue, AuditAction.CREATE, actor=actor, source=source, after=audit.snapshot(queue))
@@ -238,6 +289,7 @@ def update_queue(
         if queue.name != old_name and Queue.objects.filter(name=queue.name).exclude(pk=queue.pk).exists():
             raise ValidationError({"name": f"a queue named {queue.name!r} already exists; queue names are unique"})
         _validate(queue)
+        check_bounds(queue, actor, before)
         if "parent" in data:
             check_tree(queue, parent)
         _save_unique(queue)
