@@ -262,7 +262,8 @@ CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="django-db")
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's database schedule, touching the heartbeat the beat pod's probes check
+CELERY_BEAT_SCHEDULER = "kaiweb.core.beat:HeartbeatScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # A broker restart must not end the worker: retry connecting for ever (also at start-up), with
 # keep-alives and a health check so a dead Redis connection is noticed and replaced.

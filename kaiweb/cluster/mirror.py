@@ -324,9 +324,12 @@ def mirror_state(cluster: Cluster) -> MirrorState:
 
 def record_heartbeat(cluster: Cluster) -> None:
     """Mark the watcher of ``cluster`` as alive now (watch_cluster calls it periodically)."""
+    from kaiweb.core import heartbeat
+
     updated = MirrorState.objects.filter(cluster=cluster).update(watcher_heartbeat_at=timezone.now())
     if not updated:
         MirrorState.objects.get_or_create(cluster=cluster, defaults={"watcher_heartbeat_at": timezone.now()})
+    heartbeat.beat("watcher")  # for the watcher pod's probes: the database answered just now
 
 
 def heartbeat_seconds() -> float:

@@ -145,6 +145,44 @@ def test_worker_probe_pings_the_workers_own_node_name(helm: str) -> None:
     assert '--destination "celery@$POD_NAME"' in probe
 
 
+@pytest.mark.parametrize("component", ["beat", "watcher"])
+def test_beat_and_watcher_probes_check_their_heartbeat(helm: str, component: str) -> None:
+    pod = by_kind(render(helm, SECRETS), "Deployment")[name(component)]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["exec"]["command"] == [
+            "python", "-m", "kaiweb.core.heartbeat", component, "--max-age", "120"], probe
+    off = by_kind(render(helm, [*SECRETS, f"{component}.probe.enabled=false"]), "Deployment")[name(component)]
+    assert "livenessProbe" not in off["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_every_container_asks_for_resources_and_the_image_is_pinned(helm: str) -> None:
+    for component, pod in pod_templates(render(helm, SECRETS)).items():
+        for container in pod["spec"]["containers"]:
+            assert container["resources"]["requests"]["cpu"], component
+            assert container["resources"]["limits"]["memory"], component
+            image = container["image"]
+            assert ":" in image.rsplit("/", 1)[-1], image
+            assert not image.endswith(":latest"), image
+
+
+def test_network_policies_let_http_into_web_only_and_out_to_named_ports(helm: str) -> None:
+    policies = by_kind(render(helm, SECRETS), "NetworkPolicy")
+    everyone = policies[f"{RELEASE}-kaiweb"]
+    assert everyone["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "kaiweb",
+                                                              "app.kubernetes.io/instance": RELEASE}
+    assert everyone["spec"]["ingress"] == []
+    ports = {p["port"] for rule in everyone["spec"]["egress"] for p in rule["ports"]}
+    assert {53, 5432, 6379, 443, 6443} <= ports
+    web = policies[name("web")]
+    assert web["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "web"
+    assert web["spec"]["ingress"] == [{"ports": [{"port": 8000, "protocol": "TCP"}]}]
+    narrowed = by_kind(render(helm, [*SECRETS, "networkPolicy.webFrom[0].namespaceSelector.matchLabels.ingress=yes"]),
+                       "NetworkPolicy")[name("web")]
+    assert narrowed["spec"]["ingress"][0]["from"] == [{"namespaceSelector": {"matchLabels": {"ingress": "yes"}}}]
+    assert by_kind(render(helm, [*SECRETS, "networkPolicy.enabled=false"]), "NetworkPolicy") == {}
+
+
 def test_every_pod_runs_restricted(helm: str) -> None:
     for component, pod in pod_templates(render(helm, SECRETS)).items():
         spec = pod["spec"]

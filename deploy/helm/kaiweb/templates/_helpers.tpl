@@ -211,3 +211,25 @@ annotations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/*
+Liveness and readiness of a process that serves no HTTP (beat, watcher): its heartbeat file is fresh
+(kaiweb.core.heartbeat). Takes (dict "name" "beat" "probe" .Values.beat.probe).
+*/}}
+{{- define "kaiweb.heartbeatProbes" -}}
+{{- if .probe.enabled }}
+livenessProbe:
+  exec:
+    command: [python, -m, kaiweb.core.heartbeat, {{ .name }}, --max-age, {{ .probe.maxAgeSeconds | quote }}]
+  initialDelaySeconds: {{ .probe.initialDelaySeconds }}
+  periodSeconds: {{ .probe.periodSeconds }}
+  timeoutSeconds: 10
+  failureThreshold: {{ .probe.failureThreshold }}
+readinessProbe:
+  exec:
+    command: [python, -m, kaiweb.core.heartbeat, {{ .name }}, --max-age, {{ .probe.maxAgeSeconds | quote }}]
+  initialDelaySeconds: 5
+  periodSeconds: {{ .probe.periodSeconds }}
+  timeoutSeconds: 10
+{{- end }}
+{{- end }}
