@@ -310,6 +310,10 @@ KAI_WHATIF_MAX_HORIZON_HOURS = env.float("KAI_WHATIF_MAX_HORIZON_HOURS", default
 KAI_WHATIF_MAX_CYCLES = env.int("KAI_WHATIF_MAX_CYCLES", default=2000)
 KAI_WHATIF_MAX_JOBS = env.int("KAI_WHATIF_MAX_JOBS", default=2000)
 KAI_WHATIF_MAX_WORK = env.int("KAI_WHATIF_MAX_WORK", default=400_000)
+# What-ifs run on a worker: at most this long each, and this many queued or running per user at once.
+KAI_WHATIF_TIME_LIMIT_S = env.int("KAI_WHATIF_TIME_LIMIT_S", default=300)
+KAI_WHATIF_MAX_RUNNING_PER_USER = env.int("KAI_WHATIF_MAX_RUNNING_PER_USER", default=2)
+KAI_WHATIF_KEEP_PER_USER = env.int("KAI_WHATIF_KEEP_PER_USER", default=20)
 
 # ---------------------------------------------------------------- utilization, idle GPUs, reports
 # Prometheus with NVIDIA's DCGM exporter metrics (empty: utilization from the simulated cluster only).

@@ -101,3 +101,15 @@ def queue_admin_api(queue_admin) -> APIClient:
 @pytest.fixture
 def viewer_api(viewer) -> APIClient:
     return _client_for(viewer)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _tasks_run_inline():
+    """Tasks that views send (a what-if) run inline in the test process; the real-worker tests in
+    tests/celery and tests/fault send theirs by name to a real worker (send_task ignores this)."""
+    from kaiweb.celery import app
+
+    before = {k: app.conf.get(k) for k in ("task_always_eager", "task_eager_propagates")}
+    app.conf.update(task_always_eager=True, task_eager_propagates=True)
+    yield
+    app.conf.update(before)

@@ -494,7 +494,7 @@ def run_whatif(
     changes: Mapping[str, Any] | None = None, window: timedelta = DEFAULT_WINDOW, shard: Any = None, *,
     yaml_text: str | None = None, now: datetime | None = None, max_jobs: int = DEFAULT_MAX_JOBS,
     max_horizon_s: float = DEFAULT_MAX_HORIZON_S, period_s: float | None = None,
-    max_cycles: int = DEFAULT_MAX_CYCLES, consolidation: bool = False,
+    max_cycles: int = DEFAULT_MAX_CYCLES, consolidation: bool = False, check_only: bool = False,
 ) -> dict[str, Any]:
     """Replay the recorded jobs under the current tree and under the changed one; JSON-ready.
 
@@ -569,6 +569,8 @@ def run_whatif(
             f"{len(rec.jobs)} replayed workloads × {budget} cycles per run = {work} is above the limit of "
             f"{limits.work} (KAI_WHATIF_MAX_WORK); lower max_jobs, max_cycles or max_horizon_hours, "
             "or narrow the window"]})
+    if check_only:
+        return {**base, "checked": True, "work": work}  # every input is valid and the work within its bound
     config = ReplayConfig(period_s=float(period_s), cycle=cycle, max_cycles=budget)
     ra = replay(rec.jobs, current, cluster, config, rec.queue_of)
     rb = replay(rec.jobs, proposed, cluster, config, rec.queue_of)

@@ -180,26 +180,60 @@ def page(request: HttpRequest) -> HttpResponse:
             data["mode"] = "fields"
         form = WhatIfForm(data, queues=queues)
         if form.is_valid():
-            _run(form, context)
+            _run(request, form, context)
     else:
         form = WhatIfForm(initial=_initial(chosen), queues=queues)
     context["form"] = form
     return render_page(request, "whatif/page.html", context, partial="whatif/partials/body.html")
 
 
-def _run(form: WhatIfForm, context: dict[str, Any]) -> None:
+def _run(request: HttpRequest, form: WhatIfForm, context: dict[str, Any]) -> None:
+    """Check the inputs and send the what-if to a worker; the page then polls `run_status`."""
+    from kaiweb.dashboard import whatif_runs
+
     data = form.cleaned_data
+    window_hours = data.get("window_hours") or 24.0
     try:
-        window = whatif.window_from_hours(data.get("window_hours"))
         if data.get("mode") == "yaml":
-            result = whatif.run_whatif(window=window, yaml_text=data.get("yaml") or "")
+            run = whatif_runs.submit(request.user, yaml=data.get("yaml") or "", window_hours=window_hours)
         else:
             if not data.get("queue"):
                 form.add_error("queue", "choose the queue to change")
                 return
-            result = whatif.run_whatif(form.changes(), window)
+            run = whatif_runs.submit(request.user, changes=form.changes(), window_hours=window_hours)
     except whatif.WhatIfInputError as exc:
         _put_errors(form, exc.message_dict)
         return
-    context["result"] = result
-    context.update(present(result))
+    except whatif_runs.TooManyRuns as exc:
+        form.add_error(None, str(exc))
+        return
+    run.refresh_from_db()
+    context.update(_run_context(run))
+
+
+def _run_context(run: Any) -> dict[str, Any]:
+    from django.conf import settings
+
+    context: dict[str, Any] = {"run": run, "time_limit": settings.KAI_WHATIF_TIME_LIMIT_S, "result": None}
+    if run.result is not None:
+        context["result"] = run.result
+        context.update(present(run.result))
+    return context
+
+
+def run_status(request: HttpRequest, pk: int) -> HttpResponse:
+    """The result area of one of the user's what-if runs (polled by the page until it is finished)."""
+    from django.shortcuts import get_object_or_404
+    from django.template.loader import render_to_string
+
+    from kaiweb.accounts import roles
+    from kaiweb.dashboard.models import WhatIfRun
+
+    runs = WhatIfRun.objects.all() if roles.is_platform_admin(request.user) else WhatIfRun.objects.filter(
+        user=request.user)
+    run = get_object_or_404(runs, pk=pk)
+    context = _run_context(run)
+    summary = render_to_string("whatif/partials/summary.html", context, request=request)
+    below = render_to_string("whatif/partials/below.html", context, request=request)
+    return HttpResponse(f'<div id="whatif-summary-body" hx-swap-oob="innerHTML">{summary}</div>'
+                        f'<div id="whatif-below" hx-swap-oob="innerHTML">{below}</div>')

@@ -14,6 +14,7 @@ urlpatterns = [
     # "-" cannot start a queue name (Kubernetes names start alphanumeric), so this never shadows a queue.
     path("-/add/", views.create, name="create"),
     path("what-if/", whatif_views.page, name="whatif"),
+    path("what-if/runs/<int:pk>/", whatif_views.run_status, name="whatif_run"),
     path("<str:name>/", views.detail, name="detail"),
     path("<str:name>/edit/", views.edit, name="edit"),
     path("<str:name>/edit/preview/", views.preview, name="preview"),

@@ -30,4 +30,5 @@
 
   document.addEventListener("DOMContentLoaded", function () { drawAll(document); });
   document.addEventListener("htmx:afterSettle", function (evt) { drawAll(evt.target); });
+  document.addEventListener("htmx:oobAfterSwap", function (evt) { drawAll(evt.detail.target || document); });
 })();

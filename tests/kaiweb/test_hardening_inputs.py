@@ -214,7 +214,7 @@ def test_whatif_total_work_is_capped(viewer_api, recorded, settings):
     assert "6 replayed workloads × 50 cycles per run = 300" in message
     assert "KAI_WHATIF_MAX_WORK" in message
     settings.KAI_WHATIF_MAX_WORK = 6 * 50
-    assert _whatif(viewer_api, max_cycles=50, max_horizon_hours=100).status_code == 200
+    assert _whatif(viewer_api, max_cycles=50, max_horizon_hours=100).status_code == 202
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", [1], {"a": 1}])
@@ -269,7 +269,7 @@ _nested = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=3) | st.dic
 def test_generated_whatif_changes_never_give_a_server_error(viewer_api, recorded, field, value):
     body = json.dumps({"changes": {"alpha": {field: value}}, "max_cycles": 5}, allow_nan=True)
     response = viewer_api.post("/api/v1/what-if/", body, content_type="application/json")
-    assert response.status_code in (200, 400), response.content
+    assert response.status_code in (202, 400), response.content
 
 
 @hsettings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -1,4 +1,5 @@
-"""POST /api/v1/what-if/: replay recorded workloads under the current and a changed queue tree.
+"""POST /api/v1/what-if/ then GET /api/v1/what-if/{id}/: replay recorded workloads under the current and a
+changed queue tree, on a worker.
 
 The same inputs and result as the dashboard's what-if page (`kaiweb.dashboard.whatif`). Any
 signed-in user may call it: it reads and simulates, nothing is saved.
@@ -9,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -89,15 +91,33 @@ class WhatIfResultSerializer(serializers.Serializer):
     notes = serializers.ListField(child=serializers.CharField())
 
 
+class WhatIfRunSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=["queued", "running", "done", "failed", "timed-out"],
+                                    help_text="done: `result` holds the comparison; failed / timed-out: `error`.")
+    url = serializers.CharField(help_text="Where to poll for the result.")
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    result = WhatIfResultSerializer(allow_null=True)
+    error = serializers.DictField(allow_null=True, help_text="{field: [messages]} of a failed or timed-out run")
+
+
+def _run_body(request: Request, run: Any) -> dict[str, Any]:
+    return {"id": run.pk, "state": run.state, "url": request.build_absolute_uri(f"/api/v1/what-if/{run.pk}/"),
+            "created_at": run.created_at, "started_at": run.started_at, "finished_at": run.finished_at,
+            "result": run.result, "error": run.error}
+
+
 class WhatIfViewSet(viewsets.ViewSet):
-    """Simulate a queue-tree change on recorded history."""
+    """Simulate a queue-tree change on recorded history: submit (checked at once, run on a worker), then poll."""
 
     permission_classes = [IsAuthenticated]
 
     @extend_schema(
         request=WhatIfRequestSerializer,
         responses={
-            200: WhatIfResultSerializer,
+            202: WhatIfRunSerializer,
             400: OpenApiResponse(
                 response={"type": "object", "additionalProperties": {"oneOf": [
                     {"type": "array", "items": {"type": "string"}},
@@ -106,27 +126,51 @@ class WhatIfViewSet(viewsets.ViewSet):
                 description="Each bad field and the rules it breaks (`detail` for a body that is not JSON);"
                             " nothing was run or saved.",
             ),
+            429: OpenApiResponse(response={"type": "object", "properties": {"detail": {"type": "string"}}},
+                                 description="The user already has KAI_WHATIF_MAX_RUNNING_PER_USER what-ifs queued or "
+                                             "running."),
         },
         examples=[OpenApiExample("Raise a quota", request_only=True,
                                  value={"changes": {"team-a": {"gpu_quota": 16}}, "window_hours": 24})],
     )
     def create(self, request: Request) -> Response:
-        """Replay the workloads recorded in the window under today's tree and the changed one, per queue."""
+        """Check the inputs (a 400 names each bad one), then run the replay on a worker; poll `url` for the
+        comparison of the workloads recorded in the window under today's tree and the changed one."""
+        from kaiweb.dashboard import whatif_runs
+
         body = WhatIfRequestSerializer(data=request.data)
         if not body.is_valid():
             return Response(_flatten(body.errors), status=status.HTTP_400_BAD_REQUEST)
         data: dict[str, Any] = body.validated_data
         try:
-            window = whatif.window_from_hours(data["window_hours"])
-            horizon = float(data["max_horizon_hours"]) * 3600
-            result = whatif.run_whatif(
-                data.get("changes") or None, window, data["shard"], yaml_text=data.get("yaml") or None,
-                max_jobs=data["max_jobs"], max_horizon_s=horizon, max_cycles=data["max_cycles"],
-                consolidation=data["consolidation"],
-            )
+            run = whatif_runs.submit(
+                request.user, changes=data.get("changes") or None, yaml=data.get("yaml") or None,
+                window_hours=data["window_hours"], shard=data["shard"], max_jobs=data["max_jobs"],
+                max_horizon_hours=data["max_horizon_hours"], max_cycles=data["max_cycles"],
+                consolidation=data["consolidation"])
         except whatif.WhatIfInputError as exc:
             return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)
-        return Response(result)
+        except whatif_runs.TooManyRuns as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS)
+        run.refresh_from_db()
+        return Response(_run_body(request, run), status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH, description="The run's id.")],
+        responses={200: WhatIfRunSerializer,
+                   404: OpenApiResponse(description="No such run of yours.")},
+    )
+    def retrieve(self, request: Request, pk: str | None = None) -> Response:
+        """One of your what-if runs (platform admins: anyone's): its state, and its result once done."""
+        from kaiweb.accounts import roles
+        from kaiweb.dashboard.models import WhatIfRun
+
+        runs = WhatIfRun.objects.all() if roles.is_platform_admin(request.user) else \
+            WhatIfRun.objects.filter(user=request.user)
+        run = runs.filter(pk=int(pk)).first() if pk and pk.isdigit() and len(pk) < 19 else None
+        if run is None:
+            return Response({"detail": "No such what-if run of yours."}, status=status.HTTP_404_NOT_FOUND)
+        return Response(_run_body(request, run))
 
 
 def _flatten(errors: Any, prefix: str = "") -> dict[str, list[str]]:

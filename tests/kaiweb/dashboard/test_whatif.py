@@ -20,6 +20,10 @@ SUBMIT = NOW - dt.timedelta(hours=3)
 
 @pytest.fixture
 def contended(db) -> dict:
+    return build_contended()
+
+
+def build_contended() -> dict:
     """One 8-GPU node, two top-level leaf queues with a 4-GPU quota each, and 12 one-GPU jobs of
     10 minutes per queue, all submitted at once: the queues contend for the node for an hour."""
     cluster = ClusterFactory()
@@ -207,7 +211,8 @@ def test_every_role_may_run_a_whatif(request, client, contended, persona, django
     page = client.get(reverse("queues:whatif") + "?queue=alpha")
     assert page.status_code == 200
     assert b'value="4"' in page.content  # the chosen queue's current quota prefills the form
-    with django_assert_max_num_queries(16):
+    # the check, the run stored, kept to the last few and run inline (eager) with its result stored
+    with django_assert_max_num_queries(24):
         response = client.post(reverse("queues:whatif"), {"queue": "alpha", "gpu_quota": "8", "window_hours": "72"},
                                HTTP_HX_REQUEST="true")
     body = response.content.decode()
@@ -270,8 +275,13 @@ def test_the_queue_tree_links_to_the_whatif(client, viewer, contended):
 def test_api_returns_the_comparison(viewer_api, contended):
     response = viewer_api.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": 8}}, "window_hours": 72},
                                format="json")
-    assert response.status_code == 200, response.content
-    data = response.json()
+    assert response.status_code == 202, response.content
+    run = response.json()
+    assert run["url"].endswith(f"/api/v1/what-if/{run['id']}/")
+    polled = viewer_api.get(f"/api/v1/what-if/{run['id']}/")
+    assert polled.status_code == 200
+    assert polled.json()["state"] == "done"
+    data = polled.json()["result"]
     alpha = _row(data, "alpha")
     assert alpha["difference"]["queueing_delay_mean_s"] < 0
     assert set(data["summary"]) == {"current", "changed", "difference"}
@@ -323,3 +333,94 @@ def test_differences_are_coloured_by_what_is_better_for_the_queue():
     assert (one_sided["tone"], one_sided["delta"], one_sided["now"]) == ("", "n/a", "–")
     same = _cell(5.0, 5.0, 0.0, "count", -1)
     assert (same["tone"], same["delta"]) == ("", "0")
+
+
+# ------------------------------------------------------------------------------------------ runs on a worker
+
+
+def _queued(user, n: int = 1):
+    from kaiweb.dashboard.models import WhatIfRun
+
+    return [WhatIfRun.objects.create(user=user, inputs={}) for _ in range(n)]
+
+
+def test_a_user_with_too_many_runs_in_flight_gets_a_429_naming_the_limit(viewer_api, viewer, contended, settings):
+    settings.KAI_WHATIF_MAX_RUNNING_PER_USER = 2
+    _queued(viewer, 2)
+    response = viewer_api.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": 8}}}, format="json")
+    assert response.status_code == 429
+    assert "KAI_WHATIF_MAX_RUNNING_PER_USER = 2" in response.json()["detail"]
+    # a bad input is still a 400 first, and a run long past its time limit no longer counts
+    assert viewer_api.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": -7}}},
+                           format="json").status_code == 400
+    from kaiweb.dashboard.models import WhatIfRun
+
+    WhatIfRun.objects.filter(user=viewer).update(created_at=timezone.now() - dt.timedelta(hours=2))
+    assert viewer_api.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": 8}}},
+                           format="json").status_code == 202
+
+
+def test_the_page_says_so_when_too_many_runs_are_in_flight(client, viewer, contended, settings):
+    settings.KAI_WHATIF_MAX_RUNNING_PER_USER = 1
+    _queued(viewer)
+    client.force_login(viewer)
+    body = client.post(reverse("queues:whatif"), {"queue": "alpha", "gpu_quota": "8"}).content.decode()
+    assert "KAI_WHATIF_MAX_RUNNING_PER_USER = 1" in body
+    assert 'id="whatif-table"' not in body
+
+
+def test_a_run_is_seen_by_its_user_and_platform_admins_only(viewer_api, admin_api, queue_admin_api, viewer, contended):
+    run = viewer_api.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": 8}}}, format="json").json()
+    assert queue_admin_api.get(f"/api/v1/what-if/{run['id']}/").status_code == 404
+    assert admin_api.get(f"/api/v1/what-if/{run['id']}/").json()["state"] == "done"
+    assert viewer_api.get("/api/v1/what-if/99999999/").status_code == 404
+    assert viewer_api.get("/api/v1/what-if/not-a-number/").status_code == 404
+
+
+def test_the_page_polls_a_queued_run_and_draws_it_once_done(client, viewer, contended):
+    from kaiweb.dashboard import whatif_runs
+
+    client.force_login(viewer)
+    run = whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, window_hours=72, dispatch=False)
+    waiting = client.get(reverse("queues:whatif_run", args=[run.pk])).content.decode()
+    assert 'id="whatif-poll"' in waiting
+    assert 'hx-trigger="every 2s"' in waiting
+    assert whatif_runs.execute(run.pk) == "done"
+    done = client.get(reverse("queues:whatif_run", args=[run.pk])).content.decode()
+    assert 'id="whatif-poll"' not in done
+    assert '<div id="whatif-summary-body" hx-swap-oob="innerHTML">' in done
+    assert 'id="whatif-table"' in done
+    assert 'data-queue="alpha"' in done
+
+
+def test_a_run_past_its_time_limit_ends_timed_out_with_a_message(viewer, contended, monkeypatch, settings):
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from kaiweb.dashboard import whatif_runs
+    from kaiweb.dashboard.models import WhatIfRun
+
+    settings.KAI_WHATIF_TIME_LIMIT_S = 42
+    run = whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, dispatch=False)
+    real = whatif.run_whatif
+
+    def slow(*args, check_only=False, **kwargs):
+        if check_only:
+            return real(*args, check_only=True, **kwargs)
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(whatif, "run_whatif", slow)
+    assert whatif_runs.execute(run.pk) == "timed-out"
+    stored = WhatIfRun.objects.get(pk=run.pk)
+    assert stored.result is None
+    assert "longer than 42 s (KAI_WHATIF_TIME_LIMIT_S)" in stored.error["non_field_errors"][0]
+    assert stored.finished_at is not None
+
+
+def test_each_user_keeps_only_the_last_runs(viewer, contended, settings):
+    from kaiweb.dashboard import whatif_runs
+    from kaiweb.dashboard.models import WhatIfRun
+
+    settings.KAI_WHATIF_KEEP_PER_USER = 3
+    settings.KAI_WHATIF_MAX_RUNNING_PER_USER = 100
+    ids = [whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, dispatch=False).pk for _ in range(5)]
+    assert sorted(WhatIfRun.objects.filter(user=viewer).values_list("pk", flat=True)) == sorted(ids[-3:])
