@@ -92,8 +92,8 @@ def main() -> int:
     last_id = SchedulingCycle.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
     commands = {
         "web": [PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"],
-        "worker": [PY, "-m", "celery", "-A", "kaiweb", "worker", "-l", "warning", "--concurrency", "1",
-                   "-Q", "celery", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        "worker": [PY, "-m", "celery", "-A", "kaiweb", "worker", "-l", "warning", "--concurrency", "2",
+                   "-Q", "celery,whatif", "--without-gossip", "--without-mingle", "--without-heartbeat"],
         "beat": [PY, "-m", "celery", "-A", "kaiweb", "beat", "-l", "warning"],
     }
     running = {name: start(cmd) for name, cmd in commands.items()}

@@ -118,7 +118,7 @@ class CeleryHarness:
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "kaiweb", "worker", "-l", "info", "-c", str(concurrency),
-                 "-n", f"{name}{len(self.started)}@%h", "-Q", "celery", "--without-gossip", "--without-mingle",
+                 "-n", f"{name}{len(self.started)}@%h", "-Q", "celery,whatif", "--without-gossip", "--without-mingle",
                  "--without-heartbeat", "-P", "prefork"],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )

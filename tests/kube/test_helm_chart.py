@@ -140,6 +140,7 @@ def test_worker_probe_pings_the_workers_own_node_name(helm: str) -> None:
     container = worker["spec"]["template"]["spec"]["containers"][0]
     command = container["command"]
     assert command[command.index("--hostname") + 1] == "celery@$(POD_NAME)"
+    assert command[command.index("-Q") + 1] == "celery,whatif"  # cycles and what-ifs, each on its own queue
     probe = " ".join(container["livenessProbe"]["exec"]["command"])
     assert "celery -A kaiweb inspect ping" in probe
     assert '--destination "celery@$POD_NAME"' in probe

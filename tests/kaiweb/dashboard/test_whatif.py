@@ -424,3 +424,14 @@ def test_each_user_keeps_only_the_last_runs(viewer, contended, settings):
     settings.KAI_WHATIF_MAX_RUNNING_PER_USER = 100
     ids = [whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, dispatch=False).pk for _ in range(5)]
     assert sorted(WhatIfRun.objects.filter(user=viewer).values_list("pk", flat=True)) == sorted(ids[-3:])
+
+
+def test_whatifs_have_a_queue_of_their_own_that_every_worker_consumes():
+    from pathlib import Path
+
+    from kaiweb.celery import app
+
+    assert app.amqp.router.route({}, "dashboard.run_whatif")["queue"].name == "whatif"
+    assert app.amqp.router.route({}, "scheduling.run_cycle")["queue"].name == "celery"
+    run_dev = (Path(__file__).resolve().parents[3] / "deploy" / "run_dev.py").read_text()
+    assert '"-Q", "celery,whatif"' in run_dev
