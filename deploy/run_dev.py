@@ -22,6 +22,43 @@ HOST = os.environ.get("KAI_HOST", "127.0.0.1")
 PORT = os.environ.get("KAI_PORT", "8000")
 
 
+def port_problem(host: str, port: str) -> str | None:
+    """Why the web server could not listen on host:port (a message naming KAI_HOST / KAI_PORT), or None."""
+    import socket
+
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return f"KAI_PORT={port!r} is not a port number (1-65535)."
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return f"KAI_HOST={host!r} does not resolve ({exc})."
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return (f"{host}:{port} is taken or not allowed ({exc.strerror or exc}). Start on another port with "
+                    f"KAI_PORT, e.g. `KAI_PORT=8001 make run` (KAI_HOST sets the address, now {host}).")
+    return None
+
+
+def wait_until_serving(host: str, port: str, web: subprocess.Popen[bytes], timeout: float = 60.0) -> bool:
+    """True once GET /healthz answers; False if the web server exited or `timeout` passed first."""
+    import urllib.request
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if web.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=2) as response:  # noqa: S310
+                if response.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.3)
+    return False
+
+
 def manage(*args: str, capture: bool = False) -> str:
     out = subprocess.run([PY, "manage.py", *args], cwd=ROOT, check=True, text=True,
                          capture_output=capture)
@@ -73,6 +110,10 @@ def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def main() -> int:
+    problem = port_problem(HOST, PORT)
+    if problem:
+        print(f"kaiweb cannot start: {problem}", file=sys.stderr, flush=True)
+        return 2
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kaiweb.settings")
     # Local development: tracebacks in the browser. The settings keep DEBUG off everywhere else.
     os.environ.setdefault("KAI_DEBUG", "true")
@@ -99,6 +140,11 @@ def main() -> int:
     running = {name: start(cmd) for name, cmd in commands.items()}
     restarts: dict[str, list[float]] = {name: [] for name in commands}
     procs = list(running.values())
+    if not wait_until_serving(HOST, PORT, running["web"]):
+        print(f"kaiweb cannot start: the web server did not answer on {HOST}:{PORT} "
+              "(see its output above; KAI_PORT / KAI_HOST choose another address).", file=sys.stderr, flush=True)
+        stop_all(procs)
+        return 2
     print(f"\nkaiweb is up: http://{HOST}:{PORT}/  (API: http://{HOST}:{PORT}/api/v1/, "
           f"docs: http://{HOST}:{PORT}/api/v1/docs/, metrics: http://{HOST}:{PORT}/metrics)")
     print(login)
