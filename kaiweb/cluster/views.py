@@ -111,7 +111,7 @@ def build_map(nodes: list[Node]) -> tuple[list[dict[str, Any]], list[tuple[str, 
                 if 0 <= pos < count:
                     idx = order[pos]
                     cells[idx].append({"queue": q, "fraction": frac, "pct": f"{min(1.0, frac) * 100:.0f}",
-                                       "colour": queue_colour(q), "who": who})
+                                       "colour": "", "who": who})
                     used += frac
                     queues_seen.add(q)
         dev_rows = []
@@ -121,5 +121,12 @@ def build_map(nodes: list[Node]) -> tuple[list[dict[str, Any]], list[tuple[str, 
             dev_rows.append({"index": i, "device": d, "parts": cells[i], "healthy": d.healthy if d else True,
                              "mig": bool(d and d.mig_profile), "title": f"gpu{i}: {title}"})
         rows.append({"node": n, "devices": dev_rows, "used": used, "count": count})
-    legend = [(q, queue_colour(q)) for q in sorted(queues_seen)]
+    # Colours by position among the queues on the map: distinct for up to a palette's worth of queues.
+    shown = sorted(queues_seen)
+    colour = {q: queue_colour(q, shown) for q in shown}
+    for row in rows:
+        for dev in row["devices"]:
+            for part in dev["parts"]:
+                part["colour"] = colour[part["queue"]]
+    legend = [(q, colour[q]) for q in shown]
     return rows, legend

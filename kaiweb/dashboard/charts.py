@@ -15,9 +15,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 # One palette for queues everywhere (tree, GPU map, stacked charts): a queue keeps its colour.
+# Ordered so that neighbours differ in hue and lightness: the first N colours of a page stay distinct.
 PALETTE = [
-    "#4f8cff", "#37b37e", "#f2a93b", "#a66de0", "#e0576b", "#2bb5c8", "#8fb339", "#d9822b",
-    "#6c7ae0", "#c45ab3", "#3f9e8f", "#b5893c", "#5d9cec", "#e07b91", "#7f8c8d", "#98c13d",
+    "#4f8cff", "#f2a93b", "#37b37e", "#e0576b", "#a66de0", "#2bb5c8", "#8fb339", "#c45ab3",
+    "#7f8c8d", "#d9822b", "#1f4e9c", "#98c13d", "#6b3d8f", "#e07b91", "#0f766e", "#b5893c",
 ]
 ACCENT, GOOD, BAD, MUTED = "#2f6fde", "#1f8a5b", "#c23b32", "#8a94a6"
 

@@ -31,8 +31,24 @@ def test_map_has_one_cell_per_gpu_coloured_by_queue(client, viewer, ui_data):
     assert first.count('class="gpu') == 8
     pod = (Pod.objects.filter(state="Running", node__name="gpu-node-001", gpu__gt=0)
            .select_related("workload__queue").first())
+    on_map = sorted(set(Pod.objects.filter(state__in=["Running", "Bound", "Binding"], node__isnull=False)
+                        .values_list("workload__queue__name", flat=True)))
     if pod is not None:
-        assert f"--c: {queue_colour(pod.workload.queue.name)}" in first
+        assert f"--c: {queue_colour(pod.workload.queue.name, on_map)}" in first
+
+
+def test_every_queue_on_the_map_has_a_colour_of_its_own(client, viewer, ui_data):
+    import re
+
+    client.force_login(viewer)
+    html = client.get("/nodes/").content.decode()
+    from kaiweb.dashboard.charts import PALETTE
+
+    colours = [c for c in re.findall(r"--c: (#[0-9a-f]{6})", html) if c in PALETTE]  # not the free cells
+    shown = sorted(set(Pod.objects.filter(state__in=["Running", "Bound", "Binding"], node__isnull=False)
+                       .values_list("workload__queue__name", flat=True)))
+    assert 1 < len(shown) <= 16
+    assert len(set(colours)) == len(shown)  # one colour per queue, no two queues alike
 
 
 def test_fractional_gpus_are_partial_cells(client, viewer, ui_data):
