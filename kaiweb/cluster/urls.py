@@ -9,4 +9,5 @@ from kaiweb.cluster import views
 app_name = "cluster"
 urlpatterns = [
     path("", views.node_map, name="nodes"),
+    path("<str:name>/", views.node_detail, name="node"),
 ]

@@ -130,3 +130,61 @@ def build_map(nodes: list[Node]) -> tuple[list[dict[str, Any]], list[tuple[str, 
                 part["colour"] = colour[part["queue"]]
     legend = [(q, colour[q]) for q in shown]
     return rows, legend
+
+
+#: how much of a node's history its page lists
+NODE_EVENTS = 30
+NODE_PODS = 200
+
+
+def node_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """One node: its GPUs and their sharers, its pods and queues, taints, labels and topology, its
+    recent scheduling events. A name in several clusters: `?cluster=` chooses (else the first)."""
+    from django.db.models import Q
+    from django.http import Http404
+
+    from kaiweb.scheduling.fragmentation import annotate_rows
+    from kaiweb.scheduling.models import Decision, PreemptionEvent
+    from kaiweb.workloads.models import Pod
+
+    nodes = Node.objects.select_related("cluster").filter(name=name[:253]).order_by("cluster__name")
+    if request.GET.get("cluster"):
+        nodes = nodes.filter(cluster__name=request.GET["cluster"][:253])
+    node = nodes.first()
+    if node is None:
+        raise Http404(f"no node named {name!r}")
+    rows, legend = build_map([node])
+    shards = list(SchedulingShard.objects.filter(cluster_id=node.cluster_id))
+    stranded = annotate_rows(rows, shards)
+    pods = list(Pod.objects.filter(node=node, state__in=ALLOCATED_POD_STATES)
+                .select_related("workload__queue", "gpu_utilization").order_by("workload__namespace", "name")[:NODE_PODS])
+    queues: dict[str, float] = {}
+    for p in pods:
+        queues[p.workload.queue.name] = queues.get(p.workload.queue.name, 0.0) + (p.gpu_fraction or p.gpu or 0.0)
+    decisions = list(Decision.objects.filter(Q(node=node) | Q(node__isnull=True, node_name=node.name))
+                     .select_related("cycle").order_by("-cycle__started_at", "-id")[:NODE_EVENTS])
+    preemptions = list(PreemptionEvent.objects.filter(decision__node_name=node.name)
+                       .select_related("victim_queue", "preemptor_queue").order_by("-at", "-id")[:NODE_EVENTS])
+    topology_keys = set((node.topology or {}).keys()) if isinstance(node.topology, dict) else set()
+    context = {
+        "node": node,
+        "row": rows[0],
+        "legend": legend,
+        "stranded": stranded,
+        "pods": pods,
+        "pods_capped": len(pods) == NODE_PODS,
+        "queues": sorted(queues.items(), key=lambda kv: (-kv[1], kv[0])),
+        "decisions": decisions,
+        "preemptions": preemptions,
+        "labels": sorted((node.labels or {}).items()),
+        "topology": sorted((node.topology or {}).items()) if isinstance(node.topology, dict) else [],
+        "topology_keys": topology_keys,
+        "shard": next((s.name for s in shards if _in_shard(node, s)), None),
+    }
+    return render_page(request, "cluster/node.html", context)
+
+
+def _in_shard(node: Node, shard: SchedulingShard) -> bool:
+    from kaiweb.scheduling.fragmentation import shard_of
+
+    return shard_of(node, [shard]) is not None

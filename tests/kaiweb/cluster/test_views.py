@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from kaiweb.cluster.models import Node
+from kaiweb.cluster.models import GpuDevice, Node
 from kaiweb.dashboard.charts import queue_colour
 from kaiweb.dashboard.sample_data import build_dataset
 from kaiweb.workloads.models import Pod
@@ -88,3 +88,45 @@ def test_map_query_count_does_not_grow_with_the_data(client, viewer, ui_data, dj
     assert len(large) == len(small)
     with django_assert_max_num_queries(12):  # +2: the typical pods behind the stranded GPUs
         client.get("/nodes/")
+
+
+def test_a_node_page_shows_its_gpus_pods_queues_constraints_and_events(client, viewer, ui_data):
+    from kaiweb.scheduling.models import Decision
+
+    pod = (Pod.objects.filter(state="Running", node__isnull=False, gpu__gt=0)
+           .select_related("workload__queue", "node").first())
+    node = pod.node
+    node.taints = [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]
+    node.labels = {**node.labels, "zone": "z1"}
+    node.save()
+    client.force_login(viewer)
+    html = client.get(f"/nodes/{node.name}/").content.decode()
+    devices = html[html.index('id="node-devices"'):html.index("</table>", html.index('id="node-devices"'))]
+    assert devices.count("<tr>") == max(int(node.allocatable_gpu), GpuDevice.objects.filter(node=node).count()) + 1
+    assert f"{pod.workload.namespace}/{pod.workload.name}" in devices
+    pods = html[html.index('id="node-pods"'):]
+    assert f'href="/workloads/{pod.workload_id}/"' in pods
+    assert f'href="/queues/{pod.workload.queue.name}/"' in html[html.index('id="node-queues"'):]
+    assert "dedicated=infra:NoSchedule" in html
+    assert "<code>zone</code> = z1" in html
+    decision = Decision.objects.filter(node_name=node.name).select_related("cycle").first()
+    if decision is not None:
+        assert f"cycle #{decision.cycle_id}" in html[html.index('id="node-events"'):]
+
+
+def test_node_names_link_to_their_page_and_an_unknown_node_is_a_404(client, viewer, ui_data):
+    client.force_login(viewer)
+    node = Node.objects.order_by("name").first()
+    assert f'href="/nodes/{node.name}/"' in client.get("/nodes/").content.decode()
+    pod = Pod.objects.filter(node=node).first()
+    if pod is not None:
+        assert f'href="/nodes/{node.name}/"' in client.get(f"/workloads/{pod.workload_id}/").content.decode()
+    assert client.get("/nodes/no-such-node/").status_code == 404
+
+
+def test_the_node_page_query_count_does_not_grow_with_its_pods(client, viewer, ui_data, django_assert_max_num_queries):
+    node = Pod.objects.filter(node__isnull=False).values_list("node__name", flat=True).first()
+    client.force_login(viewer)
+    client.get(f"/nodes/{node}/")
+    with django_assert_max_num_queries(16):
+        client.get(f"/nodes/{node}/")
