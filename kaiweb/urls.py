@@ -17,6 +17,7 @@ urlpatterns = [
     path("metrics", core_views.metrics, name="metrics"),
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/", include("kaiweb.accounts.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/schema/", SpectacularAPIView.as_view(api_version="v1"), name="api-v1-schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-v1-schema"), name="api-v1-docs"),

@@ -1,6 +1,10 @@
-"""HTML routes of the accounts app."""
+"""HTML routes of the accounts app (mounted at /accounts/)."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from kaiweb.accounts import views
 
 app_name = "accounts"
-urlpatterns: list = []
+urlpatterns = [
+    path("profile/", views.profile, name="profile"),
+]

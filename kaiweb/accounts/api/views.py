@@ -9,6 +9,7 @@ from rest_framework import viewsets
 from rest_framework.authtoken.models import Token
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -18,8 +19,17 @@ from kaiweb.core.api.schema import SingleObjectSchema
 from kaiweb.queues.models import Queue
 
 
+class _ReadOnlyBrowsableAPIRenderer(BrowsableAPIRenderer):
+    """The browsable page without a form: who you are is not something to post."""
+
+    def show_form_for_method(self, view: Any, method: str, request: Any, obj: Any) -> bool:
+        return False
+
+
 class MeViewSet(viewsets.GenericViewSet):
-    """Who am I, what may I change; and my token for automation."""
+    """Who am I, what may I change; and my token for automation (named tokens: /accounts/profile/)."""
+
+    renderer_classes = [JSONRenderer, _ReadOnlyBrowsableAPIRenderer]
 
     permission_classes = [IsAuthenticated]  # any signed-in user may manage their own token
     schema = SingleObjectSchema()

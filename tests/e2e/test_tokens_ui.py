@@ -1,0 +1,39 @@
+"""API tokens in a real browser: made on the profile page, read once, used by a script, revoked."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+from playwright.sync_api import expect
+
+pytestmark = pytest.mark.e2e
+
+
+def _get(url: str, key: str) -> int:
+    request = urllib.request.Request(url, headers={"Authorization": f"Token {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_a_user_makes_a_token_reads_it_once_uses_it_and_revokes_it(page, live_server, ui_data, viewer, login, shot):
+    login(page, viewer)
+    page.locator(".userbox a.username").click()
+    expect(page.locator("h1")).to_have_text(viewer.get_username())
+    page.fill("#id_name", "nightly-export")
+    page.click("#make-token")
+    key = page.locator("#new-token-key").inner_text().strip()
+    assert key.startswith("kw_")
+    shot(page, "token-made")
+    assert _get(f"{live_server.url}/usage/export.csv", key) == 200
+    assert _get(f"{live_server.url}/api/v1/queues/", key) == 200
+    page.goto(f"{live_server.url}/accounts/profile/")
+    expect(page.locator("#new-token")).to_have_count(0)  # shown once
+    page.locator("tr[data-token=nightly-export] button.revoke").click()
+    expect(page.locator("tr[data-token=nightly-export]")).to_contain_text("revoked")
+    assert _get(f"{live_server.url}/api/v1/queues/", key) == 401
+    assert _get(f"{live_server.url}/usage/export.csv", key) == 401
