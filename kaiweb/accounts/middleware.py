@@ -16,7 +16,6 @@ from rest_framework import exceptions
 
 from kaiweb.accounts.authentication import ExpiringTokenAuthentication, header_key
 
-
 #: URLs with an authentication of their own (the API; /metrics takes KAI_METRICS_TOKEN) or none
 EXEMPT = ("/api/", "/metrics", "/healthz", "/readyz", "/static/")
 

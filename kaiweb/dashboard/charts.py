@@ -216,23 +216,32 @@ def cycle_decisions(cycles: list[Any]) -> dict[str, Any]:
     return to_dict(fig)
 
 
-def usage_stacked(series: dict[str, list[tuple[datetime, float]]], unit: str) -> dict[str, Any]:
-    """Stacked areas: resource-hours per bucket for each queue (or department)."""
+def usage_stacked(series: dict[str, list[tuple[datetime, float]]], covered_hours: dict[datetime, float],
+                  partial: Sequence[datetime], unit: str, window: tuple[datetime, datetime]) -> dict[str, Any]:
+    """Stacked areas: per slot, each queue's (or department's) resource-hours divided by the hours of
+    the slot the window covered, i.e. the average amount held. A partial slot (the window's first, the
+    current) is therefore not a fall; it is marked. The x axis is the window from the first minute."""
     if not any(series.values()):
         return EMPTY
     fig = go.Figure()
-    order = sorted(series)
-    for name in order:
+    partial_set = set(partial)
+    for name in sorted(series):
         pts = series[name]
         if not pts:
             continue
         fig.add_trace(go.Scatter(
-            x=_times([t for t, _ in pts]), y=_nums([round(v, 3) for _, v in pts]), name=name, mode="lines",
-            stackgroup="one",
-            line={"width": 0.5, "color": queue_colour(name)},
-            hovertemplate="%{y:.2f} " + unit + "<extra>" + name + "</extra>",
+            x=_times([t for t, _ in pts]), y=_nums([round(v / covered_hours[t], 3) for t, v in pts]), name=name,
+            mode="lines+markers" if len(pts) < 3 else "lines", stackgroup="one", line={"width": 0.5, "color": queue_colour(name)},
+            customdata=[("partial: " if t in partial_set else "") + f"{covered_hours[t]:.2f} h, {v:.2f} resource-hours"
+                        for t, v in pts],
+            hovertemplate="%{y:.2f} " + unit + " (%{customdata})<extra>" + name + "</extra>",
         ))
-    fig.update_layout(**_layout(yaxis={"title": {"text": unit}}))
+    shapes = [{"type": "rect", "xref": "x", "yref": "paper", "x0": t.isoformat(), "x1": window[1].isoformat(),
+               "y0": 0, "y1": 1, "fillcolor": "rgba(138,148,166,.12)", "line": {"width": 0}}
+              for t in sorted(partial_set) if t >= max(partial_set)][:1]
+    fig.update_layout(**_layout(yaxis={"title": {"text": unit}},
+                                xaxis={"range": [window[0].isoformat(), window[1].isoformat()], "type": "date"},
+                                shapes=shapes))
     return to_dict(fig)
 
 

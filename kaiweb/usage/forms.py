@@ -27,6 +27,9 @@ class UsageReportForm(forms.Form):
                                  initial="gpu", required=False)
     group = forms.ChoiceField(choices=[("queue", "per leaf queue"), ("department", "per department (top level)")],
                               initial="queue", required=False, label="Group")
+    step = forms.ChoiceField(choices=[("auto", "auto (hour, or day past 8 days)"), ("hour", "per hour"),
+                                      ("day", "per day"), ("week", "per week")], initial="auto", required=False,
+                             label="Per")
     queue = forms.ModelChoiceField(queryset=Queue.objects.order_by("name"), required=False, to_field_name="name",
                                    empty_label="all queues", label="Queue (and its subtree)")
 
@@ -36,6 +39,7 @@ class UsageReportForm(forms.Form):
         data["window"] = window
         data["resource"] = data.get("resource") or "gpu"
         data["group"] = data.get("group") or "queue"
+        data["step"] = data.get("step") or "auto"
         now = timezone.now()
         if window == "custom":
             start, end = data.get("start"), data.get("end")

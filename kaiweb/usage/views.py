@@ -8,9 +8,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Sum
-from django.db.models.functions import TruncDay, TruncHour
+from django.db.models.functions import TruncDay, TruncHour, TruncWeek
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from kaiweb.dashboard import charts
 from kaiweb.dashboard.pages import render_page
@@ -21,6 +22,9 @@ from kaiweb.usage.models import UsageBucket
 # Stored values are queue units × seconds; the report speaks in hours of the display unit.
 DIVISOR = {"gpu": 3600.0, "cpu": 3600.0 * 1000, "memory": 3600.0 * 1000}
 UNIT = {"gpu": "GPU-hours", "cpu": "core-hours", "memory": "GB-hours"}
+#: the chart draws hours per hour of each slot: the average amount held
+RATE_UNIT = {"gpu": "GPUs (average)", "cpu": "cores (average)", "memory": "GB (average)"}
+STEP_SECONDS = {"hour": 3600, "day": 86400, "week": 7 * 86400}
 
 
 def _tree() -> tuple[dict[int, Queue], dict[int, list[int]]]:
@@ -58,8 +62,10 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
             keep.add(pk)
             stack.extend(kids.get(pk, []))
         leaves = [pk for pk in leaves if pk in keep]
-    daily = until - since > timedelta(days=8)
-    trunc = TruncDay("start") if daily else TruncHour("start")
+    step = data.get("step") or "auto"
+    if step == "auto":
+        step = "day" if until - since > timedelta(days=8) else "hour"
+    trunc = {"hour": TruncHour("start"), "day": TruncDay("start"), "week": TruncWeek("start")}[step]
     rows = (UsageBucket.objects.filter(resource=resource, start__gte=since, start__lt=until, queue_id__in=leaves)
             .annotate(slot=trunc).values("queue_id", "slot").annotate(total=Sum("value")).order_by("slot"))
     divisor = DIVISOR[resource]
@@ -80,13 +86,23 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
               "colour": charts.queue_colour(n),
               "share": (100.0 * v / grand) if grand else 0.0, "average": v / hours}
              for n, v in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))]
+    width = STEP_SECONDS[step]
+    now = timezone.now()
+    slots = sorted({slot for pts in series.values() for slot in pts})
+    # The hours of each slot the window has lived through: the first and the current slot are partial.
+    covered = {slot: max(1.0, (min(slot + timedelta(seconds=width), until, now) - max(slot, since)).total_seconds())
+               / 3600.0 for slot in slots}
     return {
         "series": {n: sorted(pts.items()) for n, pts in series.items()},
         "table": table,
         "grand": grand,
-        "step": "day" if daily else "hour",
+        "step": step,
         "unit": UNIT[resource],
         "hours": hours,
+        "covered_hours": covered,
+        "partial": [s for s in slots if covered[s] < width / 3600.0 - 1e-6],
+        "since": since,
+        "until": min(until, now),
     }
 
 
@@ -98,7 +114,9 @@ def usage_report(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         data = form.cleaned_data
     report = compute_report(data) if data else None
-    chart = charts.usage_stacked(report["series"], report["unit"] + " per " + report["step"]) if report else charts.EMPTY
+    chart = charts.usage_stacked(report["series"], report["covered_hours"], report["partial"],
+                                 RATE_UNIT[data["resource"]], (report["since"], report["until"])) \
+        if report else charts.EMPTY
     context = {
         "form": form,
         "report": report,
@@ -107,6 +125,28 @@ def usage_report(request: HttpRequest) -> HttpResponse:
         "any_usage": UsageBucket.objects.exists(),
     }
     return render_page(request, "usage/report.html", context)
+
+
+def usage_json(request: HttpRequest) -> HttpResponse:
+    """The report as JSON, the same numbers as the page and the CSV: per group, each slot's resource-hours,
+    the hours of the slot covered and whether it is partial, and the totals."""
+    from django.http import JsonResponse
+
+    form = UsageReportForm(request.GET or {"window": "7d", "resource": "gpu", "group": "queue"})
+    if not form.is_valid():
+        return JsonResponse({k: [str(e) for e in v] for k, v in form.errors.items()}, status=400)
+    data = form.cleaned_data
+    report = compute_report(data)
+    partial = set(report["partial"])
+    return JsonResponse({
+        "since": data["since"].isoformat(), "until": data["until"].isoformat(), "resource": data["resource"],
+        "group": data["group"], "step": report["step"], "unit": report["unit"], "total": round(report["grand"], 4),
+        "series": {name: [{"slot_start": t.isoformat(), "value": round(v, 4),
+                           "covered_hours": round(report["covered_hours"][t], 4), "partial": t in partial}
+                          for t, v in pts] for name, pts in sorted(report["series"].items())},
+        "totals": [{"name": r["name"], "value": round(r["hours"], 4), "share_pct": round(r["share"], 2)}
+                   for r in report["table"]],
+    })
 
 
 def usage_csv(request: HttpRequest) -> HttpResponse:

@@ -64,3 +64,60 @@ def test_report_query_budget(client, viewer, ui_data, django_assert_max_num_quer
     client.get("/usage/")
     with django_assert_max_num_queries(8):
         client.get("/usage/")
+
+
+def _bucket(queue, start, gpus: float, width: int = 60):
+    return UsageBucket.objects.create(queue=queue, resource="gpu", start=start, width_seconds=width,
+                                      value=gpus * width)
+
+
+def test_the_current_hour_is_drawn_as_partial_not_as_a_fall(client, viewer, queue_tree):
+    from kaiweb.usage.views import compute_report
+
+    q = queue_tree["team-training"]
+    # a window that ends half way through an hour (as "now" does in the current hour)
+    hour = (timezone.now() - timedelta(hours=5)).replace(minute=0, second=0, microsecond=0)
+    for k in range(60):  # the whole hour before at 8 GPUs
+        _bucket(q, hour - timedelta(hours=1) + timedelta(minutes=k), 8)
+    for k in range(30):  # the half hour the window covers of the last hour, also at 8 GPUs
+        _bucket(q, hour + timedelta(minutes=k), 8)
+    report = compute_report({"since": hour - timedelta(hours=1), "until": hour + timedelta(minutes=30),
+                             "resource": "gpu", "group": "queue", "queue": None, "step": "hour"})
+    pts = dict(report["series"]["team-training"])
+    averages = {t: v / report["covered_hours"][t] for t, v in pts.items()}
+    assert averages[hour - timedelta(hours=1)] == pytest.approx(8, rel=0.02)
+    assert averages[hour] == pytest.approx(8)  # an average over the half hour covered, not 4 (8 × 30/60)
+    assert report["covered_hours"][hour] == pytest.approx(0.5)
+    assert hour in report["partial"]
+    assert hour - timedelta(hours=1) not in report["partial"]
+
+
+def test_a_week_step_json_and_csv_give_the_same_numbers(client, viewer, ui_data):
+    client.force_login(viewer)
+    body = client.get("/usage/export.json?window=30d&group=department&step=week").json()
+    assert body["step"] == "week"
+    rows = list(csv.reader(io.StringIO(
+        client.get("/usage/export.csv?window=30d&group=department&step=week").content.decode())))
+    csv_totals = {r[0]: float(r[3]) for r in rows[1:] if r[1] == "total"}
+    assert {t["name"]: t["value"] for t in body["totals"]} == pytest.approx(csv_totals, abs=1e-3)
+    for name, slots in body["series"].items():
+        csv_slots = {r[1]: float(r[3]) for r in rows[1:] if r[0] == name and r[1] != "total"}
+        assert {s["slot_start"]: s["value"] for s in slots} == pytest.approx(csv_slots, abs=1e-3)
+    bad = client.get("/usage/export.json?window=custom&start=2026-11-10")
+    assert bad.status_code == 400
+    assert "start" in bad.json() or "end" in bad.json()
+
+
+def test_the_chart_axis_is_the_window_from_the_first_minute(client, viewer, queue_tree):
+    import json
+    import re
+
+    _bucket(queue_tree["team-training"], timezone.now() - timedelta(minutes=1), 4)
+    client.force_login(viewer)
+    html = client.get("/usage/?window=24h&step=hour").content.decode()
+    figure = json.loads(re.search(r'<script id="usage-chart" type="application/json">(.*?)</script>', html, re.S)
+                        .group(1))
+    start, end = figure["layout"]["xaxis"]["range"]
+    assert start < end
+    assert figure["layout"]["xaxis"]["type"] == "date"
+    assert figure["data"][0]["mode"] == "lines+markers"  # one point is still visible
