@@ -35,3 +35,39 @@ class TokenOnPagesMiddleware:
                 request.user = got[0]
                 request._dont_enforce_csrf_checks = True  # no cookie: nothing to forge
         return self.get_response(request)
+
+
+SESSION_KEY = "kaiweb-time-zone"
+
+
+class UserTimeZoneMiddleware:
+    """Pages show times in the signed-in user's zone (profile page; UTC by default)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        import zoneinfo
+
+        from django.utils import timezone
+
+        zone = "UTC"
+        user = getattr(request, "user", None)
+        session = getattr(request, "session", None)
+        if user is not None and user.is_authenticated and not request.path.startswith(EXEMPT):  # the API stays UTC
+            zone = session.get(SESSION_KEY) if session is not None else None
+            if zone is None:  # once per session (and per token request)
+                from kaiweb.accounts.models import Preference
+
+                zone = Preference.objects.filter(user=user).values_list("time_zone", flat=True).first() or "UTC"
+                if session is not None and session.session_key:
+                    session[SESSION_KEY] = zone
+        try:
+            timezone.activate(zoneinfo.ZoneInfo(zone))
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            timezone.activate(zoneinfo.ZoneInfo("UTC"))
+        request.time_zone = zone
+        try:
+            return self.get_response(request)
+        finally:
+            timezone.deactivate()

@@ -50,3 +50,13 @@ class ApiToken(models.Model):
     @property
     def live(self) -> bool:
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())
+
+
+class Preference(models.Model):
+    """A user's display settings: the time zone every page shows times in (stored times stay UTC)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference")
+    time_zone = models.CharField(max_length=64, default="UTC", help_text="An IANA zone, e.g. Europe/Paris.")
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.time_zone})"

@@ -34,6 +34,18 @@ class ThrottledLoginView(auth_views.LoginView):
         return super().form_valid(form)
 
 
+def _zones() -> list[tuple[str, str]]:
+    import zoneinfo
+
+    return [("UTC", "UTC")] + [(z, z) for z in sorted(zoneinfo.available_timezones()) if "/" in z and
+                               not z.startswith(("Etc/", "SystemV/", "posix/", "right/"))]
+
+
+class TimeZoneForm(forms.Form):
+    time_zone = forms.ChoiceField(choices=_zones, label="Show times in",
+                                  help_text="Stored times stay UTC; pages and exports' pages show them in this zone.")
+
+
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=64, help_text="What the token is for, e.g. 'grafana' or 'ci-reports'.")
     expires_in_days = forms.TypedChoiceField(coerce=int, label="Expires in", initial=90)
@@ -75,7 +87,19 @@ def profile(request: HttpRequest) -> HttpResponse:
     from kaiweb.dashboard.pages import render_page
 
     form = TokenForm(user=request.user)
+    zone_form = TimeZoneForm(initial={"time_zone": getattr(request, "time_zone", "UTC")})
     new_key = None
+    if request.method == "POST" and "time_zone" in request.POST:
+        from kaiweb.accounts.models import Preference
+
+        zone_form = TimeZoneForm(request.POST)
+        if zone_form.is_valid():
+            from kaiweb.accounts.middleware import SESSION_KEY
+
+            Preference.objects.update_or_create(user=request.user,
+                                                defaults={"time_zone": zone_form.cleaned_data["time_zone"]})
+            request.session[SESSION_KEY] = zone_form.cleaned_data["time_zone"]
+            return redirect("accounts:profile")
     if request.method == "POST" and request.POST.get("revoke"):
         token = ApiToken.objects.filter(user=request.user, pk=str(request.POST["revoke"])[:18],
                                         revoked_at__isnull=True).first()
@@ -96,4 +120,4 @@ def profile(request: HttpRequest) -> HttpResponse:
             form = TokenForm(user=request.user)
     tokens = list(ApiToken.objects.filter(user=request.user).order_by("revoked_at", "-created")[:50])
     return render_page(request, "accounts/profile.html", {"form": form, "tokens": tokens, "new_key": new_key,
-                                                          "now": timezone.now()})
+                                                          "now": timezone.now(), "zone_form": zone_form})

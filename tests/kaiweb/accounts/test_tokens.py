@@ -91,3 +91,21 @@ def test_the_browsable_me_page_offers_no_misleading_form(client, viewer):
     assert "viewer" in html
     assert "Is platform admin" not in html.split("</pre>")[-1]  # not offered as a field to fill in
     assert 'name="username"' not in html
+
+
+def test_a_user_chooses_the_time_zone_every_page_shows_times_in(client, viewer, queue_tree):
+    from datetime import UTC, datetime
+
+    from kaiweb.scheduling.models import SchedulingCycle
+
+    SchedulingCycle.objects.create(started_at=datetime(2026, 11, 24, 12, 0, tzinfo=UTC),
+                                   status="succeeded", duration_seconds=0.1)
+    client.force_login(viewer)
+    assert "2026-11-24 12:00:00" in client.get("/cycles/").content.decode()
+    assert "times in UTC" in client.get("/cycles/").content.decode()
+    assert client.post("/accounts/profile/", {"time_zone": "Asia/Tokyo"}).status_code == 302
+    page = client.get("/cycles/").content.decode()
+    assert "2026-11-24 21:00:00" in page  # UTC+9
+    assert "times in Asia/Tokyo" in page
+    bad = client.post("/accounts/profile/", {"time_zone": "Mars/Olympus"}).content.decode()
+    assert "Select a valid choice" in bad
