@@ -178,6 +178,8 @@ def page(request: HttpRequest) -> HttpResponse:
             data["queue"] = chosen.name  # the queue edit page posts its fields, not the queue's name
         if not data.get("mode"):
             data["mode"] = "fields"
+        if not data.get("window_hours"):
+            data["window_hours"] = "24"  # what the run uses without one: the form shows the same
         form = WhatIfForm(data, queues=queues)
         if form.is_valid():
             _run(request, form, context)

@@ -435,3 +435,14 @@ def test_whatifs_have_a_queue_of_their_own_that_every_worker_consumes():
     assert app.amqp.router.route({}, "scheduling.run_cycle")["queue"].name == "celery"
     run_dev = (Path(__file__).resolve().parents[3] / "deploy" / "run_dev.py").read_text()
     assert '"-Q", "celery,whatif"' in run_dev
+
+
+def test_simulate_from_the_edit_page_shows_the_window_it_ran(client, platform_admin, contended):
+    client.force_login(platform_admin)
+    data = {"display_name": "", "priority": "100", "gpu_quota": "8", "gpu_limit": "-1", "gpu_over_quota_weight": "1",
+            "cpu_quota": "-1", "cpu_limit": "-1", "cpu_over_quota_weight": "1", "memory_quota": "-1",
+            "memory_limit": "-1", "memory_over_quota_weight": "1"}  # the edit form sends no window
+    body = client.post(reverse("queues:whatif") + "?queue=alpha", data).content.decode()
+    selected = body[body.index('name="window_hours"'):body.index("</select>", body.index('name="window_hours"'))]
+    assert 'value="24" selected' in selected or 'value="24.0" selected' in selected
+    assert "window 24.0 h" in body or "window 24 h" in body
