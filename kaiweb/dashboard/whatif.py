@@ -481,6 +481,63 @@ def _thin(cycles: list[dict[str, Any]], queues: tuple[str, ...]) -> dict[str, An
     }
 
 
+GPU_FIELDS = ("gpu_quota", "gpu_limit", "gpu_over_quota_weight")
+
+
+def binding_constraints(edits: list[dict[str, Any]], proposed: tuple[m.QueueSpec, ...], jobs: list[Any],
+                        queue_of: Mapping[str, str]) -> list[str]:
+    """For each raised GPU figure, the limits of the changed tree that cap the queue before it: an
+    ancestor's GPU limit, or a CPU or memory limit of the queue or an ancestor given what its jobs ask
+    per GPU. Names the queue, the resource and the limit, with the numbers."""
+    specs = {q.name: q for q in proposed}
+    notes: list[str] = []
+    for e in edits:
+        if e["field"] not in GPU_FIELDS[:2] or e["queue"] not in specs:
+            continue
+        try:
+            new, old = float(e["changed"]), float(e["current"])
+        except (TypeError, ValueError):
+            continue
+        if new != m.UNLIMITED and new <= old:
+            continue
+        target = e["queue"]
+        chain = []
+        cur: str | None = target
+        while cur is not None and cur in specs and len(chain) < 64:
+            chain.append(specs[cur])
+            cur = specs[cur].parent
+        names = {q.name for q in chain}
+        mine = [j for j in jobs if _ancestors_hit(queue_of.get(j.job_id), names, specs)]
+        gpus = sum(j.gpu_per_pod * j.num_pods for j in mine)
+        per_gpu = {"CPU": sum(j.cpu_milli_per_pod * j.num_pods for j in mine) / gpus if gpus else 0.0,
+                   "memory": sum(j.memory_mib_per_pod * j.num_pods for j in mine) * 2**20 / gpus if gpus else 0.0}
+        want = float("inf") if new == m.UNLIMITED else new
+        for q in chain:
+            if q.name != target and q.gpu.limit != m.UNLIMITED and q.gpu.limit < want:
+                notes.append(f"{target}.{e['field']} → {e['changed']:g}: {q.name}'s GPU limit of {q.gpu.limit:g} caps "
+                             f"it first")
+            for res, limit, unit, scale in (("CPU", q.cpu.limit, "cores", 1000.0), ("memory", q.memory.limit, "GiB",
+                                                                                     float(2**30))):
+                if limit == m.UNLIMITED or not per_gpu[res]:
+                    continue
+                cap = limit / per_gpu[res]
+                if cap < want:
+                    notes.append(f"{target}.{e['field']} → {e['changed']:g}: {q.name}'s {res} limit of "
+                                 f"{limit / scale:g} {unit} binds first: the recorded jobs ask "
+                                 f"{per_gpu[res] / scale:.1f} {unit} per GPU, so at most {cap:.1f} GPUs of them fit")
+    return notes
+
+
+def _ancestors_hit(leaf: str | None, names: set[str], specs: Mapping[str, m.QueueSpec]) -> bool:
+    hops = 0
+    while leaf is not None and hops < 64:
+        if leaf in names:
+            return True
+        leaf = specs[leaf].parent if leaf in specs else None
+        hops += 1
+    return False
+
+
 def _row(per_queue: dict[str, float]) -> dict[str, float | None]:
     """The reported metrics of one queue in one run (NaN, e.g. no job started, becomes None)."""
     return {k: None if math.isnan(v := float(per_queue[k])) else round(v, 2) for k in METRICS}
@@ -607,6 +664,7 @@ def run_whatif(
                      "it opened: they enter the replay at its start, with the part of their run inside it")
     if rec.skipped:
         notes.append(f"{len(rec.skipped)} workload(s) skipped: see jobs.skipped")
+    notes.extend(binding_constraints(edits, proposed, rec.jobs, rec.queue_of))
     if leaves_after - leaves_now:
         notes.append("new leaf queue(s) " + ", ".join(sorted(leaves_after - leaves_now)) + " hold no recorded jobs")
     for label, r in (("current", ra), ("changed", rb)):

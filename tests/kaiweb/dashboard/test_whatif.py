@@ -446,3 +446,11 @@ def test_simulate_from_the_edit_page_shows_the_window_it_ran(client, platform_ad
     selected = body[body.index('name="window_hours"'):body.index("</select>", body.index('name="window_hours"'))]
     assert 'value="24" selected' in selected or 'value="24.0" selected' in selected
     assert "window 24.0 h" in body or "window 24 h" in body
+
+
+def test_the_result_names_the_limit_that_binds_before_a_raised_gpu_figure(contended):
+    result = whatif.run_whatif({"alpha": {"gpu_quota": 8, "cpu_quota": 0, "cpu_limit": 16000}}, now=NOW)
+    assert ("alpha.gpu_quota → 8: alpha's CPU limit of 16 cores binds first: the recorded jobs ask 4.0 cores per "
+            "GPU, so at most 4.0 GPUs of them fit") in result["notes"]
+    free = whatif.run_whatif({"alpha": {"gpu_quota": 8}}, now=NOW)
+    assert not any("binds first" in n or "caps it first" in n for n in free["notes"])
