@@ -68,7 +68,9 @@ class WhatIfForm(forms.Form):
                     required=False, label=f"{r} {label}", widget=forms.NumberInput(attrs={"step": "any"}))
 
     def resource_rows(self) -> list[tuple[str, list[Any]]]:
-        return [(r, [self[f"{r}_{p}"] for p in ("quota", "limit", "over_quota_weight")]) for r in RESOURCES]
+        units = {"cpu": "cpu (millicores)", "memory": "memory (MB)", "gpu": "gpu (devices)"}
+        return [(units.get(r, r), [self[f"{r}_{p}"] for p in ("quota", "limit", "over_quota_weight")])
+                for r in RESOURCES]
 
     def clean_queue(self) -> str:
         name = self.cleaned_data.get("queue") or ""

@@ -454,3 +454,10 @@ def test_the_result_names_the_limit_that_binds_before_a_raised_gpu_figure(conten
             "GPU, so at most 4.0 GPUs of them fit") in result["notes"]
     free = whatif.run_whatif({"alpha": {"gpu_quota": 8}}, now=NOW)
     assert not any("binds first" in n or "caps it first" in n for n in free["notes"])
+
+
+def test_the_form_names_the_unit_of_every_resource_row(client, viewer, contended):
+    client.force_login(viewer)
+    html = client.get(reverse("queues:whatif") + "?queue=alpha").content.decode()
+    for label in ("cpu (millicores)", "memory (MB)", "gpu (devices)"):
+        assert f"<th>{label}</th>" in html
