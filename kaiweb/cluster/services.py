@@ -11,7 +11,7 @@ from django.db import models, transaction
 from kaiweb.audit import services as audit
 from kaiweb.audit.choices import AuditAction, AuditSource
 from kaiweb.cluster.models import Cluster, SchedulingShard
-from kaiweb.core.services import Change, reject_unknown_fields
+from kaiweb.core.services import Change, already_exists, reject_unknown_fields
 
 CLUSTER_FIELDS = frozenset({"name", "backend", "settings", "enabled", "description"})
 SHARD_FIELDS = frozenset(
@@ -28,7 +28,7 @@ SECRET_SETTING_HINTS = ("token", "password", "secret", "key")
 def _check_cluster(cluster: Cluster) -> None:
     clash = Cluster.objects.filter(name=cluster.name).exclude(pk=cluster.pk).exists()
     if clash:
-        raise ValidationError({"name": f"a cluster named {cluster.name!r} already exists; names are unique"})
+        raise already_exists("name", f"a cluster named {cluster.name!r} already exists; names are unique")
     cluster.full_clean(validate_unique=False)
     if not isinstance(cluster.settings, dict):
         raise ValidationError({"settings": "must be an object of setting names to values"})

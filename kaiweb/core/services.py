@@ -18,6 +18,19 @@ class Change(Generic[T]):
     warnings: list[str] = field(default_factory=list)
 
 
+CONFLICT = "conflict"
+
+
+def already_exists(field: str, message: str) -> ValidationError:
+    """The error for a name that is taken (also when two writes race for it): the API answers 409."""
+    return ValidationError({field: ValidationError(message, code=CONFLICT)})
+
+
+def is_conflict(exc: ValidationError) -> bool:
+    errors = exc.error_dict.values() if hasattr(exc, "error_dict") else [exc.error_list]
+    return any(e.code == CONFLICT for group in errors for e in group)
+
+
 def error_dict(exc: ValidationError) -> dict[str, list[str]]:
     """A ValidationError as {field: [messages]}; errors not tied to a field go under "non_field_errors"."""
     if hasattr(exc, "error_dict"):

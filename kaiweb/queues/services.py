@@ -22,7 +22,7 @@ from kaiweb.accounts import roles
 from kaiweb.audit import services as audit
 from kaiweb.audit.choices import AuditAction, AuditSource
 from kaiweb.core.choices import RESOURCES, UNLIMITED
-from kaiweb.core.services import Change, reject_unknown_fields
+from kaiweb.core.services import Change, already_exists, reject_unknown_fields
 from kaiweb.queues.choices import MembershipRole
 from kaiweb.queues.models import PriorityClass, Queue, QueueBounds, QueueMembership
 from kaiweb.workloads.choices import ACTIVE_WORKLOAD_STATES
@@ -185,9 +185,7 @@ def _save_unique(queue: Queue) -> None:
             queue.save()
     except IntegrityError as exc:
         if Queue.objects.filter(name=queue.name).exclude(pk=queue.pk).exists():
-            raise ValidationError(
-                {"name": f"a queue named {queue.name!r} already exists; queue names are unique"}
-            ) from exc
+            raise already_exists("name", f"a queue named {queue.name!r} already exists; queue names are unique") from exc
         raise
 
 
@@ -261,7 +259,7 @@ def create_queue(data: Mapping[str, Any], *, actor: Actor = None, source: str = 
         queue = Queue()
         parent = _apply(queue, data)
         if queue.name and Queue.objects.filter(name=queue.name).exists():
-            raise ValidationError({"name": f"a queue named {queue.name!r} already exists; queue names are unique"})
+            raise already_exists("name", f"a queue named {queue.name!r} already exists; queue names are unique")
         _validate(queue)
         check_bounds(queue, actor)
         check_tree(queue, parent)
@@ -287,7 +285,7 @@ def update_queue(
         old_name = queue.name
         parent = _apply(queue, data)
         if queue.name != old_name and Queue.objects.filter(name=queue.name).exclude(pk=queue.pk).exists():
-            raise ValidationError({"name": f"a queue named {queue.name!r} already exists; queue names are unique"})
+            raise already_exists("name", f"a queue named {queue.name!r} already exists; queue names are unique")
         _validate(queue)
         check_bounds(queue, actor, before)
         if "parent" in data:
@@ -359,9 +357,8 @@ def set_membership(
 def _check_priority_class(pc: PriorityClass) -> None:
     clash = PriorityClass.objects.filter(name=pc.name).exclude(pk=pc.pk).first()
     if clash is not None:
-        raise ValidationError(
-            {"name": f"a priority class named {pc.name!r} already exists (value {clash.value}); names are unique"}
-        )
+        raise already_exists("name", f"a priority class named {pc.name!r} already exists (value {clash.value}); "
+                             "names are unique")
     pc.full_clean(validate_unique=False, validate_constraints=False)
     if pc.global_default and PriorityClass.objects.filter(global_default=True).exclude(pk=pc.pk).exists():
         other = PriorityClass.objects.filter(global_default=True).exclude(pk=pc.pk).first()

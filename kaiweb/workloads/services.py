@@ -16,7 +16,7 @@ from django.utils import timezone
 from kaiweb.audit import services as audit
 from kaiweb.audit.choices import AuditAction, AuditSource
 from kaiweb.cluster.models import Cluster
-from kaiweb.core.services import Change, reject_unknown_fields
+from kaiweb.core.services import Change, already_exists, reject_unknown_fields
 from kaiweb.queues.models import PriorityClass, Queue
 from kaiweb.workloads.models import Pod, Workload
 
@@ -93,7 +93,7 @@ def create_workload(data: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] =
         workload = Workload(**values)
         workload.full_clean(validate_unique=False, validate_constraints=False)
         if Workload.objects.filter(cluster=workload.cluster, namespace=workload.namespace, name=workload.name).exists():
-            raise ValidationError({"name": f"workload {workload.namespace}/{workload.name} already exists in {workload.cluster}"})
+            raise already_exists("name", f"workload {workload.namespace}/{workload.name} already exists in {workload.cluster}")
         errors: dict[str, str] = {}
         pod_objects = []
         names: set[str] = set()

@@ -31,7 +31,7 @@ def _as_if_another_request_created(name: str):
 def test_a_create_that_loses_the_name_race_is_a_400_naming_the_name(admin_api, monkeypatch):
     monkeypatch.setattr(services, "_validate", _as_if_another_request_created("team-x"))
     response = admin_api.post("/api/v1/queues/", {"name": "team-x"}, format="json")
-    assert response.status_code == 400, response.content
+    assert response.status_code == 409, response.content
     assert "already exists" in response.json()["name"][0]
 
 
@@ -40,7 +40,7 @@ def test_a_rename_that_loses_the_name_race_is_a_400_naming_the_name(admin_api, m
     queue = QueueFactory(name="team-a")
     monkeypatch.setattr(services, "_validate", _as_if_another_request_created("team-b"))
     response = admin_api.patch(f"/api/v1/queues/{queue.pk}/", {"name": "team-b"}, format="json")
-    assert response.status_code == 400, response.content
+    assert response.status_code == 409, response.content
     assert "already exists" in response.json()["name"][0]
     queue.refresh_from_db()
     assert queue.name == "team-a"

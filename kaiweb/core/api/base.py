@@ -13,11 +13,11 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import ProtectedError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers, status, viewsets
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.response import Response
 
 from kaiweb.audit.choices import AuditSource
-from kaiweb.core.services import Change, error_dict
+from kaiweb.core.services import Change, error_dict, is_conflict
 
 
 class WarningsField(serializers.SerializerMethodField):
@@ -42,11 +42,21 @@ def as_api_error(exc: DjangoValidationError) -> ValidationError:
     return ValidationError(error_dict(exc))
 
 
+class Conflict(APIException):
+    """409: the name is taken (the body names the field, as a 400 does)."""
+
+    status_code = 409
+    default_detail = "conflict"
+    default_code = "conflict"
+
+
 class ServiceErrorsMixin:
     """Turns rule errors raised by services (and protected deletes) into 400 answers."""
 
     def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, DjangoValidationError):
+        if isinstance(exc, DjangoValidationError) and is_conflict(exc):
+            exc = Conflict(error_dict(exc))
+        elif isinstance(exc, DjangoValidationError):
             exc = as_api_error(exc)
         elif isinstance(exc, ProtectedError):
             names = sorted({str(o) for o in exc.protected_objects})[:10]

@@ -1,7 +1,7 @@
 """OpenAPI post-processing: document the error answers every operation can give.
 
 DRF answers 400 (a rule or a filter value broken: `{field: [messages]}`), 401/403 (not signed in,
-not allowed: `{detail}`) and 404 for unknown objects; drf-spectacular only documents successes,
+not allowed: `{detail}`), 404 for unknown objects and 409 when a write's name is taken; drf-spectacular only documents successes,
 so clients (and the contract test) would see those answers as undocumented.
 """
 
@@ -22,6 +22,7 @@ ERRORS = {
     "403": "Signed in but not allowed (role).",
     "404": "No such object (or an unknown `format`).",
 }
+CONFLICT = "The name is taken (also when two writes race for it): `{field: [message]}`."
 
 
 # Integer bounds Django derives from the database backend (SQLite: 64 bits for every integer column;
@@ -57,7 +58,10 @@ def add_error_responses(result: dict[str, Any], generator: Any, request: Any, pu
         for operation in operations.values():
             if not isinstance(operation, dict) or "responses" not in operation:
                 continue
-            for code, description in ERRORS.items():
+            errors = dict(ERRORS)
+            if operation.get("operationId", "").endswith(("_create", "_update", "_partial_update")):
+                errors["409"] = CONFLICT
+            for code, description in errors.items():
                 operation["responses"].setdefault(
                     code, {"description": description, "content": {"application/json": {"schema": ref}}}
                 )

@@ -53,6 +53,7 @@ def test_cluster_settings_refuse_secrets(admin_api):
 
 def test_cluster_name_clash(admin_api):
     response = admin_api.post("/api/v1/clusters/", {"name": "default"}, format="json")
+    assert response.status_code == 409
     assert response.json() == {"name": ["a cluster named 'default' already exists; names are unique"]}
 
 

@@ -198,7 +198,7 @@ def test_priority_class_crud_and_clash(admin_api):
     assert created.status_code == 201
     assert created.json()["preemptible"] is False
     clash = admin_api.post("/api/v1/priority-classes/", {"name": "urgent", "value": 10}, format="json")
-    assert clash.status_code == 400
+    assert clash.status_code == 409
     assert clash.json() == {"name": ["a priority class named 'urgent' already exists (value 200); names are unique"]}
     listed = admin_api.get("/api/v1/priority-classes/?preemptible=false").json()["results"]
     assert [p["name"] for p in listed] == ["urgent", "inference", "build"]

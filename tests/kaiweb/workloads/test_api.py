@@ -157,3 +157,10 @@ def test_every_workload_change_through_the_api_is_audited_with_who_and_what(admi
     client.force_login(platform_admin)
     html = client.get("/audit/?object_type=workloads.workload&action=update").content.decode()
     assert 'queue: <span class="delta-down">team-training</span> → <span class="delta-up">team-inference</span>' in html
+
+
+def test_a_taken_workload_name_is_a_409_naming_the_field(admin_api, queue_tree):
+    assert submit(admin_api).status_code == 201
+    again = submit(admin_api)
+    assert again.status_code == 409
+    assert "already exists" in again.json()["name"][0]
