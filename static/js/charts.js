@@ -30,5 +30,15 @@
 
   document.addEventListener("DOMContentLoaded", function () { drawAll(document); });
   document.addEventListener("htmx:afterSettle", function (evt) { drawAll(evt.target); });
-  document.addEventListener("htmx:oobAfterSwap", function (evt) { drawAll(evt.detail.target || document); });
+  // Out-of-band swaps (a polled result) insert charts without a settle event on them: draw any chart
+  // that appears in the page.
+  new MutationObserver(function (records) {
+    records.forEach(function (record) {
+      record.addedNodes.forEach(function (node) {
+        if (node.nodeType !== 1) { return; }
+        if (node.matches(".chart[data-figure]")) { draw(node); }
+        node.querySelectorAll(".chart[data-figure]").forEach(draw);
+      });
+    });
+  }).observe(document.documentElement, { childList: true, subtree: true });
 })();

@@ -37,3 +37,32 @@ def test_viewer_runs_a_whatif_and_sees_the_comparison(page, live_server, ui_data
     expect(page.locator("[data-figure='whatif-chart'] .main-svg").first).to_be_visible()
     shot(page, "whatif-result")
     assert errors == [], f"JavaScript errors: {errors}"
+
+
+def test_a_whatif_on_a_worker_is_polled_until_its_chart_is_drawn(page, live_server, ui_data, viewer, login, shot,
+                                                                  monkeypatch):
+    """The run is left queued (no worker picks it up) until the test runs it, as a worker would: the page
+    shows it running, polls, and draws the result when it is done."""
+    from kaiweb.celery import app
+    from kaiweb.dashboard import tasks, whatif_runs
+    from kaiweb.dashboard.models import WhatIfRun
+
+    monkeypatch.setattr(tasks.run_whatif_task, "delay", lambda run_id: None)
+    login(page, viewer)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(live_server.url + "/queues/what-if/?queue=team-training")
+    page.fill("#id_gpu_quota", "40")
+    page.fill("#id_gpu_limit", "-1")
+    page.click("#run-whatif")
+    expect(page.locator("#whatif-poll")).to_contain_text("Replaying on a worker")
+    shot(page, "whatif-running")
+    run = WhatIfRun.objects.get(user=viewer)
+    assert run.state == "queued"
+    assert app.conf.task_always_eager  # the view sent nothing to a broker: delay was replaced
+    assert whatif_runs.execute(run.pk) == "done"
+    expect(page.locator("#whatif-table")).to_be_visible(timeout=30_000)
+    expect(page.locator("#whatif-poll")).to_have_count(0)
+    expect(page.locator("[data-figure='whatif-chart'] .main-svg").first).to_be_visible()
+    shot(page, "whatif-polled")
+    assert errors == [], f"JavaScript errors: {errors}"
