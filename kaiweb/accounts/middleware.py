@@ -38,10 +38,27 @@ class TokenOnPagesMiddleware:
 
 
 SESSION_KEY = "kaiweb-time-zone"
+#: the preference that follows the browser: pages set this cookie to the zone the browser reports
+BROWSER_ZONE = "browser"
+BROWSER_COOKIE = "kaiweb_browser_tz"
+
+
+def _zone(name: str | None) -> Any:
+    import zoneinfo
+
+    try:
+        return zoneinfo.ZoneInfo(name) if name and len(name) <= 64 else None
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return None
 
 
 class UserTimeZoneMiddleware:
-    """Pages show times in the signed-in user's zone (profile page; UTC by default)."""
+    """Pages show times in the signed-in user's zone (profile page; UTC by default).
+
+    The preference is an IANA zone or "browser": then the zone the browser reports (a cookie the
+    pages' script keeps current) is used, and UTC until the browser has said, or when it names no
+    known zone. `request.time_zone` is the zone in effect, `request.time_zone_setting` the choice.
+    """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -51,7 +68,7 @@ class UserTimeZoneMiddleware:
 
         from django.utils import timezone
 
-        zone = "UTC"
+        zone: str | None = "UTC"
         user = getattr(request, "user", None)
         session = getattr(request, "session", None)
         if user is not None and user.is_authenticated and not request.path.startswith(EXEMPT):  # the API stays UTC
@@ -62,11 +79,15 @@ class UserTimeZoneMiddleware:
                 zone = Preference.objects.filter(user=user).values_list("time_zone", flat=True).first() or "UTC"
                 if session is not None and session.session_key:
                     session[SESSION_KEY] = zone
-        try:
-            timezone.activate(zoneinfo.ZoneInfo(zone))
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            timezone.activate(zoneinfo.ZoneInfo("UTC"))
+        setting = zone or "UTC"
+        if setting == BROWSER_ZONE:
+            zone = request.COOKIES.get(BROWSER_COOKIE)
+        tz = _zone(zone)
+        if tz is None:
+            tz, zone = zoneinfo.ZoneInfo("UTC"), "UTC"
+        timezone.activate(tz)
         request.time_zone = zone
+        request.time_zone_setting = setting
         try:
             return self.get_response(request)
         finally:

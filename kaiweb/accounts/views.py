@@ -37,13 +37,16 @@ class ThrottledLoginView(auth_views.LoginView):
 def _zones() -> list[tuple[str, str]]:
     import zoneinfo
 
-    return [("UTC", "UTC")] + [(z, z) for z in sorted(zoneinfo.available_timezones()) if "/" in z and
+    from kaiweb.accounts.middleware import BROWSER_ZONE
+
+    return [("UTC", "UTC"), (BROWSER_ZONE, "my browser's local time")] + [(z, z) for z in sorted(zoneinfo.available_timezones()) if "/" in z and
                                not z.startswith(("Etc/", "SystemV/", "posix/", "right/"))]
 
 
 class TimeZoneForm(forms.Form):
     time_zone = forms.ChoiceField(choices=_zones, label="Show times in",
-                                  help_text="Stored times stay UTC; pages and exports' pages show them in this zone.")
+                                  help_text="Stored times stay UTC; pages show them in this zone. \"My browser's local time\" follows "
+                                            "the zone your browser reports, wherever you sign in from.")
 
 
 class TokenForm(forms.Form):
@@ -87,7 +90,7 @@ def profile(request: HttpRequest) -> HttpResponse:
     from kaiweb.dashboard.pages import render_page
 
     form = TokenForm(user=request.user)
-    zone_form = TimeZoneForm(initial={"time_zone": getattr(request, "time_zone", "UTC")})
+    zone_form = TimeZoneForm(initial={"time_zone": getattr(request, "time_zone_setting", "UTC")})
     new_key = None
     if request.method == "POST" and "time_zone" in request.POST:
         from kaiweb.accounts.models import Preference

@@ -67,4 +67,17 @@
     var confirmBtn = evt.target.closest("[data-confirm]");
     if (confirmBtn && !window.confirm(confirmBtn.dataset.confirm)) { evt.preventDefault(); }
   });
+
+  // The zone the browser reports, for users whose preference is "my browser's local time": kept in
+  // a cookie the server reads; when it was missing or has changed, the page is drawn again once.
+  (function browserZone() {
+    var zone;
+    try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone; } catch (e) { return; }
+    if (!zone || !/^[A-Za-z0-9_+\-\/]{1,64}$/.test(zone)) { return; }  // IANA names are cookie-safe as they are
+    var had = (document.cookie.match(/(?:^|; )kaiweb_browser_tz=([^;]*)/) || [])[1];
+    if (had === zone) { return; }
+    document.cookie = "kaiweb_browser_tz=" + zone + "; path=/; max-age=31536000; SameSite=Lax";
+    var body = document.body;
+    if (body && body.dataset.tzSetting === "browser" && body.dataset.tz !== zone) { window.location.reload(); }
+  })();
 })();

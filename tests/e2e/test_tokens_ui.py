@@ -37,3 +37,27 @@ def test_a_user_makes_a_token_reads_it_once_uses_it_and_revokes_it(page, live_se
     expect(page.locator("tr[data-token=nightly-export]")).to_contain_text("revoked")
     assert _get(f"{live_server.url}/api/v1/queues/", key) == 401
     assert _get(f"{live_server.url}/usage/export.csv", key) == 401
+
+
+def test_browser_local_time_shows_times_in_the_zone_the_browser_is_in(browser, live_server, ui_data, viewer, login,
+                                                                       shot):
+    from datetime import UTC, datetime
+
+    from kaiweb.scheduling.models import SchedulingCycle
+
+    SchedulingCycle.objects.create(started_at=datetime(2026, 11, 24, 12, 0, tzinfo=UTC), status="succeeded",
+                                   duration_seconds=0.1)
+    context = browser.new_context(timezone_id="Asia/Tokyo", viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    try:
+        login(page, viewer)
+        page.goto(f"{live_server.url}/accounts/profile/")
+        page.select_option("#id_time_zone", "browser")
+        page.click("#save-tz")
+        page.wait_for_url(f"{live_server.url}/accounts/profile/")
+        page.goto(f"{live_server.url}/cycles/")
+        expect(page.locator("footer")).to_contain_text("times in Asia/Tokyo (your browser's)")
+        expect(page.locator("body")).to_contain_text("2026-11-24 21:00:00")  # UTC+9
+        shot(page, "cycles-in-browser-time")
+    finally:
+        context.close()

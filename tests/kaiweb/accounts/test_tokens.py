@@ -109,3 +109,30 @@ def test_a_user_chooses_the_time_zone_every_page_shows_times_in(client, viewer, 
     assert "times in Asia/Tokyo" in page
     bad = client.post("/accounts/profile/", {"time_zone": "Mars/Olympus"}).content.decode()
     assert "Select a valid choice" in bad
+
+
+def test_browser_local_time_follows_the_zone_the_browser_reports(client, viewer, queue_tree):
+    from datetime import UTC, datetime
+
+    from kaiweb.scheduling.models import SchedulingCycle
+
+    SchedulingCycle.objects.create(started_at=datetime(2026, 11, 24, 12, 0, tzinfo=UTC),
+                                   status="succeeded", duration_seconds=0.1)
+    client.force_login(viewer)
+    assert client.post("/accounts/profile/", {"time_zone": "browser"}).status_code == 302
+    # Until the browser has said, UTC; the page tells its script the choice is the browser's.
+    page = client.get("/cycles/").content.decode()
+    assert "2026-11-24 12:00:00" in page
+    assert 'data-tz-setting="browser"' in page
+    client.cookies["kaiweb_browser_tz"] = "America/New_York"
+    page = client.get("/cycles/").content.decode()
+    assert "2026-11-24 07:00:00" in page  # UTC-5 in November
+    assert "times in America/New_York (your browser" in page
+    client.cookies["kaiweb_browser_tz"] = "Not/AZone"  # what a browser says is never trusted blindly
+    assert "2026-11-24 12:00:00" in client.get("/cycles/").content.decode()
+    # The profile keeps showing the choice, not the zone it resolved to.
+    assert 'value="browser" selected' in client.get("/accounts/profile/").content.decode()
+    # The API stays UTC whatever the page preference is.
+    client.cookies["kaiweb_browser_tz"] = "Asia/Tokyo"
+    body = client.get("/api/v1/cycles/").json()
+    assert body["results"][0]["started_at"].startswith("2026-11-24T12:00:00")
