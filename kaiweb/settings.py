@@ -284,6 +284,9 @@ if KAI_CLUSTER_BACKEND not in {"simulated", "kubernetes"}:
     raise ImproperlyConfigured(f"KAI_CLUSTER_BACKEND must be 'simulated' or 'kubernetes', not {KAI_CLUSTER_BACKEND!r}")
 KAI_CYCLE_SECONDS = env.float("KAI_CYCLE_SECONDS", default=5.0)
 KAI_USAGE_SECONDS = env.float("KAI_USAGE_SECONDS", default=60.0)
+# The workload label naming the user who submitted it; usage is also broken down by it (workloads
+# without it count as their namespace's, "ns/<namespace>").
+KAI_USER_LABEL = env.str("KAI_USER_LABEL", default="user")
 KAI_SCHEDULER_NAME = env.str("KAI_SCHEDULER_NAME", default="kai-scheduler")
 # The queue of a pod whose pod, owner and namespace name none (empty: such a pod is reported, not scheduled).
 KAI_DEFAULT_QUEUE = env.str("KAI_DEFAULT_QUEUE", default="")

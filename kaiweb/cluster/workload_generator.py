@@ -46,6 +46,7 @@ class JobSpec:
     duration_seconds: int
     kind: str  # "training" | "inference" | "batch"
     labels: dict[str, str] = field(default_factory=dict)
+    namespace: str | None = None  # None: the namespace `submit` is given
 
     @property
     def gpus(self) -> float:
@@ -69,6 +70,28 @@ def with_gpu_utilization(job: JobSpec) -> JobSpec:
                        duration_seconds=max(job.duration_seconds, 7200))
     low, high = UTILIZATION_RANGE.get(job.kind, (40, 90))
     return replace(job, labels={**job.labels, UTILIZATION_LABEL: str(low + digest % (high - low + 1))})
+
+
+# Who submits: the demo's teams each work in a namespace of their own, and label their jobs with
+# the submitting user (the label usage accounting reads, settings.KAI_USER_LABEL).
+USER_LABEL = "user"
+TEAMS = {
+    "best-effort": ("sandbox", ("ana", "ben", "chen")),
+    "team-training": ("training", ("dmitri", "eva")),
+    "team-research-a": ("research", ("farah", "gus")),
+    "team-research-b": ("research", ("hana", "ivan", "jo")),
+    "team-inference": ("serving", ("kim", "lena")),
+}
+
+
+def with_submitter(job: JobSpec) -> JobSpec:
+    """The job in its team's namespace, labelled with a user of that team (from its name alone)."""
+    team = TEAMS.get(job.queue)
+    if team is None:
+        return job
+    namespace, users = team
+    digest = int.from_bytes(hashlib.blake2b(b"user:" + job.name.encode(), digest_size=4).digest(), "big")
+    return replace(job, namespace=namespace, labels={**job.labels, USER_LABEL: users[digest % len(users)]})
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +149,7 @@ class WorkloadGenerator:
             for i in range(count):
                 kind = role.kinds[rng.randrange(len(role.kinds))]
                 jobs.append(self._job(rng, role.queue, kind, f"t{tick}-{i}"))
-        return [with_gpu_utilization(job) for job in jobs]
+        return [with_submitter(with_gpu_utilization(job)) for job in jobs]
 
     def _flood(self, rng: random.Random) -> list[JobSpec]:
         # Queues with a flood target fill the cluster at once with training gangs.

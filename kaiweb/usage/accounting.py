@@ -80,6 +80,43 @@ def allocated_by_queue(cluster_id: int | None = None) -> dict[int, dict[str, flo
     return totals
 
 
+def user_of(namespace: str, user: str | None) -> str:
+    """The submitting user a usage breakdown names: the user label's value, else the namespace's."""
+    return user if user else f"ns/{namespace}"
+
+
+def allocated_by_owner(cluster_id: int | None = None) -> dict[int, dict[str, dict[str, dict[str, float]]]]:
+    """What every leaf queue holds now, split by namespace and by submitting user (1 query).
+
+    {queue id: {"namespace": {ns: {resource: amount}}, "user": {user: {resource: amount}}}}, in
+    queue units; the user is the workload's settings.KAI_USER_LABEL label (see `user_of`).
+    """
+    from django.db.models.fields.json import KeyTextTransform
+
+    pods = Pod.objects.filter(state__in=ALLOCATED_POD_STATES)
+    if cluster_id is not None:
+        pods = pods.filter(workload__cluster_id=cluster_id)
+    rows = pods.values("workload__queue_id", "workload__namespace").annotate(
+        user=KeyTextTransform(settings.KAI_USER_LABEL, "workload__labels"),
+    ).values("workload__queue_id", "workload__namespace", "user").annotate(
+        cpu=Coalesce(Sum("cpu"), 0.0),
+        memory=Coalesce(Sum("memory"), 0),
+        gpu=Coalesce(Sum("gpu"), 0.0),
+        fraction=Coalesce(Sum(F("gpu_fraction") * F("gpu_devices")), 0.0),
+    ).order_by()
+    out: dict[int, dict[str, dict[str, dict[str, float]]]] = {}
+    for row in rows:
+        amounts = {"cpu": float(row["cpu"]), "memory": float(row["memory"]) / MB,
+                   "gpu": float(row["gpu"]) + float(row["fraction"])}
+        queue = out.setdefault(row["workload__queue_id"], {"namespace": {}, "user": {}})
+        namespace = row["workload__namespace"]
+        for kind, key in (("namespace", namespace), ("user", user_of(namespace, row["user"]))):
+            acc = queue[kind].setdefault(key, dict.fromkeys(RESOURCES, 0.0))
+            for r in RESOURCES:
+                acc[r] += amounts[r]
+    return out
+
+
 def _gpu_pods(cluster_id: int | None = None) -> list[dict[str, Any]]:
     """Every allocated pod holding GPUs, with its queue, namespace, labels and node's GPU model (1 query)."""
     pods = Pod.objects.filter(state__in=ALLOCATED_POD_STATES).filter(Q(gpu__gt=0) | Q(gpu_fraction__isnull=False))
@@ -186,6 +223,7 @@ def account_usage(at: datetime | None = None, source: UtilizationSource | None =
     at = at or datetime.now(tz=UTC)
     start = _floor(at, width)
     totals = allocated_by_queue()
+    owners = allocated_by_owner()
     pods = _gpu_pods()
     source = source if source is not None else configured_source()
     readings = read_utilization(at, pods, source) if pods else None
@@ -194,6 +232,10 @@ def account_usage(at: datetime | None = None, source: UtilizationSource | None =
     for q, amounts in sorted(totals.items()):
         for r in RESOURCES:
             bucket = UsageBucket(queue_id=q, resource=r, start=start, width_seconds=width, value=amounts[r] * width)
+            split = owners.get(q)
+            if split is not None:
+                bucket.by_namespace = {k: v[r] * width for k, v in sorted(split["namespace"].items()) if v[r]}
+                bucket.by_user = {k: v[r] * width for k, v in sorted(split["user"].items()) if v[r]}
             d = details.get(q)
             if r == "gpu" and d is not None:
                 bucket.by_gpu_model = {m: v * width for m, v in sorted(d["models"].items())}
@@ -207,7 +249,8 @@ def account_usage(at: datetime | None = None, source: UtilizationSource | None =
     with transaction.atomic():
         UsageBucket.objects.bulk_create(
             rows, update_conflicts=True,
-            update_fields=["value", "by_gpu_model", "measured_value", "used_value", "gpu_memory_used_value"],
+            update_fields=["value", "by_gpu_model", "measured_value", "used_value", "gpu_memory_used_value",
+                           "by_namespace", "by_user"],
             unique_fields=["queue", "resource", "start", "width_seconds"],
         )
         if readings and source is not None:
@@ -233,11 +276,11 @@ def _roll(from_width: int, to_width: int, before: datetime) -> int:
     cutoff = _floor(before, to_width)
     old = UsageBucket.objects.filter(width_seconds=from_width, start__lt=cutoff)
     sums: dict[tuple[int, str, datetime], dict[str, Any]] = {}
-    for queue_id, resource, start, value, models_, measured, used, memory in old.values_list(
+    for queue_id, resource, start, value, models_, measured, used, memory, spaces, users in old.values_list(
             "queue_id", "resource", "start", "value", "by_gpu_model", "measured_value", "used_value",
-            "gpu_memory_used_value").iterator():
+            "gpu_memory_used_value", "by_namespace", "by_user").iterator():
         acc = sums.setdefault((queue_id, resource, _floor(start, to_width)), _empty_sum())
-        _add(acc, value, models_, measured, used, memory)
+        _add(acc, value, models_, measured, used, memory, spaces, users)
     if not sums:
         return 0
     existing = {
@@ -253,25 +296,28 @@ def _roll(from_width: int, to_width: int, before: datetime) -> int:
             _store(bucket, acc)
         else:
             _add(acc, bucket.value, bucket.by_gpu_model, bucket.measured_value, bucket.used_value,
-                 bucket.gpu_memory_used_value)
+                 bucket.gpu_memory_used_value, bucket.by_namespace, bucket.by_user)
             _store(bucket, acc)
             updated.append(bucket)
     UsageBucket.objects.bulk_create(new, batch_size=1000)
     UsageBucket.objects.bulk_update(
-        updated, ["value", "by_gpu_model", "measured_value", "used_value", "gpu_memory_used_value"], batch_size=1000)
+        updated, ["value", "by_gpu_model", "measured_value", "used_value", "gpu_memory_used_value", "by_namespace",
+                  "by_user"], batch_size=1000)
     old.delete()
     return len(sums)
 
 
 def _empty_sum() -> dict[str, Any]:
-    return {"value": 0.0, "models": defaultdict(float), "measured": 0.0, "used": None, "memory": None}
+    return {"value": 0.0, "models": defaultdict(float), "measured": 0.0, "used": None, "memory": None,
+            "namespace": defaultdict(float), "user": defaultdict(float)}
 
 
 def _add(acc: dict[str, Any], value: float, models_: Any, measured: float, used: float | None,
-         memory: float | None) -> None:
+         memory: float | None, spaces: Any = None, users: Any = None) -> None:
     acc["value"] += value
-    for model, seconds in (models_ or {}).items() if isinstance(models_, dict) else ():
-        acc["models"][model] += float(seconds)
+    for key, split in (("models", models_), ("namespace", spaces), ("user", users)):
+        for name, seconds in split.items() if isinstance(split, dict) else ():
+            acc[key][name] += float(seconds)
     acc["measured"] += measured or 0.0
     if used is not None:
         acc["used"] = (acc["used"] or 0.0) + used
@@ -282,6 +328,8 @@ def _add(acc: dict[str, Any], value: float, models_: Any, measured: float, used:
 def _store(bucket: UsageBucket, acc: dict[str, Any]) -> None:
     bucket.value = acc["value"]
     bucket.by_gpu_model = {m: v for m, v in sorted(acc["models"].items())}
+    bucket.by_namespace = {m: v for m, v in sorted(acc["namespace"].items())}
+    bucket.by_user = {m: v for m, v in sorted(acc["user"].items())}
     bucket.measured_value = acc["measured"]
     bucket.used_value = acc["used"]
     bucket.gpu_memory_used_value = acc["memory"]

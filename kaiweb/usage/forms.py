@@ -15,7 +15,7 @@ MAX_WINDOW = timedelta(days=400)
 
 
 class UsageReportForm(forms.Form):
-    """A window given by a preset or by start/end dates (UTC, end inclusive)."""
+    """A window given by a preset or by start/end dates (in the user's time zone, end inclusive)."""
 
     window = forms.ChoiceField(
         choices=[("24h", "Last 24 hours"), ("7d", "Last 7 days"), ("30d", "Last 30 days"), ("90d", "Last 90 days"),
@@ -25,7 +25,8 @@ class UsageReportForm(forms.Form):
     end = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}), label="To")
     resource = forms.ChoiceField(choices=[("gpu", "GPU-hours"), ("cpu", "CPU core-hours"), ("memory", "Memory GB-hours")],
                                  initial="gpu", required=False)
-    group = forms.ChoiceField(choices=[("queue", "per leaf queue"), ("department", "per department (top level)")],
+    group = forms.ChoiceField(choices=[("queue", "per leaf queue"), ("department", "per department (top level)"),
+                                       ("namespace", "per namespace"), ("user", "per submitting user")],
                               initial="queue", required=False, label="Group")
     step = forms.ChoiceField(choices=[("auto", "auto (hour, or day past 8 days)"), ("hour", "per hour"),
                                       ("day", "per day"), ("week", "per week")], initial="auto", required=False,
@@ -51,8 +52,9 @@ class UsageReportForm(forms.Form):
                 if end < start:
                     self.add_error("end", f"must not be before the start ({start:%Y-%m-%d})")
                 else:
-                    since = datetime.combine(start, time.min, tzinfo=UTC)
-                    until = datetime.combine(end, time.min, tzinfo=UTC) + timedelta(days=1)
+                    zone = timezone.get_current_timezone()
+                    since = datetime.combine(start, time.min, tzinfo=zone).astimezone(UTC)
+                    until = datetime.combine(end + timedelta(days=1), time.min, tzinfo=zone).astimezone(UTC)
                     if until - since > MAX_WINDOW:
                         self.add_error("end", f"the window may span at most {MAX_WINDOW.days} days")
                     data["since"], data["until"] = since, until

@@ -24,6 +24,10 @@ class UsageBucket(models.Model):
     measured_value = models.FloatField(default=0, validators=[MinValueValidator(0)])
     used_value = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
     gpu_memory_used_value = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)])
+    # Leaf queues only: the value split by the workloads' namespace and by their submitting user
+    # (settings.KAI_USER_LABEL; "ns/<namespace>" when unlabelled), in the same units.
+    by_namespace = models.JSONField(default=dict, blank=True)
+    by_user = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ("-start", "queue", "resource")

@@ -7,6 +7,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Sum
 from django.db.models.functions import TruncDay, TruncHour, TruncWeek
 from django.http import HttpRequest, HttpResponse
@@ -25,6 +26,24 @@ UNIT = {"gpu": "GPU-hours", "cpu": "core-hours", "memory": "GB-hours"}
 #: the chart draws hours per hour of each slot: the average amount held
 RATE_UNIT = {"gpu": "GPUs (average)", "cpu": "cores (average)", "memory": "GB (average)"}
 STEP_SECONDS = {"hour": 3600, "day": 86400, "week": 7 * 86400}
+#: groups read from the leaf buckets' split by namespace or by submitting user
+SPLIT_FIELD = {"namespace": "by_namespace", "user": "by_user"}
+#: the part of a bucket its split does not cover (buckets written before the split was recorded)
+UNATTRIBUTED = "(unattributed)"
+
+
+def _split_rows(qs: Any, group: str) -> list[tuple[str, datetime, float]]:
+    """(name, slot, value) of each bucket's split by namespace or user, the rest as UNATTRIBUTED."""
+    out = []
+    for slot, value, split in qs.values_list("slot", "value", SPLIT_FIELD[group]).iterator():
+        parts = split if isinstance(split, dict) else {}
+        covered = 0.0
+        for name, part in parts.items():
+            out.append((str(name), slot, float(part)))
+            covered += float(part)
+        if value - covered > 1e-6 * max(1.0, value):
+            out.append((UNATTRIBUTED, slot, value - covered))
+    return out
 
 
 def _tree() -> tuple[dict[int, Queue], dict[int, list[int]]]:
@@ -66,19 +85,25 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
     if step == "auto":
         step = "day" if until - since > timedelta(days=8) else "hour"
     trunc = {"hour": TruncHour("start"), "day": TruncDay("start"), "week": TruncWeek("start")}[step]
-    rows = (UsageBucket.objects.filter(resource=resource, start__gte=since, start__lt=until, queue_id__in=leaves)
-            .annotate(slot=trunc).values("queue_id", "slot").annotate(total=Sum("value")).order_by("slot"))
+    in_window = (UsageBucket.objects.filter(resource=resource, start__gte=since, start__lt=until, queue_id__in=leaves)
+                 .annotate(slot=trunc))
     divisor = DIVISOR[resource]
     series: dict[str, dict[datetime, float]] = defaultdict(lambda: defaultdict(float))
     totals: dict[str, float] = defaultdict(float)
     departments: dict[str, str] = {}
-    for row in rows:
-        q = queues[row["queue_id"]]
-        dept = _top(queues, q.pk)
-        name = dept.name if group == "department" else q.name
-        departments[q.name] = dept.name
-        amount = row["total"] / divisor
-        series[name][row["slot"]] += amount
+    if group in SPLIT_FIELD:
+        points = _split_rows(in_window, group)
+    else:
+        points = []
+        for row in in_window.values("queue_id", "slot").annotate(total=Sum("value")).order_by("slot"):
+            q = queues[row["queue_id"]]
+            dept = _top(queues, q.pk)
+            name = dept.name if group == "department" else q.name
+            departments[q.name] = dept.name
+            points.append((name, row["slot"], row["total"]))
+    for name, slot, value in points:
+        amount = value / divisor
+        series[name][slot] += amount
         totals[name] += amount
     hours = max((until - since).total_seconds() / 3600.0, 1e-9)
     grand = sum(totals.values())
@@ -123,6 +148,7 @@ def usage_report(request: HttpRequest) -> HttpResponse:
         "chart": chart,
         "params": data,
         "any_usage": UsageBucket.objects.exists(),
+        "user_label": settings.KAI_USER_LABEL,
     }
     return render_page(request, "usage/report.html", context)
 

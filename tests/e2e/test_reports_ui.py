@@ -55,3 +55,39 @@ def test_a_report_defined_in_the_page_runs_and_its_csv_equals_the_usage_page(pag
     with page.expect_download() as pdf:
         page.click("#download-pdf")
     assert open(pdf.value.path(), "rb").read(5) == b"%PDF-"
+
+
+def test_usage_per_submitting_user_per_day_answers_with_the_csv_numbers(page, live_server, queue_tree, viewer,
+                                                                          login, shot):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from kaiweb.usage.models import UsageBucket
+
+    day = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    for back, (ana, ben) in enumerate([(8.0, 2.0), (4.0, 4.0), (6.0, 0.0)]):
+        start = day - timedelta(days=back + 1) + timedelta(hours=10)
+        UsageBucket.objects.create(queue=queue_tree["team-training"], resource="gpu", start=start, width_seconds=3600,
+                                   value=(ana + ben) * 3600, by_namespace={"training": (ana + ben) * 3600},
+                                   by_user={k: v * 3600 for k, v in (("ana", ana), ("ben", ben)) if v})
+    login(page, viewer)
+    page.locator("nav.mainnav a", has_text="Usage").click()
+    page.select_option("#id_group", "user")
+    page.select_option("#id_step", "day")
+    page.click("#usage-form button[type=submit]")
+    expect(page.locator("#usage-table thead")).to_contain_text("User")
+    rows = page.locator("#usage-table tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_contain_text("ana")
+    expect(rows.nth(0).locator("td").nth(1)).to_have_text("18.0")  # GPU-hours over the three days
+    expect(rows.nth(1).locator("td").nth(1)).to_have_text("6.0")
+    expect(page.locator("#usage-table tfoot")).to_contain_text("24.0")
+    page.wait_for_selector("[data-figure=usage-chart] .main-svg")
+    shot(page, "usage-per-user-per-day")
+    with page.expect_download() as download_info:
+        page.get_by_role("link", name="Export CSV").click()
+    rows_csv = list(csv.reader(io.StringIO(open(download_info.value.path(), encoding="utf-8").read())))
+    assert rows_csv[0][:3] == ["user", "slot_start", "day"]
+    assert {r[0]: float(r[3]) for r in rows_csv[1:] if r[1] == "total"} == {"ana": 18.0, "ben": 6.0}
+    assert sorted(float(r[3]) for r in rows_csv[1:] if r[0] == "ana" and r[1] != "total") == [4.0, 6.0, 8.0]

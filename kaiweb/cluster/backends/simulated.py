@@ -209,25 +209,30 @@ class SimulatedGateway:
         if missing:
             raise ValueError(f"queue: unknown queue(s) {', '.join(missing)}")
         classes = {pc.name: pc for pc in PriorityClass.objects.all()}
-        existing = set(Workload.objects.filter(cluster=self.cluster, namespace=namespace,
-                                               name__in=[j.name for j in jobs]).values_list("name", flat=True))
+        def ns(j: JobSpec) -> str:
+            return j.namespace or namespace
+
+        spaces = {ns(j) for j in jobs}
+        existing = set(Workload.objects.filter(cluster=self.cluster, namespace__in=spaces,
+                                               name__in=[j.name for j in jobs]).values_list("namespace", "name"))
         workloads = []
         for j in jobs:
-            if j.name in existing:
+            if (ns(j), j.name) in existing:
                 continue
-            existing.add(j.name)
+            existing.add((ns(j), j.name))
             workloads.append(Workload(
-                cluster=self.cluster, namespace=namespace, name=j.name, uid=uuid.uuid4().hex,
+                cluster=self.cluster, namespace=ns(j), name=j.name, uid=uuid.uuid4().hex,
                 queue=queues[j.queue], priority_class=classes.get(j.priority_class), min_member=j.min_member,
                 labels={"kaiweb.io/kind": j.kind, **j.labels}, state=WorkloadState.PENDING, submitted_at=submitted_at,
             ))
         with transaction.atomic():
             Workload.objects.bulk_create(workloads, batch_size=500)
             if workloads and workloads[0].pk is None:
-                ids = dict(Workload.objects.filter(cluster=self.cluster, namespace=namespace,
-                                                   name__in=[w.name for w in workloads]).values_list("name", "pk"))
+                ids = {(w_ns, w_name): pk for w_ns, w_name, pk in Workload.objects.filter(
+                    cluster=self.cluster, namespace__in=spaces, name__in=[w.name for w in workloads],
+                ).values_list("namespace", "name", "pk")}
                 for w in workloads:
-                    w.pk = ids[w.name]
+                    w.pk = ids[(w.namespace, w.name)]
             by_name = {j.name: j for j in jobs}
             pods = []
             for w in workloads:

@@ -16,7 +16,12 @@ class UsageBucketSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = UsageBucket
-        fields = ("id", "queue", "resource", "start", "width_seconds", "value")
+        fields = ("id", "queue", "resource", "start", "width_seconds", "value", "by_namespace", "by_user")
+        extra_kwargs = {
+            "by_namespace": {"help_text": "Leaf queues: the value split by the workloads' namespace."},
+            "by_user": {"help_text": "Leaf queues: the value split by submitting user (the KAI_USER_LABEL label; "
+                                     "'ns/<namespace>' when unlabelled)."},
+        }
 
 
 class UsageTotalSerializer(serializers.Serializer):

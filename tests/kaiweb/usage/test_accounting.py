@@ -44,6 +44,57 @@ def test_accounting_writes_allocated_times_width_per_queue_and_ancestor():
     assert value("team-a", "memory") == pytest.approx(3 * 1024**3 / 1e6 * 60)  # MB-seconds
 
 
+def test_leaf_buckets_split_by_namespace_and_submitting_user(settings):
+    from kaiweb.workloads.models import Workload
+
+    settings.KAI_USER_LABEL = "kai.example/user"
+    sc = small_cluster(nodes=2)
+    a1 = submit(sc, "team-a", "a1", pods=2, gpus_per_pod=1)
+    a2 = submit(sc, "team-a", "a2", pods=1, gpus_per_pod=1)
+    b1 = submit(sc, "team-b", "b1", pods=1, fraction=0.5)
+    Workload.objects.filter(pk=a1.pk).update(labels={"kai.example/user": "ana"})
+    Workload.objects.filter(pk=a2.pk).update(namespace="other", labels={"kai.example/user": "ana"})
+    Workload.objects.filter(pk=b1.pk).update(labels={"team": "b"})  # no user label: its namespace's
+    for job in (a1, a2, b1):
+        gw = SimulatedGateway(sc.cluster)
+        gw.apply(binds=[BindAction(job.namespace, p.name, p.uid, sc.nodes[0].name) for p in job.pods.all()])
+
+    accounting.account_usage(at=NOW)
+
+    start = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+
+    def bucket(queue, resource):
+        return UsageBucket.objects.get(queue=sc.queues[queue], resource=resource, start=start, width_seconds=60)
+
+    a_gpu = bucket("team-a", "gpu")
+    assert a_gpu.by_namespace == {"ns": 120.0, "other": 60.0}
+    assert a_gpu.by_user == {"ana": 180.0}
+    assert bucket("team-a", "cpu").by_namespace == {"ns": 2 * 1000 * 60, "other": 1000 * 60}
+    assert bucket("team-b", "gpu").by_user == {"ns/ns": 30.0}
+    assert bucket("dept", "gpu").by_user == {}  # a parent's value is its leaves': split there only
+    for queue in ("team-a", "team-b"):
+        b = bucket(queue, "gpu")
+        assert sum(b.by_namespace.values()) == pytest.approx(b.value)
+        assert sum(b.by_user.values()) == pytest.approx(b.value)
+
+
+def test_roll_up_sums_the_splits_by_namespace_and_user():
+    sc = small_cluster()
+    q = sc.queues["team-a"]
+    old_hour = datetime(2026, 2, 20, 5, 0, tzinfo=UTC)
+    UsageBucket.objects.create(queue=q, resource="gpu", start=old_hour, width_seconds=60, value=60.0,
+                               by_namespace={"x": 60.0}, by_user={"ana": 60.0})
+    UsageBucket.objects.create(queue=q, resource="gpu", start=old_hour + timedelta(minutes=1), width_seconds=60,
+                               value=90.0, by_namespace={"x": 30.0, "y": 60.0}, by_user={"ana": 30.0, "ben": 60.0})
+
+    accounting.roll_up_and_expire(now=NOW)
+
+    hour = UsageBucket.objects.get(queue=q, resource="gpu", width_seconds=3600)
+    assert hour.value == 150.0
+    assert hour.by_namespace == {"x": 90.0, "y": 60.0}
+    assert hour.by_user == {"ana": 90.0, "ben": 60.0}
+
+
 def test_accounting_the_same_minute_twice_is_harmless():
     sc = small_cluster(nodes=1)
     _bind_all(sc, submit(sc, "team-a", "a", pods=2))

@@ -121,3 +121,34 @@ def test_the_chart_axis_is_the_window_from_the_first_minute(client, viewer, queu
     assert start < end
     assert figure["layout"]["xaxis"]["type"] == "date"
     assert figure["data"][0]["mode"] == "lines+markers"  # one point is still visible
+
+
+def test_usage_per_namespace_and_per_user_adds_up_to_the_queues_total(client, viewer, queue_tree):
+    now = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+    team = queue_tree["team-training"]
+    UsageBucket.objects.create(queue=team, resource="gpu", start=now, width_seconds=60, value=7200.0,
+                               by_namespace={"training": 5400.0, "sandbox": 1800.0},
+                               by_user={"dmitri": 3600.0, "ns/sandbox": 3600.0})
+    # Written before the split was recorded: counted, and named as such.
+    UsageBucket.objects.create(queue=team, resource="gpu", start=now + timedelta(minutes=1), width_seconds=60,
+                               value=3600.0)
+    client.force_login(viewer)
+    per_queue = client.get("/usage/export.json?window=24h&group=queue").json()
+    per_user = client.get("/usage/export.json?window=24h&group=user").json()
+    per_ns = client.get("/usage/export.json?window=24h&group=namespace").json()
+    assert per_queue["total"] == per_user["total"] == per_ns["total"] == 3.0  # GPU-hours
+    assert {t["name"]: t["value"] for t in per_user["totals"]} == {"dmitri": 1.0, "ns/sandbox": 1.0,
+                                                                   "(unattributed)": 1.0}
+    assert {t["name"]: t["value"] for t in per_ns["totals"]} == {"training": 1.5, "sandbox": 0.5,
+                                                                 "(unattributed)": 1.0}
+    rows = list(csv.reader(io.StringIO(client.get("/usage/export.csv?window=24h&group=user").content.decode())))
+    assert rows[0][0] == "user"
+    assert {r[0]: float(r[3]) for r in rows[1:] if r[1] == "total"} == {"dmitri": 1.0, "ns/sandbox": 1.0,
+                                                                        "(unattributed)": 1.0}
+    page = client.get("/usage/?window=24h&group=user").content.decode()
+    assert "<th>User</th>" in page
+    assert "dmitri" in page
+    assert 'href="/queues/dmitri/"' not in page  # a user is not a queue
+    bad = client.get("/usage/export.json?window=24h&group=team")
+    assert bad.status_code == 400
+    assert "group" in bad.json()
