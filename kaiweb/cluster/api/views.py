@@ -15,11 +15,14 @@ from kaiweb.cluster.filtersets import (
     UnreadableObjectFilterSet,
 )
 from kaiweb.cluster.models import Cluster, SchedulingShard, UnreadableObject
-from kaiweb.core.api.base import ServiceModelViewSet
+from kaiweb.core.api.base import ByNameLookupMixin, ServiceModelViewSet, named_detail
 from kaiweb.core.services import Change
 
 
-class ClusterViewSet(ServiceModelViewSet):
+@named_detail()
+class ClusterViewSet(ByNameLookupMixin, ServiceModelViewSet):
+    """Clusters (platform admins change them), addressed by name or numeric id."""
+
     serializer_class = s.ClusterSerializer
     filterset_class = ClusterFilterSet
     ordering_fields = ("name", "created")
@@ -38,7 +41,11 @@ class ClusterViewSet(ServiceModelViewSet):
         services.delete_cluster(instance, actor=self.request.user, source=self.audit_source)
 
 
-class SchedulingShardViewSet(ServiceModelViewSet):
+@named_detail("The shard's name (with ?cluster=<name> when several clusters have one), or its numeric id.")
+class SchedulingShardViewSet(ByNameLookupMixin, ServiceModelViewSet):
+    """Scheduling shards (platform admins change them), addressed by name or numeric id."""
+
+    name_per_cluster = True
     serializer_class = s.SchedulingShardSerializer
     filterset_class = SchedulingShardFilterSet
     ordering_fields = ("name", "created")
@@ -57,8 +64,12 @@ class SchedulingShardViewSet(ServiceModelViewSet):
         services.delete_shard(instance, actor=self.request.user, source=self.audit_source)
 
 
-class NodeViewSet(viewsets.ReadOnlyModelViewSet):
-    """Nodes and their GPUs as last observed (written by the cluster gateway, not through the API)."""
+@named_detail("The node's name (with ?cluster=<name> when several clusters have one), or its numeric id.")
+class NodeViewSet(ByNameLookupMixin, viewsets.ReadOnlyModelViewSet):
+    """Nodes and their GPUs as last observed (written by the cluster gateway, not through the API),
+    addressed by name or numeric id."""
+
+    name_per_cluster = True
 
     serializer_class = s.NodeSerializer
     filterset_class = NodeFilterSet

@@ -99,3 +99,55 @@ class ServiceModelViewSet(ServiceErrorsMixin, viewsets.ModelViewSet):
     def destroy(self, request: Any, *args: Any, **kwargs: Any) -> Response:
         self.service_delete(self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def named_detail(description: str = "The object's name, or its numeric id.") -> Any:
+    """Class decorator: the schema documents a detail URL's key as a name or an id."""
+    from drf_spectacular.types import OpenApiTypes
+    from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+
+    key = OpenApiParameter("id", OpenApiTypes.STR, OpenApiParameter.PATH, description=description)
+
+    def decorate(viewset: Any) -> Any:
+        methods = [m for m in ("retrieve", "update", "partial_update", "destroy") if hasattr(viewset, m)]
+        return extend_schema_view(**{m: extend_schema(parameters=[key]) for m in methods})(viewset)
+
+    return decorate
+
+
+class ByNameLookupMixin:
+    """Detail URLs take the object's name, as the UI and kubectl do, or its numeric id.
+
+    `/api/v1/nodes/gpu-node-3/` and `/api/v1/nodes/42/` name the same node. A key of digits only is
+    tried as an id first. Names unique only within a cluster (nodes, shards) take `?cluster=<name>`
+    when several clusters have one; without it such a name is a 400 that says so.
+    """
+
+    lookup_value_regex = r"[^/]+"
+    #: the field holding the name, and whether names repeat across clusters
+    name_field = "name"
+    name_per_cluster = False
+
+    def get_object(self) -> Any:
+        from django.http import Http404
+
+        key = str(self.kwargs[self.lookup_url_kwarg or self.lookup_field])  # type: ignore[attr-defined]
+        queryset = self.filter_queryset(self.get_queryset())  # type: ignore[attr-defined]
+        found = None
+        if key.isdigit() and len(key) < 19:
+            found = queryset.filter(pk=int(key)).first()
+        if found is None:
+            named = queryset.filter(**{self.name_field: key[:253]})
+            cluster = self.request.query_params.get("cluster") if self.name_per_cluster else None  # type: ignore[attr-defined]
+            if cluster:
+                named = named.filter(cluster__name=cluster[:253])
+            matches = list(named[:2])
+            if not matches:
+                raise Http404(f"no {queryset.model._meta.verbose_name} with id or name {key[:253]!r}")
+            if len(matches) > 1:
+                raise ValidationError({"cluster": [
+                    f"several clusters have a {queryset.model._meta.verbose_name} named {key[:253]!r}: "
+                    "add ?cluster=<cluster name>, or use its numeric id"]})
+            found = matches[0]
+        self.check_object_permissions(self.request, found)  # type: ignore[attr-defined]
+        return found

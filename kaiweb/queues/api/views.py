@@ -6,18 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
-from rest_framework.generics import get_object_or_404
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from kaiweb.accounts import roles
-from kaiweb.core.api.base import ServiceErrorsMixin, ServiceModelViewSet
+from kaiweb.core.api.base import ByNameLookupMixin, ServiceErrorsMixin, ServiceModelViewSet, named_detail
 from kaiweb.core.api.renderers import (
     PlainTextParser,
     PlainTextRenderer,
@@ -37,19 +36,12 @@ from kaiweb.scheduling.models import QueueStatus
 DRY_RUN = OpenApiParameter("dry_run", OpenApiTypes.BOOL, description="Check and report, change nothing.")
 
 
-QUEUE_KEY = OpenApiParameter(
-    "id", OpenApiTypes.STR, OpenApiParameter.PATH,
-    description="The queue's name (as in the UI and the Queue CRD), or its numeric id.")
-
-
-@extend_schema_view(**{m: extend_schema(parameters=[QUEUE_KEY])
-                       for m in ("retrieve", "update", "partial_update", "destroy")})
-class QueueViewSet(ServiceModelViewSet):
+@named_detail("The queue's name (as in the UI and the Queue CRD), or its numeric id.")
+class QueueViewSet(ByNameLookupMixin, ServiceModelViewSet):
     """The queue tree. Queue admins may change the queues of their subtrees; platform admins everything.
     A queue is addressed by its name or its numeric id: `/api/v1/queues/team-a/`."""
 
     serializer_class = s.QueueSerializer
-    lookup_value_regex = r"[^/]+"
     filterset_class = QueueFilterSet
     ordering_fields = ("name", "priority", "created", "updated", *s.RESOURCE_FIELDS)
     ordering = ("name",)
@@ -57,16 +49,6 @@ class QueueViewSet(ServiceModelViewSet):
 
     def get_queryset(self) -> Any:
         return selectors.queues()
-
-    def get_object(self) -> Queue:
-        """By numeric id, else by name (a name of digits only is looked up as an id first)."""
-        key = str(self.kwargs[self.lookup_url_kwarg or self.lookup_field])
-        queryset = self.filter_queryset(self.get_queryset())
-        queue = queryset.filter(pk=int(key)).first() if key.isdigit() and len(key) < 19 else None
-        if queue is None:
-            queue = get_object_or_404(queryset, name=key[:253])
-        self.check_object_permissions(self.request, queue)
-        return queue
 
     def _require_parent_access(self, parent_value: Any) -> None:
         parent = services.resolve_parent(parent_value)
@@ -186,8 +168,9 @@ def _as_dict(problem: yaml_io.ImportProblem) -> dict[str, Any]:
     return {"document": problem.document, "name": problem.name, "field": problem.field, "message": problem.message}
 
 
-class PriorityClassViewSet(ServiceModelViewSet):
-    """Workload priority classes (platform admins change them)."""
+@named_detail()
+class PriorityClassViewSet(ByNameLookupMixin, ServiceModelViewSet):
+    """Workload priority classes (platform admins change them), addressed by name or numeric id."""
 
     serializer_class = s.PriorityClassSerializer
     filterset_class = PriorityClassFilterSet

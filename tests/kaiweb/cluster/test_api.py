@@ -102,3 +102,31 @@ def test_unreadable_cluster_objects_are_listed_with_field_and_rule(viewer_api, a
     ]
     # Observed state: nobody writes it through the API.
     assert admin_api.post("/api/v1/unreadable-objects/", {}, format="json").status_code == 405
+
+
+def test_clusters_shards_nodes_and_priority_classes_are_addressed_by_name_as_in_the_ui(viewer_api, admin_api):
+    other = ClusterFactory(name="east")
+    default = Cluster.objects.get(name="default")
+    NodeFactory(cluster=default, name="gpu-1")
+    twin = NodeFactory(cluster=other, name="gpu-1")
+    only = NodeFactory(cluster=other, name="gpu-9")
+
+    assert viewer_api.get("/api/v1/clusters/east/").json()["id"] == other.pk
+    assert viewer_api.get(f"/api/v1/clusters/{other.pk}/").json()["name"] == "east"
+    assert viewer_api.get("/api/v1/nodes/gpu-9/").json()["id"] == only.pk
+    # A node name two clusters share: the answer says how to choose.
+    ambiguous = viewer_api.get("/api/v1/nodes/gpu-1/")
+    assert ambiguous.status_code == 400
+    assert "?cluster=" in ambiguous.json()["cluster"][0]
+    assert viewer_api.get("/api/v1/nodes/gpu-1/?cluster=east").json()["id"] == twin.pk
+    missing = viewer_api.get("/api/v1/nodes/nope/")
+    assert missing.status_code == 404
+    assert "nope" in missing.json()["detail"]
+    assert viewer_api.get("/api/v1/shards/default/").json()["cluster"] == "default"
+    # Writes too: a platform admin changes a priority class by its name.
+    made = admin_api.post("/api/v1/priority-classes/", {"name": "urgent", "value": 900}, format="json")
+    assert made.status_code == 201, made.json()
+    changed = admin_api.patch("/api/v1/priority-classes/urgent/", {"value": 950}, format="json")
+    assert changed.status_code == 200, changed.json()
+    assert changed.json()["value"] == 950
+    assert admin_api.delete("/api/v1/priority-classes/urgent/").status_code == 204
