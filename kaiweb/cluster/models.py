@@ -35,8 +35,27 @@ class Cluster(TimeStampedModel):
         return self.name
 
 
+class SchedulingShardQuerySet(models.QuerySet["SchedulingShard"]):
+    def default(self) -> SchedulingShard | None:
+        """The shard a cycle, page or what-if uses when none is named: the first enabled shard (by
+        cluster name, then shard name) of an enabled cluster of the configured backend."""
+        from django.conf import settings
+
+        return (self.select_related("cluster")
+                .filter(enabled=True, cluster__enabled=True, cluster__backend=settings.KAI_CLUSTER_BACKEND)
+                .order_by("cluster__name", "name").first())
+
+
 class SchedulingShard(TimeStampedModel):
-    """A node-label partition of a cluster scheduled on its own (KAI SchedulingShard)."""
+    """A node-label partition of a cluster scheduled on its own (KAI SchedulingShard).
+
+    Membership, as KAI selects it: a shard with a partition value holds the nodes, queues and
+    workloads whose partition label equals it; the shard without one holds those that do not
+    have the label at all (a label present but empty belongs to no shard without that value).
+    `matches` decides it for labels in memory, `label_q` for rows in the database: the same rule.
+    """
+
+    objects = SchedulingShardQuerySet.as_manager()
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="shards")
     name = models.CharField(max_length=100)
@@ -81,6 +100,22 @@ class SchedulingShard(TimeStampedModel):
 
     def __str__(self) -> str:
         return f"{self.cluster}/{self.name}"
+
+    def matches(self, labels: Any) -> bool:
+        """Whether an object with these labels belongs to this shard."""
+        labels = labels if isinstance(labels, dict) else {}
+        if self.partition_label_value:
+            return str(labels.get(self.partition_label_key, "")) == self.partition_label_value
+        return self.partition_label_key not in labels
+
+    def label_q(self, field: str = "labels") -> models.Q:
+        """`matches` as a filter on a JSON labels column (`field`, e.g. "labels" or "workload__labels")."""
+        from django.db.models.fields.json import KeyTextTransform
+        from django.db.models.lookups import Exact
+
+        if self.partition_label_value:
+            return models.Q(Exact(KeyTextTransform(self.partition_label_key, field), self.partition_label_value))
+        return ~models.Q(**{f"{field}__has_key": self.partition_label_key})
 
 
 class Node(models.Model):

@@ -27,10 +27,7 @@ def nodes() -> QuerySet[Node]:
 def nodes_of_shard(shard: SchedulingShard) -> QuerySet[Node]:
     """The nodes a shard schedules: label equal to its value, or (empty value) without the label."""
     base = nodes().filter(cluster_id=shard.cluster_id)
-    key = shard.partition_label_key
-    if shard.partition_label_value:
-        return base.filter(**{f"labels__{key}": shard.partition_label_value}) if "__" not in key else base.none()
-    return base.exclude(labels__has_key=key)
+    return base.filter(shard.label_q())
 
 
 def capacity(queryset: QuerySet[Node] | None = None) -> dict[str, float]:

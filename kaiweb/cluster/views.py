@@ -32,12 +32,7 @@ def node_map(request: HttpRequest) -> HttpResponse:
         errors.append(f"shard: no shard with id {shard_id!r}")
         qs = qs.none()
     elif shard is not None:
-        qs = qs.filter(cluster_id=shard.cluster_id)
-        if shard.partition_label_value:
-            qs = qs.filter(**{f"labels__{shard.partition_label_key}": shard.partition_label_value})
-        else:
-            # The default shard sees the nodes without the partition label.
-            qs = qs.exclude(labels__has_key=shard.partition_label_key)
+        qs = qs.filter(shard.label_q(), cluster_id=shard.cluster_id)
     page = paginate(request, qs, default=NODES_PER_PAGE)
     nodes = list(page.object_list)
     rows, legend = build_map(nodes)
@@ -179,12 +174,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
         "labels": sorted((node.labels or {}).items()),
         "topology": sorted((node.topology or {}).items()) if isinstance(node.topology, dict) else [],
         "topology_keys": topology_keys,
-        "shard": next((s.name for s in shards if _in_shard(node, s)), None),
+        "shard": next((s.name for s in shards if s.cluster_id == node.cluster_id and s.matches(node.labels)), None),
     }
     return render_page(request, "cluster/node.html", context)
 
-
-def _in_shard(node: Node, shard: SchedulingShard) -> bool:
-    from kaiweb.scheduling.fragmentation import shard_of
-
-    return shard_of(node, [shard]) is not None

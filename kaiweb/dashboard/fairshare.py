@@ -73,19 +73,6 @@ class Division:
     errors: list[str] = field(default_factory=list)
 
 
-def current_shard() -> Any:
-    from kaiweb.cluster.models import SchedulingShard
-
-    return SchedulingShard.objects.filter(enabled=True).select_related("cluster").order_by("pk").first()
-
-
-def _in_shard(labels: dict[str, Any] | None, shard: Any) -> bool:
-    """KAI's shard isolation, as the cycle applies it: the object's partition label equals the shard's."""
-    if shard is None:
-        return True
-    return str((labels or {}).get(shard.partition_label_key, "")) == shard.partition_label_value
-
-
 def divide(override: Any = None, with_usage: bool = True) -> Division:
     """Run the engine's division (`compute_fair_shares`) on the current state of the shard.
 
@@ -96,14 +83,14 @@ def divide(override: Any = None, with_usage: bool = True) -> Division:
     requests instead of re-building the whole cluster snapshot keeps this to a few queries.
     `override` is an unsaved Queue whose values replace that queue: the preview of an edit.
     """
-    from kaiweb.cluster.models import Node
+    from kaiweb.cluster.models import Node, SchedulingShard
     from kaiweb.queues.models import Queue
     from kaiweb.scheduling.adapters import queue_to_spec
     from scheduler_core.proportion import QueueAttrs
 
-    shard = current_shard()
+    shard = SchedulingShard.objects.default()
     now = timezone.now()
-    queues = [q for q in Queue.objects.order_by("name") if _in_shard(q.labels, shard)]
+    queues = [q for q in Queue.objects.order_by("name") if shard is None or shard.matches(q.labels)]
     if override is not None:
         queues = [override if q.pk == override.pk else q for q in queues]
     names = {q.pk: q.name for q in queues}
@@ -137,7 +124,7 @@ def divide(override: Any = None, with_usage: bool = True) -> Division:
 
     nodes = [n for n in Node.objects.filter(ready=True).only("labels", "allocatable_cpu", "allocatable_memory",
                                                                "allocatable_gpu", "cluster_id")
-             if (shard is None or n.cluster_id == shard.cluster_id) and _in_shard(n.labels, shard)]
+             if (shard is None or n.cluster_id == shard.cluster_id) and (shard is None or shard.matches(n.labels))]
     total = [float(sum(n.allocatable_cpu for n in nodes)), float(sum(n.allocatable_memory for n in nodes)),
              float(sum(n.allocatable_gpu for n in nodes))]
 

@@ -124,10 +124,9 @@ class Recorded:
 
 def _shard(shard: Any) -> Any:
     from kaiweb.cluster.models import SchedulingShard
-    from kaiweb.dashboard.fairshare import current_shard
 
     if shard is None or shard == "":
-        return current_shard()
+        return SchedulingShard.objects.default()
     if isinstance(shard, SchedulingShard):
         return shard
     try:
@@ -138,12 +137,6 @@ def _shard(shard: Any) -> Any:
     if found is None:
         raise WhatIfInputError({"shard": [f"shard {pk} does not exist"]})
     return found
-
-
-def _in_shard(labels: dict[str, Any] | None, shard: Any) -> bool:
-    if shard is None:
-        return True
-    return str((labels or {}).get(shard.partition_label_key, "")) == shard.partition_label_value
 
 
 def window_from_hours(value: Any) -> timedelta:
@@ -216,7 +209,7 @@ def recorded_jobs(
             "id", "namespace", "name", "labels", "queue__name", "min_member", "state", "submitted_at",
             "last_start_at", "finished_at",
         )
-        if _in_shard(w["labels"], shard)
+        if shard is None or shard.matches(w["labels"])
     ]
     out = Recorded(jobs=[], queue_of={}, start=start, end=end, recorded=len(rows))
     if len(rows) > max_jobs:
@@ -308,7 +301,7 @@ def _add(out: Recorded, info: dict[str, Any], w: Mapping[str, Any], duration: fl
 def _queues(shard: Any) -> list[Any]:
     from kaiweb.queues.models import Queue
 
-    return [q for q in Queue.objects.select_related("parent").order_by("name") if _in_shard(q.labels, shard)]
+    return [q for q in Queue.objects.select_related("parent").order_by("name") if shard is None or shard.matches(q.labels)]
 
 
 def _specs(rows: list[Any]) -> tuple[m.QueueSpec, ...]:
@@ -462,7 +455,7 @@ def _cluster(shard: Any) -> RecordedCluster:
     qs = Node.objects.order_by("name")
     if shard is not None:
         qs = qs.filter(cluster_id=shard.cluster_id)
-    specs = tuple(node_to_spec(n) for n in qs if _in_shard(n.labels, shard))
+    specs = tuple(node_to_spec(n) for n in qs if shard is None or shard.matches(n.labels))
     if not any(s.ready and s.gpus > 0 for s in specs):
         raise WhatIfInputError({"shard": ["the shard has no ready node with GPUs to replay on"]})
     return RecordedCluster(nodes=len(specs), gpus_per_node=max(1, max(s.gpus for s in specs)), specs=specs)

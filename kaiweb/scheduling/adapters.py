@@ -81,13 +81,6 @@ def from_epoch(value: float) -> datetime:
     return datetime.fromtimestamp(value, tz=UTC)
 
 
-def _matches_partition(labels: dict[str, Any] | None, shard: SchedulingShard | None) -> bool:
-    """KAI's shard isolation: an object belongs to the shard whose partition value its label has."""
-    if shard is None:
-        return True
-    return str((labels or {}).get(shard.partition_label_key, "")) == shard.partition_label_value
-
-
 def queue_to_spec(queue: Queue, parent_name: str | None) -> m.QueueSpec:
     """A Queue row as the engine's QueueSpec (memory MB → bytes; -1 kept as -1)."""
 
@@ -356,7 +349,7 @@ def build_snapshot(
     names = {q.pk: q.name for q in queue_rows}
     queues: list[m.QueueSpec] = []
     for q in queue_rows:
-        if not _matches_partition(q.labels, shard):
+        if shard is not None and not shard.matches(q.labels):
             continue
         queues.append(queue_to_spec(q, names.get(q.parent_id)))
         index.queues[q.name] = q.pk
@@ -371,7 +364,7 @@ def build_snapshot(
     for n in node_qs:
         if restricted and not ({GPU_WORKER_LABEL, CPU_WORKER_LABEL} & set(n.labels or {})):
             continue  # KAI's restrict-node-scheduling: a node marked neither way is not scheduled on
-        if _matches_partition(n.labels, shard):
+        if shard is None or shard.matches(n.labels):
             nodes.append(node_to_spec(n))
             index.nodes[n.name] = n.pk
     node_names = {pk: name for name, pk in index.nodes.items()}
@@ -394,7 +387,7 @@ def build_snapshot(
                               "stale_since", "min_subgroup", "subgroups", "topology_constraint",
                               "preemption_delay_seconds", "staleness_grace_seconds")
     for order, w in enumerate(rows):
-        if not _matches_partition(w["labels"], shard):
+        if shard is not None and not shard.matches(w["labels"]):
             continue
         uid = f"{w['namespace']}/{w['name']}" if w["namespace"] else w["name"]
         class_name = w["priority_class__name"] or default_class

@@ -105,8 +105,7 @@ def resolve_shard(shard: SchedulingShard | int | str | None) -> SchedulingShard:
             from kaiweb.cluster.mirror import kubernetes_cluster
 
             kubernetes_cluster()
-        found = (qs.filter(enabled=True, cluster__enabled=True, cluster__backend=backend)
-                 .order_by("cluster__name", "name").first())
+        found = SchedulingShard.objects.default()
         if found is None:
             raise LookupError(f"shard: no enabled scheduling shard of a {backend} cluster exists "
                               "(manage.py seed_demo creates the simulated one)")

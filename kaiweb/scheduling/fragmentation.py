@@ -16,7 +16,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kaiweb.cluster.models import Node, SchedulingShard
-from kaiweb.scheduling.adapters import _matches_partition
 from kaiweb.scheduling.typical_pods import learned_typical_pods_by_shard
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES
 from scheduler_core import placement
@@ -65,7 +64,7 @@ def shard_fragmentation(shard: SchedulingShard) -> tuple[float, float]:
     """The shard's free GPUs and, of them, the stranded ones, as the database sees its nodes now
     (three queries: nodes, their pods, the shard's typical pods)."""
     nodes = [n for n in Node.objects.filter(cluster_id=shard.cluster_id).only(
-        "pk", "labels", "allocatable_gpu", "cluster_id") if _matches_partition(n.labels, shard)]
+        "pk", "labels", "allocatable_gpu", "cluster_id") if shard is None or shard.matches(n.labels)]
     if not nodes:
         return 0.0, 0.0
     free = free_per_gpu(nodes)
@@ -74,7 +73,7 @@ def shard_fragmentation(shard: SchedulingShard) -> tuple[float, float]:
 
 
 def shard_of(node: Node, shards: list[SchedulingShard]) -> SchedulingShard | None:
-    return next((s for s in shards if s.cluster_id == node.cluster_id and _matches_partition(node.labels, s)), None)
+    return next((s for s in shards if s.cluster_id == node.cluster_id and s.matches(node.labels)), None)
 
 
 def node_stranded(nodes: list[Node], shards: list[SchedulingShard] | None = None,

@@ -445,7 +445,7 @@ def usage_explanation(queue: Queue, shard: SchedulingShard | None = None, now: d
     (their ratio), plus k and what it does to the queue's over-quota weight.
     """
     if shard is None:
-        shard = SchedulingShard.objects.select_related("cluster").filter(enabled=True).order_by("pk").first()
+        shard = SchedulingShard.objects.default()
     if shard is None:
         raise LookupError("shard: no enabled scheduling shard to read usage settings from")
     full = compute_usage(shard, now=now)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from kaiweb.cluster import selectors
 from kaiweb.cluster.models import SchedulingShard
@@ -28,3 +31,45 @@ def test_capacity_counts_ready_schedulable_nodes_only():
     NodeFactory(cluster=cluster, allocatable_gpu=4, ready=False)
     NodeFactory(cluster=cluster, allocatable_gpu=2, unschedulable=True)
     assert selectors.capacity() == {"cpu": 1000.0, "memory": 10.0, "gpu": 8.0}
+
+
+LABEL = "kai.scheduler/node-pool"
+
+
+@hypothesis_settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    value=st.sampled_from(["", "a100", "a.b/c"]),
+    node_labels=st.lists(st.one_of(st.just({}), st.just({"other": "x"}),
+                                   st.fixed_dictionaries({LABEL: st.sampled_from(["", "a100", "a.b/c", "h100"])})),
+                         min_size=1, max_size=6),
+)
+def test_shard_membership_is_one_rule_in_memory_and_in_the_database(db, value, node_labels):
+    """`matches` (labels in memory) and `label_q` (rows) agree; the unlabelled shard takes only
+    objects without the label, so a present-but-empty label belongs to neither kind by accident."""
+    from kaiweb.cluster.models import Cluster, Node, SchedulingShard
+
+    cluster = Cluster.objects.get(name="default")
+    Node.objects.filter(cluster=cluster).delete()
+    shard = SchedulingShard(cluster=cluster, name="s", partition_label_value=value)
+    for i, labels in enumerate(node_labels):
+        NodeFactory(cluster=cluster, name=f"n{i}", labels=labels)
+    in_db = set(Node.objects.filter(shard.label_q(), cluster=cluster).values_list("name", flat=True))
+    in_memory = {n.name for n in Node.objects.filter(cluster=cluster) if shard.matches(n.labels)}
+    assert in_db == in_memory
+    for n in Node.objects.filter(cluster=cluster):
+        expected = (n.labels.get(LABEL) == value) if value else (LABEL not in n.labels)
+        assert (n.name in in_db) == expected
+
+
+def test_the_default_shard_is_one_rule(settings):
+    from kaiweb.cluster.models import Cluster, SchedulingShard
+
+    settings.KAI_CLUSTER_BACKEND = "simulated"
+    assert SchedulingShard.objects.default().name == "default"
+    SchedulingShard.objects.update(enabled=False)
+    other = Cluster.objects.create(name="b-cluster", backend="simulated")
+    SchedulingShard.objects.create(cluster=other, name="z", partition_label_value="z")
+    SchedulingShard.objects.create(cluster=other, name="y", partition_label_value="y", enabled=False)
+    assert SchedulingShard.objects.default().name == "z"
+    Cluster.objects.filter(pk=other.pk).update(enabled=False)
+    assert SchedulingShard.objects.default() is None
