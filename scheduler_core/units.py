@@ -7,6 +7,8 @@ shows an amount formats it here, so a reason never reads "allocated 552000 > 920
 from __future__ import annotations
 
 RESOURCE_TITLES = ("CPU", "memory", "GPU")
+#: bytes in a megabyte: queue memory quotas and limits are in MB, as in KAI's Queue CRD
+MB = 1_000_000
 _GIB = float(1 << 30)
 
 

@@ -82,13 +82,13 @@ from kaiweb.cluster.watch import DELETED, MODIFIED, SYNCED, WatchEvent
 from kaiweb.core import clock
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
+from scheduler_core.units import MB
 
 log = logging.getLogger(__name__)
 
 IMPLICIT_GROUP_LABEL = "kaiweb.io/implicit-pod-group"
 # How recent a heartbeat of watch_cluster must be for the cycle to trust the mirror it keeps.
 DEFAULT_HEARTBEAT_SECONDS = 30.0
-MB = 1_000_000
 BATCH = 500
 
 _STATE_FROM_OBSERVED = {

@@ -14,6 +14,10 @@ from kaiweb.cluster.choices import (
     PlacementStrategy,
 )
 from kaiweb.core.models import TimeStampedModel
+from scheduler_core import model as m
+
+#: extended resources with this prefix are MIG instances (nvidia.com/mig-1g.10gb)
+MIG_PREFIX = "nvidia.com/mig-"
 
 
 class Cluster(TimeStampedModel):
@@ -153,11 +157,28 @@ class Node(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def to_spec(self) -> Any:
-        """The engine's NodeSpec of this node (one conversion, kept in the scheduling adapter)."""
-        from kaiweb.scheduling.adapters import node_to_spec
-
-        return node_to_spec(self)
+    def to_spec(self) -> m.NodeSpec:
+        """This node as the engine's NodeSpec: capacity, labels, taints, cordon, MIG instances and
+        the other extended resources."""
+        extended = {str(k): v for k, v in (self.extended_resources or {}).items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return m.NodeSpec(
+            name=self.name,
+            cpu_millis=self.allocatable_cpu,
+            memory_bytes=float(self.allocatable_memory),
+            gpus=int(self.allocatable_gpu),
+            gpu_memory_mib=self.gpu_memory_mib or 100,
+            gpu_memory_synced=bool(self.gpu_memory_mib),
+            max_pods=self.allocatable_pods,
+            labels={str(k): str(v) for k, v in (self.labels or {}).items()},
+            ready=self.ready,
+            unschedulable=self.unschedulable,
+            taints=tuple(m.Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
+                         for t in (self.taints or []) if isinstance(t, dict)),
+            mig_strategy=self.mig_strategy or None,
+            mig_instances={k: int(v) for k, v in extended.items() if k.startswith(MIG_PREFIX)},
+            extended={k: float(v) for k, v in extended.items() if not k.startswith(MIG_PREFIX)},
+        )
 
     @classmethod
     def from_spec(cls, spec: Any, cluster: Cluster) -> Node:

@@ -15,11 +15,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from scheduler_core.units import MB
+
 # Queue figures per resource: (metric suffix, unit conversion from queue units, help).
 QUEUE_RESOURCES = {
     "gpu": ("gpus", 1.0, "GPU devices"),
     "cpu": ("cpu_cores", 0.001, "CPU cores"),
-    "memory": ("memory_bytes", 1_000_000.0, "memory bytes"),
+    "memory": ("memory_bytes", float(MB), "memory bytes"),
 }
 
 

@@ -15,8 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from scheduler_core.proportion import RESOURCES, DivisionStep, FairShareInputError, compute_fair_shares
-
-MB = 1_000_000
+from scheduler_core.units import MB
 
 
 @dataclass
@@ -77,7 +76,7 @@ def divide(override: Any = None, with_usage: bool = True) -> Division:
     """Run the engine's division (`compute_fair_shares`) on the current state of the shard.
 
     The inputs are what the scheduling cycle itself uses: the queues' quota, limit, weight and
-    priority (converted by the adapter's `queue_to_spec`), the capacity of the shard's ready
+    priority (converted by `Queue.to_spec`), the capacity of the shard's ready
     nodes, each leaf queue's request as the last cycle recorded it (allocated + pending, rolled up
     the tree as the engine does) and the historical usage from usage accounting. Reading recorded
     requests instead of re-building the whole cluster snapshot keeps this to a few queries.
@@ -85,7 +84,6 @@ def divide(override: Any = None, with_usage: bool = True) -> Division:
     """
     from kaiweb.cluster.models import Node, SchedulingShard
     from kaiweb.queues.models import Queue
-    from kaiweb.scheduling.adapters import queue_to_spec
     from scheduler_core.proportion import QueueAttrs
 
     shard = SchedulingShard.objects.default()
@@ -98,7 +96,7 @@ def divide(override: Any = None, with_usage: bool = True) -> Division:
 
     attrs: dict[str, QueueAttrs] = {}
     for q in queues:
-        spec = queue_to_spec(q, names.get(q.parent_id) if q.parent_id else None)
+        spec = q.to_spec(names.get(q.parent_id) if q.parent_id else None)
 
         def vec(part: str, spec: Any = spec) -> list[float]:
             return [float(getattr(spec.cpu, part)), float(getattr(spec.memory, part)), float(getattr(spec.gpu, part))]

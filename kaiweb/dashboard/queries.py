@@ -14,8 +14,6 @@ from django.db.models import Count, F, Q, Sum
 
 from kaiweb.core.choices import RESOURCES
 
-MB = 1_000_000
-
 
 @dataclass
 class QueueRow:

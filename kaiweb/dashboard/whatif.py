@@ -305,13 +305,12 @@ def _queues(shard: Any) -> list[Any]:
 
 
 def _specs(rows: list[Any]) -> tuple[m.QueueSpec, ...]:
-    from kaiweb.scheduling.adapters import queue_to_spec
 
     names = {q.pk: q.name for q in rows if q.pk is not None}
     out = []
     for q in rows:
         parent = q.parent.name if q.parent is not None else names.get(q.parent_id)
-        out.append(queue_to_spec(q, parent))
+        out.append(q.to_spec(parent))
     return tuple(out)
 
 
@@ -450,12 +449,11 @@ def tree_from_yaml(rows: list[Any], text: str) -> tuple[list[Any], list[dict[str
 
 def _cluster(shard: Any) -> RecordedCluster:
     from kaiweb.cluster.models import Node
-    from kaiweb.scheduling.adapters import node_to_spec
 
     qs = Node.objects.order_by("name")
     if shard is not None:
         qs = qs.filter(cluster_id=shard.cluster_id)
-    specs = tuple(node_to_spec(n) for n in qs if shard is None or shard.matches(n.labels))
+    specs = tuple(n.to_spec() for n in qs if shard is None or shard.matches(n.labels))
     if not any(s.ready and s.gpus > 0 for s in specs):
         raise WhatIfInputError({"shard": ["the shard has no ready node with GPUs to replay on"]})
     return RecordedCluster(nodes=len(specs), gpus_per_node=max(1, max(s.gpus for s in specs)), specs=specs)

@@ -12,9 +12,10 @@ from django.db import models
 from kaiweb.core.choices import RESOURCES, UNLIMITED
 from kaiweb.core.models import TimeStampedModel
 from kaiweb.queues.choices import DEFAULT_QUEUE_PRIORITY, NON_PREEMPTIBLE_FROM, MembershipRole
+from scheduler_core import model as m
+from scheduler_core.units import MB
 
 # Queue memory is in MB (10^6 bytes) as in the Queue CRD; the engine counts bytes.
-MEMORY_BYTES_PER_MB = 1_000_000.0
 
 # Kubernetes object names (RFC 1123 subdomain, as used by cluster-scoped CRDs).
 k8s_name_validator = RegexValidator(
@@ -108,11 +109,33 @@ class Queue(TimeStampedModel):
 
         validate_queue_fields(self)
 
-    def to_spec(self) -> Any:
-        """The engine's QueueSpec of this queue (one conversion, kept in the scheduling adapter)."""
-        from kaiweb.scheduling.adapters import queue_to_spec
+    def to_spec(self, parent_name: str | None) -> m.QueueSpec:
+        """This queue as the engine's QueueSpec (memory MB → bytes; -1, unlimited, kept as -1), under
+        the parent named (callers converting many queues know the names without a query each)."""
 
-        return queue_to_spec(self, self.parent.name if self.parent_id else None)
+        def res(r: str, scale: float = 1.0) -> m.QueueResource:
+            quota = getattr(self, f"{r}_quota")
+            limit = getattr(self, f"{r}_limit")
+            return m.QueueResource(
+                quota=quota if quota < 0 else quota * scale,
+                limit=limit if limit < 0 else limit * scale,
+                over_quota_weight=getattr(self, f"{r}_over_quota_weight"),
+            )
+
+        def seconds(value: dt.timedelta | None) -> float | None:
+            return None if value is None else value.total_seconds()
+
+        return m.QueueSpec(
+            name=self.name,
+            parent=parent_name,
+            priority=self.priority,
+            creation=self.created.timestamp() if self.created else 0.0,
+            gpu=res("gpu"),
+            cpu=res("cpu"),
+            memory=res("memory", MB),
+            reclaim_min_runtime_s=seconds(self.reclaim_min_runtime),
+            preempt_min_runtime_s=seconds(self.preempt_min_runtime),
+        )
 
     @classmethod
     def from_spec(cls, spec: Any) -> Queue:
@@ -120,7 +143,7 @@ class Queue(TimeStampedModel):
         values: dict[str, Any] = {"name": spec.name, "priority": spec.priority}
         for r in RESOURCES:
             res = getattr(spec, r)
-            scale = MEMORY_BYTES_PER_MB if r == "memory" else 1.0
+            scale = float(MB) if r == "memory" else 1.0
             values[f"{r}_quota"] = res.quota if res.quota < 0 else res.quota / scale
             values[f"{r}_limit"] = res.limit if res.limit < 0 else res.limit / scale
             values[f"{r}_over_quota_weight"] = res.over_quota_weight

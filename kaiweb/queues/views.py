@@ -18,6 +18,7 @@ from kaiweb.queues.forms import QueueCreateForm, QueueForm
 from kaiweb.queues.models import Queue
 from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE
 from kaiweb.workloads.choices import WORKLOAD_STATE_BADGE
+from scheduler_core.units import MB
 
 VIEWS = ("tree", "table")
 # The form takes the Queue CRD's units, so its rows say which.
@@ -140,7 +141,7 @@ def _arithmetic(queue: Queue, resource: str) -> dict[str, Any]:
     steps = [s for s in division.steps if s.queue == queue.name and s.resource == resource]
     siblings = [q for q in division.queues.values() if q.parent == attrs.parent]
     siblings.sort(key=lambda q: (-q.priority, q.name))
-    scale = 1_000_000.0 if resource == "memory" else 1.0
+    scale = float(MB) if resource == "memory" else 1.0
     bucket = [q for q in siblings if q.priority == attrs.priority]
     wanting = [q for q in bucket if q.weight[r_index] > 0]
     w_total = sum(q.weight[r_index] for q in wanting) or 0.0

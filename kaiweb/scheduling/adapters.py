@@ -21,15 +21,15 @@ from typing import Any
 
 from django.db import transaction
 
-from kaiweb.cluster.models import Node, SchedulingShard, Topology
+from kaiweb.cluster.models import MIG_PREFIX, Node, SchedulingShard, Topology
 from kaiweb.queues.models import PriorityClass, Queue
 from kaiweb.scheduling.choices import DecisionKind, DecisionStatus, PreemptionAction
 from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
 from kaiweb.workloads.choices import PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
 from scheduler_core import model as m
+from scheduler_core.units import MB
 
-MB = 1_000_000
 RESOURCE_NAMES = ("cpu", "memory", "gpu")
 
 # Pod states as the engine names them.
@@ -79,61 +79,6 @@ def to_epoch(value: datetime | None) -> float | None:
 
 def from_epoch(value: float) -> datetime:
     return datetime.fromtimestamp(value, tz=UTC)
-
-
-def queue_to_spec(queue: Queue, parent_name: str | None) -> m.QueueSpec:
-    """A Queue row as the engine's QueueSpec (memory MB → bytes; -1 kept as -1)."""
-
-    def res(r: str, scale: float = 1.0) -> m.QueueResource:
-        quota = getattr(queue, f"{r}_quota")
-        limit = getattr(queue, f"{r}_limit")
-        return m.QueueResource(
-            quota=quota if quota < 0 else quota * scale,
-            limit=limit if limit < 0 else limit * scale,
-            over_quota_weight=getattr(queue, f"{r}_over_quota_weight"),
-        )
-
-    def seconds(value: Any) -> float | None:
-        return None if value is None else value.total_seconds()
-
-    return m.QueueSpec(
-        name=queue.name,
-        parent=parent_name,
-        priority=queue.priority,
-        creation=to_epoch(queue.created) or 0.0,
-        gpu=res("gpu"),
-        cpu=res("cpu"),
-        memory=res("memory", MB),
-        reclaim_min_runtime_s=seconds(queue.reclaim_min_runtime),
-        preempt_min_runtime_s=seconds(queue.preempt_min_runtime),
-    )
-
-
-MIG_PREFIX = "nvidia.com/mig-"
-
-
-def node_to_spec(node: Node) -> m.NodeSpec:
-    """A Node row as the engine's NodeSpec: capacity, labels, taints, cordon, MIG instances and
-    the other extended resources."""
-    extended = {str(k): v for k, v in (node.extended_resources or {}).items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return m.NodeSpec(
-        name=node.name,
-        cpu_millis=node.allocatable_cpu,
-        memory_bytes=float(node.allocatable_memory),
-        gpus=int(node.allocatable_gpu),
-        gpu_memory_mib=node.gpu_memory_mib or 100,
-        gpu_memory_synced=bool(node.gpu_memory_mib),
-        max_pods=node.allocatable_pods,
-        labels={str(k): str(v) for k, v in (node.labels or {}).items()},
-        ready=node.ready,
-        unschedulable=node.unschedulable,
-        taints=tuple(m.Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
-                     for t in (node.taints or []) if isinstance(t, dict)),
-        mig_strategy=node.mig_strategy or None,
-        mig_instances={k: int(v) for k, v in extended.items() if k.startswith(MIG_PREFIX)},
-        extended={k: float(v) for k, v in extended.items() if not k.startswith(MIG_PREFIX)},
-    )
 
 
 def request_from(pod: dict[str, Any]) -> m.TaskRequest:
@@ -351,7 +296,7 @@ def build_snapshot(
     for q in queue_rows:
         if shard is not None and not shard.matches(q.labels):
             continue
-        queues.append(queue_to_spec(q, names.get(q.parent_id)))
+        queues.append(q.to_spec(names.get(q.parent_id)))
         index.queues[q.name] = q.pk
         index.parents[q.name] = names.get(q.parent_id)
         index.queue_spec[q.name] = {f"{r}_{f}": getattr(q, f"{r}_{f}") for r in RESOURCE_NAMES for f in ("quota", "limit")}
@@ -365,7 +310,7 @@ def build_snapshot(
         if restricted and not ({GPU_WORKER_LABEL, CPU_WORKER_LABEL} & set(n.labels or {})):
             continue  # KAI's restrict-node-scheduling: a node marked neither way is not scheduled on
         if shard is None or shard.matches(n.labels):
-            nodes.append(node_to_spec(n))
+            nodes.append(n.to_spec())
             index.nodes[n.name] = n.pk
     node_names = {pk: name for name, pk in index.nodes.items()}
 

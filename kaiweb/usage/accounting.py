@@ -41,10 +41,10 @@ from kaiweb.usage.utilization import (
 )
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES
 from kaiweb.workloads.models import Pod
+from scheduler_core.units import MB
 
 log = logging.getLogger(__name__)
 
-MB = 1_000_000
 HOUR = 3600
 DAY = 86400
 

@@ -25,7 +25,7 @@ def test_queue_round_trips_through_its_spec(queue_tree):
     queue.memory_quota, queue.memory_limit = 2048, -1
     queue.reclaim_min_runtime = dt.timedelta(minutes=5)
     queue.save()
-    spec = queue.to_spec()
+    spec = queue.to_spec(queue.parent.name if queue.parent_id else None)
     assert spec.parent == "department-b"
     assert spec.memory.quota == 2048 * 1_000_000  # MB in the CRD, bytes in the engine
     assert spec.memory.limit == -1
@@ -36,7 +36,7 @@ def test_queue_round_trips_through_its_spec(queue_tree):
 
 def test_unlimited_quota_survives_the_round_trip():
     queue = QueueFactory(name="all", gpu_quota=-1, gpu_limit=-1, memory_quota=-1)
-    back = Queue.from_spec(queue.to_spec())
+    back = Queue.from_spec(queue.to_spec(queue.parent.name if queue.parent_id else None))
     assert (back.gpu_quota, back.gpu_limit, back.memory_quota) == (-1, -1, -1)
 
 
