@@ -35,6 +35,24 @@ BOUND = "Bound"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 GATED = "Gated"
+UNKNOWN = "Unknown"
+
+
+class PodState:
+    """KAI's pod statuses as one vocabulary: the cluster gateway reports them, the database stores
+    them (`kaiweb.workloads.choices.PodState` are these values) and the engine reads them."""
+
+    PENDING = PENDING
+    GATED = GATED
+    BINDING = BINDING
+    BOUND = BOUND
+    RUNNING = RUNNING
+    RELEASING = RELEASING
+    SUCCEEDED = SUCCEEDED
+    FAILED = FAILED
+    UNKNOWN = UNKNOWN
+    ALL = (PENDING, GATED, BINDING, BOUND, RUNNING, RELEASING, SUCCEEDED, FAILED, UNKNOWN)
+
 
 TASK_STATES = (
     PENDING, RUNNING, RELEASING, STUCK_IN_RELEASING, PIPELINED, BINDING, ALLOCATED, BOUND,

@@ -67,7 +67,6 @@ from kaiweb.cluster.backends.types import (
     ResourceAmounts,
     Unreadable,
 )
-from kaiweb.cluster.backends.types import PodState as ObservedState
 from kaiweb.cluster.errors import ClusterError, ClusterRejected
 from kaiweb.cluster.models import (
     Cluster,
@@ -91,16 +90,6 @@ IMPLICIT_GROUP_LABEL = "kaiweb.io/implicit-pod-group"
 DEFAULT_HEARTBEAT_SECONDS = 30.0
 BATCH = 500
 
-_STATE_FROM_OBSERVED = {
-    ObservedState.PENDING: PodState.PENDING,
-    ObservedState.GATED: PodState.GATED,
-    ObservedState.BOUND: PodState.BOUND,
-    ObservedState.RUNNING: PodState.RUNNING,
-    ObservedState.RELEASING: PodState.RELEASING,
-    ObservedState.SUCCEEDED: PodState.SUCCEEDED,
-    ObservedState.FAILED: PodState.FAILED,
-    ObservedState.UNKNOWN: PodState.UNKNOWN,
-}
 _FINISHED = (PodState.SUCCEEDED, PodState.FAILED)
 # Well-known node labels that place a node in the topology (zone, region).
 _TOPOLOGY_LABELS = {"region": "topology.kubernetes.io/region", "zone": "topology.kubernetes.io/zone"}
@@ -203,7 +192,7 @@ def pod_values(pod: ObservedPod) -> dict[str, Any]:
         "cpu": float(requests.cpu_millis),
         "memory": int(requests.memory_bytes),
         "task_priority": pod.task_priority,
-        "state": _STATE_FROM_OBSERVED.get(pod.state, PodState.UNKNOWN),
+        "state": pod.state if pod.state in PodState.values else PodState.UNKNOWN,
         "gpu_group": (pod.gpu_group or "")[:64],
         "constraints": pod_constraints(pod),
     }

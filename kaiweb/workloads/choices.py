@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from scheduler_core.model import PodState as EnginePodState
+
 
 class WorkloadState(models.TextChoices):
     """A PodGroup's state as kaiweb sees it."""
@@ -28,18 +30,10 @@ WORKLOAD_STATE_BADGE = {
 ACTIVE_WORKLOAD_STATES = (WorkloadState.PENDING, WorkloadState.RUNNING, WorkloadState.PARTIAL)
 
 
-class PodState(models.TextChoices):
-    """A pod's status as the scheduler reads it (KAI pod_status)."""
-
-    PENDING = "Pending", _("Pending")
-    GATED = "Gated", _("Gated")
-    BINDING = "Binding", _("Binding")
-    BOUND = "Bound", _("Bound")
-    RUNNING = "Running", _("Running")
-    RELEASING = "Releasing", _("Releasing")
-    SUCCEEDED = "Succeeded", _("Succeeded")
-    FAILED = "Failed", _("Failed")
-    UNKNOWN = "Unknown", _("Unknown")
+#: A pod's status as the scheduler reads it (KAI pod_status): the engine's vocabulary
+#: (scheduler_core.model.PodState) as database choices, labelled as they read.
+PodState = models.TextChoices("PodState", [(name, (value, _(value))) for name, value in (
+    (v.upper(), v) for v in EnginePodState.ALL)])
 
 
 # Pods that hold node resources and count as the queue's "allocated".

@@ -33,7 +33,6 @@ from kaiweb.cluster.backends.types import (
     ObservedPod,
     ResourceAmounts,
 )
-from kaiweb.cluster.backends.types import PodState as ObservedState
 from kaiweb.cluster.errors import Capability, ClusterRejected
 from kaiweb.cluster.models import Cluster, Node
 from kaiweb.cluster.workload_generator import BURST_LABEL, JobSpec, WorkloadGenerator
@@ -53,16 +52,9 @@ DEFAULT_SIMULATION: dict[str, Any] = {
     "namespace": "demo",
 }
 
-_TO_OBSERVED = {
-    PodState.PENDING: ObservedState.PENDING,
-    PodState.GATED: ObservedState.GATED,
-    PodState.BINDING: ObservedState.BOUND,
-    PodState.BOUND: ObservedState.BOUND,
-    PodState.RUNNING: ObservedState.RUNNING,
-    PodState.RELEASING: ObservedState.RELEASING,
-    PodState.SUCCEEDED: ObservedState.SUCCEEDED,
-    PodState.FAILED: ObservedState.FAILED,
-}
+# The database's states are the engine's; the gateway reports a pod being bound as bound, as a
+# cluster's API server would.
+_TO_OBSERVED = {PodState.BINDING: PodState.BOUND}
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +293,7 @@ class SimulatedGateway:
             items.append(ObservedPod(
                 namespace=w.namespace, name=p.name, uid=p.uid, node=p.node.name if p.node else None,
                 phase="Running" if p.state in ALLOCATED_POD_STATES else "Pending",
-                state=_TO_OBSERVED.get(p.state, ObservedState.UNKNOWN), queue=w.queue.name, pod_group=w.name,
+                state=_TO_OBSERVED.get(p.state, p.state), queue=w.queue.name, pod_group=w.name,
                 sub_group=p.subgroup or None, priority_class=w.priority_class.name if w.priority_class else None,
                 priority=w.priority_class.value if w.priority_class else None,
                 requests=ResourceAmounts(cpu_millis=int(p.cpu), memory_bytes=int(p.memory), gpus=p.gpu),

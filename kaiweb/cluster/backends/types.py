@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from scheduler_core.model import PodState
+
+__all__ = ["PodState"]  # observed pod states are the engine's vocabulary
+
 T = TypeVar("T")
 
 # Kubernetes names KAI uses (DESIGN.md "Kubernetes conventions", KAI-SEMANTICS §1.5, §5).
@@ -35,19 +39,6 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 # Written by kaiweb on bind: which decision bound the pod, and the GPU share it was given.
 BIND_KEY_ANNOTATION = "kaiweb.io/bind-key"
 GPU_PORTION_ANNOTATION = "kaiweb.io/gpu-portion"
-
-
-class PodState:
-    """Pod states as KAI's scheduler sees them (KAI-SEMANTICS §1.5, `getTaskStatus`)."""
-
-    PENDING = "pending"
-    GATED = "gated"
-    BOUND = "bound"  # Pending with a node name
-    RUNNING = "running"
-    RELEASING = "releasing"  # Running (or bound) with a deletion timestamp
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
@@ -149,7 +140,7 @@ class ObservedPod:
     uid: str
     node: str | None
     phase: str  # Kubernetes phase as written ("Pending", "Running", ...)
-    state: str  # a `PodState` value
+    state: str  # a `PodState` value (the engine's vocabulary)
     queue: str | None  # label kai.scheduler/queue; None only when the pod group names the queue
     pod_group: str | None  # annotation pod-group-name
     sub_group: str | None  # label kai.scheduler/subgroup-name
