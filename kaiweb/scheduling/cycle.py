@@ -15,11 +15,9 @@ duplicated task never binds or evicts twice.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from django.db import transaction
@@ -35,6 +33,7 @@ from kaiweb.scheduling import adapters
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
 from kaiweb.scheduling.fragmentation import shard_fragmentation
 from kaiweb.scheduling.models import Decision, SchedulingCycle
+from kaiweb.scheduling.signals import cycle_step
 from kaiweb.scheduling.typical_pods import shard_typical_pods
 from scheduler_core import model as m
 from scheduler_core import run_cycle
@@ -132,21 +131,6 @@ def cycle_config(shard: SchedulingShard) -> m.CycleConfig:
         default_preempt_min_runtime_s=seconds(shard.preempt_min_runtime),
         default_reclaim_min_runtime_s=seconds(shard.reclaim_min_runtime),
     )
-
-
-def test_pause(point: str) -> None:
-    """Fault-test hook: with KAI_TEST_PAUSE_AT=<point>, write KAI_TEST_PAUSE_FILE and wait.
-
-    Lets a test kill the worker (or take the database or broker away) at an exact point of the
-    cycle. The wait ends when the file is deleted or after KAI_TEST_PAUSE_SECONDS.
-    """
-    if os.environ.get("KAI_TEST_PAUSE_AT") != point:
-        return
-    marker = Path(os.environ.get("KAI_TEST_PAUSE_FILE", "kai-test-pause"))
-    marker.write_text(f"{os.getpid()} {point}\n")
-    deadline = time.monotonic() + float(os.environ.get("KAI_TEST_PAUSE_SECONDS", "30"))
-    while marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 # ----------------------------------------------------------------------------------- reconcile
@@ -268,17 +252,17 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         t = time.perf_counter()
         result = engine_run_cycle(snapshot, cycle_config(shard), shard.pk)
         phases["engine"] = _ms(t)
-        test_pause("after-decide")
+        cycle_step.send(sender=SchedulingCycle, point="after-decide", cycle=cycle)
 
         t = time.perf_counter()
         to_apply = adapters.persist_result(cycle, result, snapshot, index)
         phases["record"] = _ms(t)
-        test_pause("after-record")
+        cycle_step.send(sender=SchedulingCycle, point="after-record", cycle=cycle)
 
         t = time.perf_counter()
         outcomes = apply_decisions(gateway, to_apply)
         phases["apply"] = _ms(t)
-        test_pause("after-apply")
+        cycle_step.send(sender=SchedulingCycle, point="after-apply", cycle=cycle)
 
         t = time.perf_counter()
         mark_applied(cycle, to_apply, outcomes)

@@ -114,7 +114,9 @@ class CeleryHarness:
         pause_file = self.tmp / f"pause-{name}-{len(self.started)}"
         env = self.env(**extra)
         if pause_at:
-            env.update(KAI_TEST_PAUSE_AT=pause_at, KAI_TEST_PAUSE_FILE=str(pause_file), KAI_TEST_PAUSE_SECONDS="60")
+            # The product's settings plus an app that stops the cycle at that step (tests/fault/pause).
+            env.update(DJANGO_SETTINGS_MODULE="tests.fault.worker_settings", KAI_TEST_PAUSE_AT=pause_at,
+                       KAI_TEST_PAUSE_FILE=str(pause_file), KAI_TEST_PAUSE_SECONDS="60")
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "kaiweb", "worker", "-l", "info", "-c", str(concurrency),

@@ -1,6 +1,6 @@
 """Faults during a cycle with a real worker: SIGKILL at each step, Redis restarted, Postgres gone.
 
-Each test stops the worker at an exact point of the cycle (KAI_TEST_PAUSE_AT), breaks something,
+Each test stops the worker at an exact point of the cycle (KAI_TEST_PAUSE_AT, tests/fault/pause), breaks something,
 lets the next cycle run, and checks that the database agrees with the cluster and that no
 decision was lost or carried out twice.
 """
