@@ -54,7 +54,7 @@ def ui_data(transactional_db: Any, queue_tree: dict[str, Any]) -> Any:
 
     It extends the personas' `queue_tree` (same names), so the queue admin's subtree is in it.
     """
-    from kaiweb.dashboard.sample_data import build_dataset
+    from tests.sample_data import build_dataset
 
     return build_dataset(nodes=16, workloads=90, cycles=24, seed=11)
 

@@ -8,8 +8,8 @@ from django.test.utils import CaptureQueriesContext
 
 from kaiweb.cluster.models import GpuDevice, Node
 from kaiweb.dashboard.charts import queue_colour
-from kaiweb.dashboard.sample_data import build_dataset
 from kaiweb.workloads.models import Pod
+from tests.sample_data import build_dataset
 
 
 @pytest.fixture

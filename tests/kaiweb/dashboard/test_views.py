@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from kaiweb.dashboard.sample_data import build_dataset
+from tests.sample_data import build_dataset
 
 PAGES = ["/", "/queues/", "/queues/?view=table", "/workloads/", "/nodes/", "/preemptions/", "/cycles/", "/usage/",
          "/audit/"]

@@ -10,9 +10,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from kaiweb.audit.models import AuditEntry
-from kaiweb.dashboard.sample_data import build_dataset
 from kaiweb.queues.models import Queue
 from kaiweb.scheduling.models import QueueStatus
+from tests.sample_data import build_dataset
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from kaiweb.dashboard.sample_data import build_dataset
 from kaiweb.scheduling.models import Decision, PreemptionEvent, SchedulingCycle
+from tests.sample_data import build_dataset
 
 
 @pytest.fixture

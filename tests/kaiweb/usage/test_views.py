@@ -10,8 +10,8 @@ import pytest
 from django.db.models import Sum
 from django.utils import timezone
 
-from kaiweb.dashboard.sample_data import build_dataset
 from kaiweb.usage.models import UsageBucket
+from tests.sample_data import build_dataset
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from kaiweb.dashboard.sample_data import build_dataset
 from kaiweb.scheduling.models import PendingReason
 from kaiweb.workloads.models import Pod, Workload
+from tests.sample_data import build_dataset
 
 
 @pytest.fixture
