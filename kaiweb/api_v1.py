@@ -10,8 +10,9 @@ from kaiweb.cluster.api import urls as cluster_api
 from kaiweb.queues.api import urls as queues_api
 from kaiweb.scheduling.api import urls as scheduling_api
 from kaiweb.usage.api import urls as usage_api
+from kaiweb.whatif.api import urls as whatif_api
 from kaiweb.workloads.api import urls as workloads_api
 
 router = DefaultRouter()
-for module in (queues_api, cluster_api, workloads_api, scheduling_api, usage_api, audit_api, accounts_api):
+for module in (queues_api, cluster_api, workloads_api, scheduling_api, whatif_api, usage_api, audit_api, accounts_api):
     module.register(router)

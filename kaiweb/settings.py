@@ -113,7 +113,8 @@ INSTALLED_APPS = [
     "kaiweb.scheduling",
     "kaiweb.usage",
     "kaiweb.reports",
-    "kaiweb.dashboard",
+    "kaiweb.ui",
+    "kaiweb.whatif",
 ]
 
 MIDDLEWARE = [
@@ -319,7 +320,7 @@ KAI_WHATIF_MAX_WORK = env.int("KAI_WHATIF_MAX_WORK", default=400_000)
 KAI_WHATIF_TIME_LIMIT_S = env.int("KAI_WHATIF_TIME_LIMIT_S", default=300)
 # What-ifs have a queue of their own, so a long one never holds a scheduling cycle back on a worker
 # that serves both (workers consume "celery,whatif").
-CELERY_TASK_ROUTES = {"dashboard.run_whatif": {"queue": "whatif"}}
+CELERY_TASK_ROUTES = {"whatif.run": {"queue": "whatif"}}
 KAI_WHATIF_MAX_RUNNING_PER_USER = env.int("KAI_WHATIF_MAX_RUNNING_PER_USER", default=2)
 KAI_WHATIF_KEEP_PER_USER = env.int("KAI_WHATIF_KEEP_PER_USER", default=20)
 

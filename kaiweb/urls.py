@@ -30,7 +30,8 @@ urlpatterns = [
     path("reports/", include("kaiweb.reports.urls")),
     path("audit/", include("kaiweb.audit.urls")),
     path("", include("kaiweb.scheduling.urls")),  # /preemptions/, /cycles/
-    path("", include("kaiweb.dashboard.urls")),  # / (overview)
+    path("what-if/", include("kaiweb.whatif.urls")),
+    path("", include("kaiweb.ui.urls")),  # / (overview)
 ]
 
 handler404 = "kaiweb.core.views.page_not_found"

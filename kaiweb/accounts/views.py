@@ -87,7 +87,7 @@ def profile(request: HttpRequest) -> HttpResponse:
     from kaiweb.accounts.models import ApiToken
     from kaiweb.audit import services as audit
     from kaiweb.audit.choices import AuditAction, AuditSource
-    from kaiweb.dashboard.pages import render_page
+    from kaiweb.ui.pages import render_page
 
     form = TokenForm(user=request.user)
     zone_form = TimeZoneForm(initial={"time_zone": getattr(request, "time_zone_setting", "UTC")})

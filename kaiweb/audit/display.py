@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from kaiweb.dashboard.formatting import _trim, fmt_amount, fmt_duration
+from kaiweb.ui.formatting import _trim, fmt_amount, fmt_duration
 
 _RESOURCE_TITLE = {"cpu": "CPU", "memory": "memory", "gpu": "GPU"}
 _UNIT = {"cpu": "cores", "memory": "GB", "gpu": "GPUs"}

@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 
 from kaiweb.audit.display import readable_changes
 from kaiweb.audit.models import AuditEntry
-from kaiweb.dashboard.pages import active_filters, filter_context, filter_queryset, paginate, render_page
+from kaiweb.ui.pages import active_filters, filter_context, filter_queryset, paginate, render_page
 
 
 def _filterset_class() -> Any:

@@ -7,8 +7,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from kaiweb.cluster.models import GpuDevice, Node, SchedulingShard
-from kaiweb.dashboard.charts import queue_colour
-from kaiweb.dashboard.pages import PER_PAGE_CHOICES, filter_context, filter_queryset, paginate, render_page
+from kaiweb.ui.charts import queue_colour
+from kaiweb.ui.pages import PER_PAGE_CHOICES, filter_context, filter_queryset, paginate, render_page
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES
 
 NODES_PER_PAGE = 100

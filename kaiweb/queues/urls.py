@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from django.urls import path
 
-from kaiweb.dashboard import whatif_views
 from kaiweb.queues import views
 
 app_name = "queues"
@@ -13,8 +12,6 @@ urlpatterns = [
     path("id/<int:pk>/", views.by_id, name="by_id"),
     # "-" cannot start a queue name (Kubernetes names start alphanumeric), so this never shadows a queue.
     path("-/add/", views.create, name="create"),
-    path("what-if/", whatif_views.page, name="whatif"),
-    path("what-if/runs/<int:pk>/", whatif_views.run_status, name="whatif_run"),
     path("<str:name>/", views.detail, name="detail"),
     path("<str:name>/edit/", views.edit, name="edit"),
     path("<str:name>/edit/preview/", views.preview, name="preview"),

@@ -11,12 +11,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from kaiweb.core.choices import RESOURCES
-from kaiweb.dashboard import access, charts, fairshare, queries
-from kaiweb.dashboard.formatting import UNIT_LABEL
-from kaiweb.dashboard.pages import render_page
+from kaiweb.queues import fairshare
 from kaiweb.queues.forms import QueueCreateForm, QueueForm
 from kaiweb.queues.models import Queue
 from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE
+from kaiweb.ui import access, charts, queries
+from kaiweb.ui.formatting import UNIT_LABEL
+from kaiweb.ui.pages import render_page
 from kaiweb.workloads.choices import WORKLOAD_STATE_BADGE
 from scheduler_core.units import MB
 

@@ -12,12 +12,12 @@ from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
 from kaiweb.accounts import roles
-from kaiweb.dashboard.pages import paginate, render_page
 from kaiweb.reports import services
 from kaiweb.reports.choices import RUN_STATUS_BADGE, ReportFormat
 from kaiweb.reports.compute import period_window
 from kaiweb.reports.forms import ReportDefinitionForm
 from kaiweb.reports.models import ReportDefinition, ReportRun
+from kaiweb.ui.pages import paginate, render_page
 
 
 def _require_admin(request: HttpRequest) -> None:

@@ -11,8 +11,11 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
-from kaiweb.dashboard import charts
-from kaiweb.dashboard.pages import (
+from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADGE
+from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
+from kaiweb.scheduling.tables import CycleTable, PreemptionTable
+from kaiweb.ui import charts
+from kaiweb.ui.pages import (
     active_filters,
     configure_table,
     filter_context,
@@ -20,9 +23,6 @@ from kaiweb.dashboard.pages import (
     paginate,
     render_page,
 )
-from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADGE
-from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
-from kaiweb.scheduling.tables import CycleTable, PreemptionTable
 
 TIMELINE_MAX = 1000
 FIGURE_LABEL = {"allocated": "Allocated", "fair_share": "Fair share", "quota": "Quota", "limit": "Limit"}

@@ -14,9 +14,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from kaiweb.dashboard import charts
-from kaiweb.dashboard.pages import render_page
 from kaiweb.queues.models import Queue
+from kaiweb.ui import charts
+from kaiweb.ui.pages import render_page
 from kaiweb.usage.forms import UsageReportForm
 from kaiweb.usage.models import UsageBucket
 

@@ -9,14 +9,14 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 
-from kaiweb.dashboard.pages import (
+from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE
+from kaiweb.ui.pages import (
     active_filters,
     configure_table,
     filter_context,
     filter_queryset,
     render_page,
 )
-from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, WORKLOAD_STATE_BADGE
 from kaiweb.workloads.models import Workload
 from kaiweb.workloads.tables import WorkloadTable

@@ -75,18 +75,18 @@ def test_beat_and_worker_schedule_cycles_on_their_own(celery_harness):
 def test_a_worker_runs_a_whatif_the_api_accepted_and_the_api_returns_its_result(celery_harness, viewer):
     from rest_framework.test import APIClient
 
-    from kaiweb.dashboard.models import WhatIfRun
-    from tests.kaiweb.dashboard.test_whatif import build_contended
+    from kaiweb.whatif.models import WhatIfRun
+    from tests.kaiweb.whatif.test_whatif import build_contended
 
     build_contended()
     celery_harness.start_worker()
     api = APIClient()
     api.force_authenticate(viewer)
-    from kaiweb.dashboard import whatif_runs
+    from kaiweb.whatif import runs as whatif_runs
 
     # checked and stored as the API does, then published to the harness's broker as the web process would
     run = whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, window_hours=72, dispatch=False)
-    celery_harness.send("dashboard.run_whatif", run.pk)
+    celery_harness.send("whatif.run", run.pk)
     wait_for(lambda: WhatIfRun.objects.filter(pk=run.pk, state="done").first(), 90, "the what-if to finish")
     body = api.get(f"/api/v1/what-if/{run.pk}/").json()
     assert body["state"] == "done"

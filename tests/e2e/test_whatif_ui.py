@@ -14,7 +14,7 @@ def test_viewer_runs_a_whatif_and_sees_the_comparison(page, live_server, ui_data
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(live_server.url + "/queues/")
     page.locator("#whatif-link").click()
-    page.wait_for_url(live_server.url + "/queues/what-if/")
+    page.wait_for_url(live_server.url + "/what-if/")
     expect(page.locator("h1")).to_have_text("What if?")
 
     # A bad value first: the error sits next to the field and nothing runs.
@@ -44,14 +44,15 @@ def test_a_whatif_on_a_worker_is_polled_until_its_chart_is_drawn(page, live_serv
     """The run is left queued (no worker picks it up) until the test runs it, as a worker would: the page
     shows it running, polls, and draws the result when it is done."""
     from kaiweb.celery import app
-    from kaiweb.dashboard import tasks, whatif_runs
-    from kaiweb.dashboard.models import WhatIfRun
+    from kaiweb.whatif import runs as whatif_runs
+    from kaiweb.whatif import tasks
+    from kaiweb.whatif.models import WhatIfRun
 
     monkeypatch.setattr(tasks.run_whatif_task, "delay", lambda run_id: None)
     login(page, viewer)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(live_server.url + "/queues/what-if/?queue=team-training")
+    page.goto(live_server.url + "/what-if/?queue=team-training")
     page.fill("#id_gpu_quota", "40")
     page.fill("#id_gpu_limit", "-1")
     page.click("#run-whatif")

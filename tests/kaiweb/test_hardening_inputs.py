@@ -247,7 +247,7 @@ def test_whatif_deep_json_is_a_400(viewer_api, recorded):
 
 def test_whatif_page_refuses_an_alias_bomb(client, viewer, recorded):
     client.force_login(viewer)
-    response = client.post("/queues/what-if/", {"mode": "yaml", "yaml": ALIAS_BOMB, "window_hours": "24"})
+    response = client.post("/what-if/", {"mode": "yaml", "yaml": ALIAS_BOMB, "window_hours": "24"})
     assert response.status_code == 200
     body = response.content.decode()
     assert "aliases are not accepted" in body

@@ -5,7 +5,6 @@ from __future__ import annotations
 from rest_framework.routers import DefaultRouter
 
 from kaiweb.scheduling.api import views
-from kaiweb.scheduling.api.whatif import WhatIfViewSet
 
 
 def register(router: DefaultRouter) -> None:
@@ -14,4 +13,3 @@ def register(router: DefaultRouter) -> None:
     router.register("decisions", views.DecisionViewSet, basename="decision")
     router.register("preemptions", views.PreemptionEventViewSet, basename="preemption")
     router.register("pending-reasons", views.PendingReasonViewSet, basename="pendingreason")
-    router.register("what-if", WhatIfViewSet, basename="whatif")

@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from kaiweb.cluster.models import GpuDevice, Node
-from kaiweb.dashboard.charts import queue_colour
+from kaiweb.ui.charts import queue_colour
 from kaiweb.workloads.models import Pod
 from tests.sample_data import build_dataset
 
@@ -42,7 +42,7 @@ def test_every_queue_on_the_map_has_a_colour_of_its_own(client, viewer, ui_data)
 
     client.force_login(viewer)
     html = client.get("/nodes/").content.decode()
-    from kaiweb.dashboard.charts import PALETTE
+    from kaiweb.ui.charts import PALETTE
 
     colours = [c for c in re.findall(r"--c: (#[0-9a-f]{6})", html) if c in PALETTE]  # not the free cells
     shown = sorted(set(Pod.objects.filter(state__in=["Running", "Bound", "Binding"], node__isnull=False)

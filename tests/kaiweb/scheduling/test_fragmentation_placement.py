@@ -158,7 +158,7 @@ def test_each_cycle_records_the_shards_free_and_stranded_gpus_and_the_overview_d
     assert "fragmentation" in row.phase_durations
 
     SchedulingCycle.objects.filter(pk=row.pk).update(started_at=dt.datetime.now(tz=dt.UTC))
-    from kaiweb.dashboard.queries import fragmentation_series
+    from kaiweb.ui.queries import fragmentation_series
 
     series = fragmentation_series(dt.datetime.now(tz=dt.UTC) - dt.timedelta(hours=24))
     assert [(free, stranded) for _, free, stranded in series] == [(pytest.approx(7.1), pytest.approx(0.1))]

@@ -1,7 +1,7 @@
 """POST /api/v1/what-if/ then GET /api/v1/what-if/{id}/: replay recorded workloads under the current and a
 changed queue tree, on a worker.
 
-The same inputs and result as the dashboard's what-if page (`kaiweb.dashboard.whatif`). Any
+The same inputs and result as the what-if page (`kaiweb.whatif.replay`). Any
 signed-in user may call it: it reads and simulates, nothing is saved.
 """
 
@@ -17,7 +17,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from kaiweb.dashboard import whatif
+from kaiweb.whatif import replay as whatif
 
 
 class WhatIfRequestSerializer(serializers.Serializer):
@@ -136,7 +136,7 @@ class WhatIfViewSet(viewsets.ViewSet):
     def create(self, request: Request) -> Response:
         """Check the inputs (a 400 names each bad one), then run the replay on a worker; poll `url` for the
         comparison of the workloads recorded in the window under today's tree and the changed one."""
-        from kaiweb.dashboard import whatif_runs
+        from kaiweb.whatif import runs as whatif_runs
 
         body = WhatIfRequestSerializer(data=request.data)
         if not body.is_valid():
@@ -163,7 +163,7 @@ class WhatIfViewSet(viewsets.ViewSet):
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         """One of your what-if runs (platform admins: anyone's): its state, and its result once done."""
         from kaiweb.accounts import roles
-        from kaiweb.dashboard.models import WhatIfRun
+        from kaiweb.whatif.models import WhatIfRun
 
         runs = WhatIfRun.objects.all() if roles.is_platform_admin(request.user) else \
             WhatIfRun.objects.filter(user=request.user)

@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from kaiweb.dashboard import whatif
 from kaiweb.queues.models import Queue
+from kaiweb.whatif import replay as whatif
 from tests.factories import ClusterFactory, NodeFactory, PodFactory, QueueFactory, WorkloadFactory
 
 # Recent enough that the page's and the API's default window (ending now) holds the history.
@@ -208,12 +208,12 @@ def test_window_must_be_a_sane_number_of_hours(hours):
 @pytest.mark.parametrize("persona", ["platform_admin", "queue_admin", "viewer"])
 def test_every_role_may_run_a_whatif(request, client, contended, persona, django_assert_max_num_queries):
     client.force_login(request.getfixturevalue(persona))
-    page = client.get(reverse("queues:whatif") + "?queue=alpha")
+    page = client.get(reverse("whatif:page") + "?queue=alpha")
     assert page.status_code == 200
     assert b'value="4"' in page.content  # the chosen queue's current quota prefills the form
     # the check, the run stored, kept to the last few and run inline (eager) with its result stored
     with django_assert_max_num_queries(24):
-        response = client.post(reverse("queues:whatif"), {"queue": "alpha", "gpu_quota": "8", "window_hours": "72"},
+        response = client.post(reverse("whatif:page"), {"queue": "alpha", "gpu_quota": "8", "window_hours": "72"},
                                HTTP_HX_REQUEST="true")
     body = response.content.decode()
     assert response.status_code == 200
@@ -225,7 +225,7 @@ def test_every_role_may_run_a_whatif(request, client, contended, persona, django
 
 def test_page_puts_errors_next_to_the_field(client, viewer, contended):
     client.force_login(viewer)
-    response = client.post(reverse("queues:whatif"), {"queue": "alpha", "gpu_quota": "20", "gpu_limit": "10",
+    response = client.post(reverse("whatif:page"), {"queue": "alpha", "gpu_quota": "20", "gpu_limit": "10",
                                                       "window_hours": "72"})
     body = response.content.decode()
     assert 'id="id_gpu_limit-errors"' in body
@@ -235,7 +235,7 @@ def test_page_puts_errors_next_to_the_field(client, viewer, contended):
 
 def test_page_without_a_queue_asks_for_one(client, viewer, contended):
     client.force_login(viewer)
-    body = client.post(reverse("queues:whatif"), {"gpu_quota": "8"}).content.decode()
+    body = client.post(reverse("whatif:page"), {"gpu_quota": "8"}).content.decode()
     assert 'id="id_queue-errors"' in body
     assert "choose the queue" in body
 
@@ -244,7 +244,7 @@ def test_page_shows_the_empty_state_when_nothing_was_recorded(client, viewer, db
     NodeFactory(cluster=ClusterFactory())
     QueueFactory(name="alpha", gpu_quota=2)
     client.force_login(viewer)
-    body = client.post(reverse("queues:whatif"), {"queue": "alpha", "gpu_quota": "3"}).content.decode()
+    body = client.post(reverse("whatif:page"), {"queue": "alpha", "gpu_quota": "3"}).content.decode()
     assert 'id="whatif-empty"' in body
     assert "widen the window" in body
 
@@ -253,12 +253,12 @@ def test_the_edit_form_posts_its_values_to_the_whatif(client, platform_admin, co
     client.force_login(platform_admin)
     edit = client.get(reverse("queues:edit", args=["alpha"])).content.decode()
     assert 'id="simulate-queue"' in edit
-    assert reverse("queues:whatif") + "?queue=alpha" in edit
+    assert reverse("whatif:page") + "?queue=alpha" in edit
     # What the edit form submits: all its fields, the queue's name only in the URL.
     data = {"display_name": "", "priority": "100", "gpu_quota": "8", "gpu_limit": "-1", "gpu_over_quota_weight": "1",
             "cpu_quota": "-1", "cpu_limit": "-1", "cpu_over_quota_weight": "1", "memory_quota": "-1",
             "memory_limit": "-1", "memory_over_quota_weight": "1", "window_hours": "72"}
-    body = client.post(reverse("queues:whatif") + "?queue=alpha", data).content.decode()
+    body = client.post(reverse("whatif:page") + "?queue=alpha", data).content.decode()
     assert "<html" in body
     assert 'id="whatif-table"' in body
     assert "alpha.gpu_quota" in body
@@ -316,14 +316,14 @@ def test_choosing_a_queue_reloads_the_form_with_its_values(client, viewer, conte
     client.force_login(viewer)
     contended["queues"]["beta"].gpu_over_quota_weight = 3
     contended["queues"]["beta"].save()
-    body = client.get(reverse("queues:whatif"), {"queue": "beta"}, HTTP_HX_REQUEST="true").content.decode()
+    body = client.get(reverse("whatif:page"), {"queue": "beta"}, HTTP_HX_REQUEST="true").content.decode()
     assert "<html" not in body
     assert 'name="gpu_over_quota_weight" value="3"' in body
-    assert 'hx-get="' + reverse("queues:whatif") + '"' in body
+    assert 'hx-get="' + reverse("whatif:page") + '"' in body
 
 
 def test_differences_are_coloured_by_what_is_better_for_the_queue():
-    from kaiweb.dashboard.whatif_views import _cell
+    from kaiweb.whatif.views import _cell
 
     faster = _cell(600.0, 300.0, -300.0, "seconds", -1)
     assert (faster["tone"], faster["delta"]) == ("better", "-5.0 min")
@@ -339,7 +339,7 @@ def test_differences_are_coloured_by_what_is_better_for_the_queue():
 
 
 def _queued(user, n: int = 1):
-    from kaiweb.dashboard.models import WhatIfRun
+    from kaiweb.whatif.models import WhatIfRun
 
     return [WhatIfRun.objects.create(user=user, inputs={}) for _ in range(n)]
 
@@ -353,7 +353,7 @@ def test_a_user_with_too_many_runs_in_flight_gets_a_429_naming_the_limit(viewer_
     # a bad input is still a 400 first, and a run long past its time limit no longer counts
     assert viewer_api.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": -7}}},
                            format="json").status_code == 400
-    from kaiweb.dashboard.models import WhatIfRun
+    from kaiweb.whatif.models import WhatIfRun
 
     WhatIfRun.objects.filter(user=viewer).update(created_at=timezone.now() - dt.timedelta(hours=2))
     assert viewer_api.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": 8}}},
@@ -364,7 +364,7 @@ def test_the_page_says_so_when_too_many_runs_are_in_flight(client, viewer, conte
     settings.KAI_WHATIF_MAX_RUNNING_PER_USER = 1
     _queued(viewer)
     client.force_login(viewer)
-    body = client.post(reverse("queues:whatif"), {"queue": "alpha", "gpu_quota": "8"}).content.decode()
+    body = client.post(reverse("whatif:page"), {"queue": "alpha", "gpu_quota": "8"}).content.decode()
     assert "KAI_WHATIF_MAX_RUNNING_PER_USER = 1" in body
     assert 'id="whatif-table"' not in body
 
@@ -378,15 +378,15 @@ def test_a_run_is_seen_by_its_user_and_platform_admins_only(viewer_api, admin_ap
 
 
 def test_the_page_polls_a_queued_run_and_draws_it_once_done(client, viewer, contended):
-    from kaiweb.dashboard import whatif_runs
+    from kaiweb.whatif import runs as whatif_runs
 
     client.force_login(viewer)
     run = whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, window_hours=72, dispatch=False)
-    waiting = client.get(reverse("queues:whatif_run", args=[run.pk])).content.decode()
+    waiting = client.get(reverse("whatif:run", args=[run.pk])).content.decode()
     assert 'id="whatif-poll"' in waiting
     assert 'hx-trigger="every 2s"' in waiting
     assert whatif_runs.execute(run.pk) == "done"
-    done = client.get(reverse("queues:whatif_run", args=[run.pk])).content.decode()
+    done = client.get(reverse("whatif:run", args=[run.pk])).content.decode()
     assert 'id="whatif-poll"' not in done
     assert '<div id="whatif-summary-body" hx-swap-oob="innerHTML">' in done
     assert 'id="whatif-table"' in done
@@ -396,8 +396,8 @@ def test_the_page_polls_a_queued_run_and_draws_it_once_done(client, viewer, cont
 def test_a_run_past_its_time_limit_ends_timed_out_with_a_message(viewer, contended, monkeypatch, settings):
     from celery.exceptions import SoftTimeLimitExceeded
 
-    from kaiweb.dashboard import whatif_runs
-    from kaiweb.dashboard.models import WhatIfRun
+    from kaiweb.whatif import runs as whatif_runs
+    from kaiweb.whatif.models import WhatIfRun
 
     settings.KAI_WHATIF_TIME_LIMIT_S = 42
     run = whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, dispatch=False)
@@ -417,8 +417,8 @@ def test_a_run_past_its_time_limit_ends_timed_out_with_a_message(viewer, contend
 
 
 def test_each_user_keeps_only_the_last_runs(viewer, contended, settings):
-    from kaiweb.dashboard import whatif_runs
-    from kaiweb.dashboard.models import WhatIfRun
+    from kaiweb.whatif import runs as whatif_runs
+    from kaiweb.whatif.models import WhatIfRun
 
     settings.KAI_WHATIF_KEEP_PER_USER = 3
     settings.KAI_WHATIF_MAX_RUNNING_PER_USER = 100
@@ -431,7 +431,7 @@ def test_whatifs_have_a_queue_of_their_own_that_every_worker_consumes():
 
     from kaiweb.celery import app
 
-    assert app.amqp.router.route({}, "dashboard.run_whatif")["queue"].name == "whatif"
+    assert app.amqp.router.route({}, "whatif.run")["queue"].name == "whatif"
     assert app.amqp.router.route({}, "scheduling.run_cycle")["queue"].name == "celery"
     run_dev = (Path(__file__).resolve().parents[3] / "deploy" / "run_dev.py").read_text()
     assert '"-Q", "celery,whatif"' in run_dev
@@ -442,7 +442,7 @@ def test_simulate_from_the_edit_page_shows_the_window_it_ran(client, platform_ad
     data = {"display_name": "", "priority": "100", "gpu_quota": "8", "gpu_limit": "-1", "gpu_over_quota_weight": "1",
             "cpu_quota": "-1", "cpu_limit": "-1", "cpu_over_quota_weight": "1", "memory_quota": "-1",
             "memory_limit": "-1", "memory_over_quota_weight": "1"}  # the edit form sends no window
-    body = client.post(reverse("queues:whatif") + "?queue=alpha", data).content.decode()
+    body = client.post(reverse("whatif:page") + "?queue=alpha", data).content.decode()
     selected = body[body.index('name="window_hours"'):body.index("</select>", body.index('name="window_hours"'))]
     assert 'value="24" selected' in selected or 'value="24.0" selected' in selected
     assert "window 24.0 h" in body or "window 24 h" in body
@@ -458,6 +458,6 @@ def test_the_result_names_the_limit_that_binds_before_a_raised_gpu_figure(conten
 
 def test_the_form_names_the_unit_of_every_resource_row(client, viewer, contended):
     client.force_login(viewer)
-    html = client.get(reverse("queues:whatif") + "?queue=alpha").content.decode()
+    html = client.get(reverse("whatif:page") + "?queue=alpha").content.decode()
     for label in ("cpu (millicores)", "memory (MB)", "gpu (devices)"):
         assert f"<th>{label}</th>" in html

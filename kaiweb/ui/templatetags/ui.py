@@ -8,8 +8,8 @@ from typing import Any
 from django import template
 from django.utils.html import format_html
 
-from kaiweb.dashboard import access
-from kaiweb.dashboard.formatting import fmt_amount, fmt_duration, fmt_gpu_hours
+from kaiweb.ui import access
+from kaiweb.ui.formatting import fmt_amount, fmt_duration, fmt_gpu_hours
 
 register = template.Library()
 

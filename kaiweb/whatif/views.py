@@ -1,4 +1,4 @@
-"""The what-if page (/queues/what-if/): change a queue (or paste a tree), replay recorded history, compare.
+"""The what-if page (/what-if/): change a queue (or paste a tree), replay recorded history, compare.
 
 Every role may run a what-if: nothing is saved. The form posts through htmx and gets back the
 form and the result as one fragment, so errors sit next to their field; a plain POST (the queue
@@ -15,9 +15,10 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
 from kaiweb.core.choices import RESOURCES
-from kaiweb.dashboard import charts, whatif
-from kaiweb.dashboard.pages import render_page
 from kaiweb.queues.models import Queue
+from kaiweb.ui import charts
+from kaiweb.ui.pages import render_page
+from kaiweb.whatif import replay as whatif
 
 WINDOW_CHOICES = [(1, "last hour"), (6, "last 6 hours"), (24, "last 24 hours"), (72, "last 3 days"),
                   (168, "last 7 days")]
@@ -59,7 +60,7 @@ class WhatIfForm(forms.Form):
         self.fields["queue"].choices = [("", "— choose a queue —")] + [(q.name, q.name) for q in queues]
         # Choosing a queue reloads the form with that queue's current values (htmx, a GET).
         self.fields["queue"].widget.attrs.update({
-            "hx-get": reverse("queues:whatif"), "hx-trigger": "change", "hx-target": "#whatif",
+            "hx-get": reverse("whatif:page"), "hx-trigger": "change", "hx-target": "#whatif",
             "hx-swap": "innerHTML", "hx-include": "this",
         })
         for r in RESOURCES:
@@ -193,7 +194,7 @@ def page(request: HttpRequest) -> HttpResponse:
 
 def _run(request: HttpRequest, form: WhatIfForm, context: dict[str, Any]) -> None:
     """Check the inputs and send the what-if to a worker; the page then polls `run_status`."""
-    from kaiweb.dashboard import whatif_runs
+    from kaiweb.whatif import runs as whatif_runs
 
     data = form.cleaned_data
     window_hours = data.get("window_hours") or 24.0
@@ -231,7 +232,7 @@ def run_status(request: HttpRequest, pk: int) -> HttpResponse:
     from django.template.loader import render_to_string
 
     from kaiweb.accounts import roles
-    from kaiweb.dashboard.models import WhatIfRun
+    from kaiweb.whatif.models import WhatIfRun
 
     runs = WhatIfRun.objects.all() if roles.is_platform_admin(request.user) else WhatIfRun.objects.filter(
         user=request.user)

@@ -119,7 +119,7 @@ def test_overview_groups_a_gangs_evictions_into_one_line(client, viewer, ui_data
 
 
 def test_pod_suffix_strips_the_workload_name():
-    from kaiweb.dashboard.templatetags.ui import pod_suffix
+    from kaiweb.ui.templatetags.ui import pod_suffix
 
     assert pod_suffix("train-7-2", "ns/train-7") == "-2"
     assert pod_suffix("other-0", "ns/train-7") == "other-0"
@@ -134,7 +134,7 @@ def test_panels_poll_only_while_the_tab_is_visible(client, viewer, ui_data):
 
 
 def test_a_failing_page_is_an_error_page_not_a_traceback(client, viewer, db, settings, monkeypatch):
-    from kaiweb.dashboard import queries
+    from kaiweb.ui import queries
 
     def broken() -> None:
         raise RuntimeError("database went away")
@@ -155,7 +155,7 @@ def test_ages_read_like_kubectl():
 
     from django.utils import timezone
 
-    from kaiweb.dashboard.templatetags.ui import k8s_age
+    from kaiweb.ui.templatetags.ui import k8s_age
 
     now = timezone.now()
     assert k8s_age(now - timedelta(seconds=42)) in ("42s", "43s")
@@ -185,7 +185,7 @@ def test_overview_names_the_cluster_objects_the_scheduler_skips(client, viewer):
 def test_ago_says_just_now_under_a_minute_instead_of_zero_minutes():
     from datetime import UTC, datetime, timedelta
 
-    from kaiweb.dashboard.templatetags.ui import ago
+    from kaiweb.ui.templatetags.ui import ago
 
     now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
     assert ago(now - timedelta(seconds=20), now) == "just now"

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from kaiweb.dashboard.management.commands import vendor_plotly as vp
+from kaiweb.ui.management.commands import vendor_plotly as vp
 
 
 def _tarball(body: bytes, member: str = vp.MEMBER) -> bytes:

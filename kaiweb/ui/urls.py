@@ -1,12 +1,12 @@
-"""HTML routes of the dashboard app: the overview at /."""
+"""HTML routes of the UI package: the overview at /."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from kaiweb.dashboard import views
+from kaiweb.ui import views
 
-app_name = "dashboard"
+app_name = "ui"
 urlpatterns = [
     path("", views.overview, name="overview"),
 ]

@@ -7,9 +7,9 @@ from datetime import timedelta
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from kaiweb.dashboard import charts, queries
-from kaiweb.dashboard.pages import render_page
 from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADGE
+from kaiweb.ui import charts, queries
+from kaiweb.ui.pages import render_page
 
 OVERVIEW_QUEUES = 14
 
@@ -72,4 +72,4 @@ def overview(request: HttpRequest) -> HttpResponse:
         "action_badge": PREEMPTION_ACTION_BADGE,
         "now": now,
     }
-    return render_page(request, "dashboard/overview.html", context, partial="dashboard/partials/overview_panels.html")
+    return render_page(request, "ui/overview.html", context, partial="ui/partials/overview_panels.html")

@@ -1,4 +1,4 @@
-"""Models of the dashboard app: what-if runs, kept so the page and the API can poll for a result."""
+"""Models of the what-if app: what-if runs, kept so the page and the API can poll for a result."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class WhatIfRun(models.Model):
 
     class Meta:
         ordering = ("-created_at", "-id")
-        indexes = [models.Index(fields=("user", "state"), name="dashboard_whatif_user_state")]
+        indexes = [models.Index(fields=("user", "state"), name="whatif_run_user_state")]
 
     def __str__(self) -> str:
         return f"what-if {self.pk} ({self.state})"

@@ -1,4 +1,4 @@
-"""Celery tasks of the dashboard app: the what-if replay, bounded by a time limit."""
+"""Celery tasks of the what-if app: the replay, bounded by a time limit."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from celery import shared_task
 from django.conf import settings
 
 
-@shared_task(name="dashboard.run_whatif", ignore_result=True,
+@shared_task(name="whatif.run", ignore_result=True,
              soft_time_limit=settings.KAI_WHATIF_TIME_LIMIT_S, time_limit=settings.KAI_WHATIF_TIME_LIMIT_S + 30)
 def run_whatif_task(run_id: int) -> str:
-    """Run the stored what-if `run_id` (see `kaiweb.dashboard.whatif_runs`)."""
-    from kaiweb.dashboard.whatif_runs import execute
+    """Run the stored what-if `run_id` (see `kaiweb.whatif.runs`)."""
+    from kaiweb.whatif.runs import execute
 
     return execute(run_id)

@@ -15,8 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from kaiweb.dashboard import whatif
-from kaiweb.dashboard.models import WhatIfRun
+from kaiweb.whatif import replay as whatif
+from kaiweb.whatif.models import WhatIfRun
 
 
 class TooManyRuns(Exception):
@@ -62,7 +62,7 @@ def submit(user: Any, *, changes: dict[str, Any] | None = None, yaml: str | None
     keep = list(WhatIfRun.objects.filter(user=user).values_list("pk", flat=True)[:settings.KAI_WHATIF_KEEP_PER_USER])
     WhatIfRun.objects.filter(user=user).exclude(pk__in=keep).delete()
     if dispatch:
-        from kaiweb.dashboard.tasks import run_whatif_task
+        from kaiweb.whatif.tasks import run_whatif_task
 
         run_whatif_task.delay(run.pk)
     return run

@@ -63,8 +63,8 @@ def live_workload_counts() -> dict[int, dict[str, int]]:
 
 def queue_tree(user: Any = None) -> list[QueueRow]:
     """Every queue in depth-first order (siblings by name) with figures; four queries in all."""
-    from kaiweb.dashboard.access import editable_queue_ids
     from kaiweb.queues.models import Queue
+    from kaiweb.ui.access import editable_queue_ids
 
     queues = list(Queue.objects.order_by("name"))
     statuses = latest_statuses()
