@@ -50,3 +50,114 @@ def test_the_cluster_gateway_and_its_users_form_no_import_cycle():
 
     cycles = sorted(m for m in modules if reaches(m, m, {m}))
     assert cycles == [], {m: sorted(edges[m]) for m in cycles}
+
+
+# ------------------------------------------------------------------------------- the import graph
+
+#: modules of the UI layer: they may use kaiweb.ui (page rendering, charts, formatting, access)
+UI_LAYER = (".views", ".urls", ".display", ".forms")
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """kaiweb module → the kaiweb modules it imports when it runs (at the top or inside a function;
+    imports under `if TYPE_CHECKING:` are for the type checker only and are left out)."""
+    import ast
+
+    modules: dict[str, Path] = {}
+    for path in (ROOT / "kaiweb").rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+
+    def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+        out, stack = [], [tree]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                stack.extend(node.orelse)
+                continue
+            out.append(node)
+            stack.extend(ast.iter_child_nodes(node))
+        return out
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in runtime_nodes(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kaiweb"):
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    found.add(sub if sub in modules else node.module)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("kaiweb"))
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_kaiweb_has_no_import_cycle_even_through_imports_inside_functions():
+    assert _cycles(_module_graph()) == []
+
+
+def test_models_import_only_models_choices_validators_and_the_engine():
+    """No model reaches up into scheduling, services, views or the UI."""
+    graph = _module_graph()
+    allowed_tail = ("models", "choices", "validators")
+    wrong = {m: sorted(o for o in imports if not (o.startswith("kaiweb.core.") or o.rsplit(".", 1)[-1] in allowed_tail))
+             for m, imports in graph.items() if m.endswith(".models")}
+    assert {m: o for m, o in wrong.items() if o} == {}
+
+
+def test_only_the_ui_layer_imports_the_ui_package():
+    graph = _module_graph()
+    wrong = {m: sorted(o for o in imports if o == "kaiweb.ui" or o.startswith("kaiweb.ui."))
+             for m, imports in graph.items()
+             if not m.startswith("kaiweb.ui") and not m.endswith(UI_LAYER) and ".templatetags." not in m}
+    assert {m: o for m, o in wrong.items() if o} == {}

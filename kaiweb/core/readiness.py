@@ -7,9 +7,18 @@ from typing import Any
 from django.conf import settings
 
 
-def check_database() -> dict[str, Any]:
-    from kaiweb.core.views import database_ok
+def database_ok() -> bool:
+    from django.db import connection
 
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except Exception:  # noqa: BLE001 - readiness reports any failure
+        return False
+
+
+def check_database() -> dict[str, Any]:
     ok = database_ok()
     return {"ok": ok, "detail": "reachable" if ok else "database unreachable"}
 

@@ -6,7 +6,6 @@ import hmac
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
-from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
@@ -70,10 +69,3 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return render(request, "errors/500.html", status=500)
 
 
-def database_ok() -> bool:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        return True
-    except Exception:  # noqa: BLE001 - readiness reports any failure
-        return False

@@ -48,8 +48,9 @@ def in_flight(user: Any) -> int:
 def submit(user: Any, *, changes: dict[str, Any] | None = None, yaml: str | None = None, window_hours: float = 24.0,
            shard: int | None = None, max_jobs: int = whatif.DEFAULT_MAX_JOBS,
            max_horizon_hours: float = whatif.DEFAULT_MAX_HORIZON_S / 3600, max_cycles: int = whatif.DEFAULT_MAX_CYCLES,
-           consolidation: bool = False, dispatch: bool = True) -> WhatIfRun:
-    """Check, store and send a what-if; raises WhatIfInputError (a bad input) or TooManyRuns."""
+           consolidation: bool = False) -> WhatIfRun:
+    """Check and store a what-if (`tasks.submit` also sends it); raises WhatIfInputError (a bad input)
+    or TooManyRuns."""
     inputs = {"changes": changes or None, "yaml": yaml or None, "window_hours": float(window_hours), "shard": shard,
               "max_jobs": int(max_jobs), "max_horizon_hours": float(max_horizon_hours),
               "max_cycles": int(max_cycles), "consolidation": bool(consolidation),
@@ -61,10 +62,6 @@ def submit(user: Any, *, changes: dict[str, Any] | None = None, yaml: str | None
     run = WhatIfRun.objects.create(user=user, inputs=inputs)
     keep = list(WhatIfRun.objects.filter(user=user).values_list("pk", flat=True)[:settings.KAI_WHATIF_KEEP_PER_USER])
     WhatIfRun.objects.filter(user=user).exclude(pk__in=keep).delete()
-    if dispatch:
-        from kaiweb.whatif.tasks import run_whatif_task
-
-        run_whatif_task.delay(run.pk)
     return run
 
 

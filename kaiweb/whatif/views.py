@@ -195,17 +195,18 @@ def page(request: HttpRequest) -> HttpResponse:
 def _run(request: HttpRequest, form: WhatIfForm, context: dict[str, Any]) -> None:
     """Check the inputs and send the what-if to a worker; the page then polls `run_status`."""
     from kaiweb.whatif import runs as whatif_runs
+    from kaiweb.whatif import tasks as whatif_tasks
 
     data = form.cleaned_data
     window_hours = data.get("window_hours") or 24.0
     try:
         if data.get("mode") == "yaml":
-            run = whatif_runs.submit(request.user, yaml=data.get("yaml") or "", window_hours=window_hours)
+            run = whatif_tasks.submit(request.user, yaml=data.get("yaml") or "", window_hours=window_hours)
         else:
             if not data.get("queue"):
                 form.add_error("queue", "choose the queue to change")
                 return
-            run = whatif_runs.submit(request.user, changes=form.changes(), window_hours=window_hours)
+            run = whatif_tasks.submit(request.user, changes=form.changes(), window_hours=window_hours)
     except whatif.WhatIfInputError as exc:
         _put_errors(form, exc.message_dict)
         return

@@ -137,13 +137,14 @@ class WhatIfViewSet(viewsets.ViewSet):
         """Check the inputs (a 400 names each bad one), then run the replay on a worker; poll `url` for the
         comparison of the workloads recorded in the window under today's tree and the changed one."""
         from kaiweb.whatif import runs as whatif_runs
+        from kaiweb.whatif import tasks as whatif_tasks
 
         body = WhatIfRequestSerializer(data=request.data)
         if not body.is_valid():
             return Response(_flatten(body.errors), status=status.HTTP_400_BAD_REQUEST)
         data: dict[str, Any] = body.validated_data
         try:
-            run = whatif_runs.submit(
+            run = whatif_tasks.submit(
                 request.user, changes=data.get("changes") or None, yaml=data.get("yaml") or None,
                 window_hours=data["window_hours"], shard=data["shard"], max_jobs=data["max_jobs"],
                 max_horizon_hours=data["max_horizon_hours"], max_cycles=data["max_cycles"],

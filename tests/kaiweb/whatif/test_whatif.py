@@ -381,7 +381,7 @@ def test_the_page_polls_a_queued_run_and_draws_it_once_done(client, viewer, cont
     from kaiweb.whatif import runs as whatif_runs
 
     client.force_login(viewer)
-    run = whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, window_hours=72, dispatch=False)
+    run = whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, window_hours=72)
     waiting = client.get(reverse("whatif:run", args=[run.pk])).content.decode()
     assert 'id="whatif-poll"' in waiting
     assert 'hx-trigger="every 2s"' in waiting
@@ -400,7 +400,7 @@ def test_a_run_past_its_time_limit_ends_timed_out_with_a_message(viewer, contend
     from kaiweb.whatif.models import WhatIfRun
 
     settings.KAI_WHATIF_TIME_LIMIT_S = 42
-    run = whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, dispatch=False)
+    run = whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}})
     real = whatif.run_whatif
 
     def slow(*args, check_only=False, **kwargs):
@@ -422,7 +422,7 @@ def test_each_user_keeps_only_the_last_runs(viewer, contended, settings):
 
     settings.KAI_WHATIF_KEEP_PER_USER = 3
     settings.KAI_WHATIF_MAX_RUNNING_PER_USER = 100
-    ids = [whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, dispatch=False).pk for _ in range(5)]
+    ids = [whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}).pk for _ in range(5)]
     assert sorted(WhatIfRun.objects.filter(user=viewer).values_list("pk", flat=True)) == sorted(ids[-3:])
 
 
