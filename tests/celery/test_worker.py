@@ -85,7 +85,7 @@ def test_a_worker_runs_a_whatif_the_api_accepted_and_the_api_returns_its_result(
     from kaiweb.whatif import runs as whatif_runs
 
     # checked and stored as the API does, then published to the harness's broker as the web process would
-    run = whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, window_hours=72, dispatch=False)
+    run = whatif_runs.submit(viewer, changes={"alpha": {"gpu_quota": 8}}, window_hours=72)
     celery_harness.send("whatif.run", run.pk)
     wait_for(lambda: WhatIfRun.objects.filter(pk=run.pk, state="done").first(), 90, "the what-if to finish")
     body = api.get(f"/api/v1/what-if/{run.pk}/").json()
