@@ -217,10 +217,12 @@ def cycle_decisions(cycles: list[Any]) -> dict[str, Any]:
 
 
 def usage_stacked(series: dict[str, list[tuple[datetime, float]]], covered_hours: dict[datetime, float],
-                  partial: Sequence[datetime], unit: str, window: tuple[datetime, datetime]) -> dict[str, Any]:
+                  partial: Sequence[datetime], unit: str, window: tuple[datetime, datetime],
+                  order: Sequence[str] | None = None) -> dict[str, Any]:
     """Stacked areas: per slot, each queue's (or department's) resource-hours divided by the hours of
     the slot the window covered, i.e. the average amount held. A partial slot (the window's first, the
-    current) is therefore not a fall; it is marked. The x axis is the window from the first minute."""
+    current) is therefore not a fall; it is marked. The x axis is the window from the first minute.
+    `order`: colours by position in it (namespaces, users) rather than by a hash of the name (queues)."""
     if not any(series.values()):
         return EMPTY
     fig = go.Figure()
@@ -231,7 +233,7 @@ def usage_stacked(series: dict[str, list[tuple[datetime, float]]], covered_hours
             continue
         fig.add_trace(go.Scatter(
             x=_times([t for t, _ in pts]), y=_nums([round(v / covered_hours[t], 3) for t, v in pts]), name=name,
-            mode="lines+markers" if len(pts) < 3 else "lines", stackgroup="one", line={"width": 0.5, "color": queue_colour(name)},
+            mode="lines+markers" if len(pts) < 3 else "lines", stackgroup="one", line={"width": 0.5, "color": queue_colour(name, order)},
             customdata=[("partial: " if t in partial_set else "") + f"{covered_hours[t]:.2f} h, {v:.2f} resource-hours"
                         for t, v in pts],
             hovertemplate="%{y:.2f} " + unit + " (%{customdata})<extra>" + name + "</extra>",

@@ -107,8 +107,11 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
         totals[name] += amount
     hours = max((until - since).total_seconds() / 3600.0, 1e-9)
     grand = sum(totals.values())
+    ranked = [n for n, _ in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))]
+    # Queues keep the colour they have on every page; namespaces and users take distinct ones by rank.
+    order = ranked if group in SPLIT_FIELD else None
     table = [{"name": n, "department": departments.get(n, n) if group == "queue" else n, "hours": v,
-              "colour": charts.queue_colour(n),
+              "colour": charts.queue_colour(n, order),
               "share": (100.0 * v / grand) if grand else 0.0, "average": v / hours}
              for n, v in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))]
     width = STEP_SECONDS[step]
@@ -119,6 +122,7 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
                / 3600.0 for slot in slots}
     return {
         "series": {n: sorted(pts.items()) for n, pts in series.items()},
+        "order": order,
         "table": table,
         "grand": grand,
         "step": step,
@@ -140,7 +144,8 @@ def usage_report(request: HttpRequest) -> HttpResponse:
         data = form.cleaned_data
     report = compute_report(data) if data else None
     chart = charts.usage_stacked(report["series"], report["covered_hours"], report["partial"],
-                                 RATE_UNIT[data["resource"]], (report["since"], report["until"])) \
+                                 RATE_UNIT[data["resource"]], (report["since"], report["until"]),
+                                 report["order"]) \
         if report else charts.EMPTY
     context = {
         "form": form,

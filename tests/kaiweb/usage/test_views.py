@@ -152,3 +152,15 @@ def test_usage_per_namespace_and_per_user_adds_up_to_the_queues_total(client, vi
     bad = client.get("/usage/export.json?window=24h&group=team")
     assert bad.status_code == 400
     assert "group" in bad.json()
+
+
+def test_users_and_namespaces_get_distinct_colours_by_rank(client, viewer, queue_tree):
+    now = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+    users = {f"user-{i}": 3600.0 * (i + 1) for i in range(8)}
+    UsageBucket.objects.create(queue=queue_tree["team-training"], resource="gpu", start=now, width_seconds=60,
+                               value=sum(users.values()), by_user=users)
+    client.force_login(viewer)
+    response = client.get("/usage/?window=24h&group=user")
+    colours = [row["colour"] for row in response.context["report"]["table"]]
+    assert len(colours) == 8
+    assert len(set(colours)) == 8
