@@ -19,7 +19,6 @@ from django.db import transaction
 from kaiweb.cluster.backends.simulated import SimulatedGateway
 from kaiweb.cluster.models import Cluster, GpuDevice, Node, SchedulingShard
 from kaiweb.cluster.workload_generator import DEMO_PRIORITY_CLASSES
-from kaiweb.core.choices import RESOURCES
 from kaiweb.queues.models import PriorityClass, Queue
 
 DEMO_QUEUES_FILE = Path(settings.BASE_DIR) / "deploy" / "examples" / "queues.yaml"
@@ -34,58 +33,17 @@ class SeedReport:
     cluster: str
 
 
-def _queue_fields(doc: dict[str, Any]) -> dict[str, Any]:
-    meta = doc.get("metadata") or {}
-    spec = doc.get("spec") or {}
-    fields: dict[str, Any] = {"name": meta.get("name"), "priority": spec.get("priority", 100)}
-    if spec.get("parentQueue"):
-        fields["parent"] = spec["parentQueue"]
-    if spec.get("displayName"):
-        fields["display_name"] = spec["displayName"]
-    for r in RESOURCES:
-        res = (spec.get("resources") or {}).get(r) or {}
-        fields[f"{r}_quota"] = res.get("quota", 0)
-        fields[f"{r}_limit"] = res.get("limit", 0)
-        fields[f"{r}_over_quota_weight"] = res.get("overQuotaWeight", 0)
-    return fields
-
-
 def import_demo_queues(path: Path = DEMO_QUEUES_FILE) -> int:
-    """Create the demo's queues that do not exist yet, through the control plane's services."""
-    try:  # the control plane's all-or-nothing YAML import, when it is there
-        from kaiweb.queues import yaml_io  # type: ignore[attr-defined]
+    """Create the demo's queues that do not exist yet, by the Queue CRD import (all-or-nothing, the
+    one reader of Queue documents); existing queues of the same names are left as they are."""
+    from kaiweb.queues.yaml_io import import_queues
 
-        importer = getattr(yaml_io, "import_queues", None)
-    except ImportError:
-        importer = None
-    text = path.read_text()
-    docs = [d for d in yaml.safe_load_all(text) if d]
-    missing = [d for d in docs if not Queue.objects.filter(name=(d.get("metadata") or {}).get("name")).exists()]
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    existing = set(Queue.objects.values_list("name", flat=True))
+    missing = [d for d in docs if (d.get("metadata") or {}).get("name") not in existing]
     if not missing:
         return 0
-    if importer is not None and len(missing) == len(docs):
-        importer(text)
-        return len(docs)
-    from kaiweb.queues.services import create_queue
-
-    # Parents first: a document may name a parent defined further down.
-    pending = list(missing)
-    created = 0
-    while pending:
-        progress = False
-        for doc in list(pending):
-            fields = _queue_fields(doc)
-            parent = fields.get("parent")
-            if parent and not Queue.objects.filter(name=parent).exists():
-                continue
-            create_queue(fields)
-            pending.remove(doc)
-            created += 1
-            progress = True
-        if not progress:
-            names = ", ".join(str((d.get("metadata") or {}).get("name")) for d in pending)
-            raise ValueError(f"parentQueue: the parents of {names} are not defined in {path.name}")
-    return created
+    return len(import_queues(yaml.safe_dump_all(missing)).created)
 
 
 # Not in the example tree: a best-effort queue with no guarantee and the lowest priority, which
