@@ -11,8 +11,11 @@ from __future__ import annotations
 import time
 
 from scheduler_core import model as m
+from scheduler_core.actions.consolidate import run_consolidation
+from scheduler_core.actions.preempt import run_preempt
+from scheduler_core.actions.reclaim import run_reclaim
+from scheduler_core.actions.stale_gangs import run_stale_gangs
 from scheduler_core.allocate import Placer, run_allocate
-from scheduler_core.evict import run_consolidation, run_preempt, run_reclaim, run_stale_gangs
 from scheduler_core.memo import CycleMemo
 from scheduler_core.ordering import QueueComparator, tasks_to_allocate
 from scheduler_core.proportion import FairShareInputError, compute_fair_shares

@@ -7,7 +7,7 @@ reclaim, is there anything to preempt for it, can consolidation make room. Almos
 work in two layers, both exact (``CycleConfig.shortcuts=False`` turns both off and runs the plain
 full evaluation, which the property tests compare against):
 
-1. **No-op proofs inside a cycle** (``evict.py``). Before an action walks its job order it checks
+1. **No-op proofs inside a cycle** (``actions/``). Before an action walks its job order it checks
    whether any job could change the session state. An attempt that fails changes nothing but the
    job's pending reason, so when every attempt is certain to fail the action is replaced by one
    pass that writes the reasons the walk would have written:

@@ -239,7 +239,7 @@ class JobState:
         self.preemptible = spec.preemptible
         self.evicted_by: str | None = None
         self.n_pending = 0  # tasks in Pending, kept by Session._charge
-        self.victim_key: Key | None = None  # static part of the victim order (evict.VictimJob)
+        self.victim_key: Key | None = None  # static part of the victim order (actions.victims.VictimJob)
         self.has_topology = False  # some member of the gang tree has a topology constraint
         self.elastic: bool | None = None  # cached by is_elastic()
         self.version = 0  # bumped on every change of one of its tasks (caches of derived state key on it)
@@ -328,7 +328,7 @@ class Session:
         self.counts = {"binds": 0, "pipelined": 0, "evictions": 0}
         self._group_seq = 0
         self.ghosts: list[TaskState] = []
-        # per job index: (job version, evictable tasks, victim order key) — see evict.VictimOrder
+        # per job index: (job version, evictable tasks, victim order key) — see actions.victims.VictimOrder
         self.victim_cache: dict[int, tuple[int, list[TaskState], Key]] = {}
         self.memo: CycleMemo | None = None  # verdicts remembered across cycles (memo.py), set by the caller
         self.n_groups = 0  # shared-GPU groups on all nodes (each holds one device)

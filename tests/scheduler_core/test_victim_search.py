@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from scheduler_core import model as m
+from scheduler_core.actions.victims import VictimOrder, _local_hopeless, victim_entry
 from scheduler_core.cycle import open_session, run_cycle
-from scheduler_core.evict import VictimOrder, _local_hopeless, victim_entry
 from tests.scheduler_core.engine_builders import job, node, queue, snapshot
 
 

@@ -1,0 +1,131 @@
+"""KAI's preempt action: inside one queue, a job takes from strictly lower priorities (the search:
+`victims.solve`)."""
+
+from __future__ import annotations
+
+from scheduler_core import model as m
+from scheduler_core import reclaimable as rc
+from scheduler_core.actions.victims import (
+    EPS,
+    Attempt,
+    Signatures,
+    commit_attempt,
+    has_evictable,
+    is_protected,
+    min_runtime_violation,
+    note_attempt,
+    solve,
+    trigger_jobs,
+)
+from scheduler_core.allocate import Placer
+from scheduler_core.model import Key
+from scheduler_core.ordering import JobsOrder, batch_request, tasks_to_allocate
+from scheduler_core.session import JobState, Session, Statement, TaskState
+
+
+def _preempt_victim(s: Session, v: JobState, minrts: dict[str, float] | None = None) -> bool:
+    """Whether a job may lose pods to a same-queue preemptor of higher priority. ``minrts``: the
+    queues' minimum runtimes found so far (a pure function of the queue tree)."""
+    if not v.valid or not v.preemptible or not has_evictable(v):
+        return False
+    minrt = minrts.get(v.queue) if minrts is not None else None
+    if minrt is None:
+        minrt = rc.preempt_min_runtime(s.queues, v.queue, s.config.default_preempt_min_runtime_s).seconds
+        if minrts is not None:
+            minrts[v.queue] = minrt
+    return v.is_elastic() or not is_protected(s, v, minrt)
+
+def _preempt_without_victims(s: Session, job: JobState, sigs: Signatures) -> bool | None:
+    """The steps of the preempt walk before its victims are listed: True when the job is done
+    with (nothing to place, skipped by a signature, or a non-preemptible job over its quota,
+    which is noted); None when the victims must be looked at."""
+    tasks = tasks_to_allocate(job)
+    if not tasks:
+        return True
+    if sigs.skip(job.queue, job):
+        return True
+    if not job.preemptible:
+        req = batch_request(tasks)
+        over = next((q for q in s.chain[job.queue] for r in range(3)
+                     if req[r] > 0 and q.deserved[r] != m.UNLIMITED and q.allocated_np[r] + req[r] > q.deserved[r] + EPS),
+                    None)
+        if over is not None:
+            note_attempt(s, job, m.Reason("preempt-non-preemptible-over-quota",
+                                   f"preempt: a non-preemptible job may only use queue {over.name}'s quota", {}))
+            return True
+    return None
+
+def _preempt_hopeless(s: Session, triggers: list[JobState], sigs: Signatures) -> bool:
+    """Preempt's no-op proof (``memo.py``): when no pending job has a same-queue victim of lower
+    priority, the walk only writes notes and records signatures, and a signature's scope is the
+    job's queue. The walk visits each leaf queue's jobs in job order (the queue interleaving
+    does not matter, as nothing changes), so replaying each leaf in that order gives the same
+    notes. Returns False without writing anything when some job has a victim."""
+    floor: dict[str, int] = {}  # per queue: the lowest priority of a possible victim
+    minrts: dict[str, float] = {}
+    for v in s.jobs:
+        if v.priority < floor.get(v.queue, v.priority + 1) and _preempt_victim(s, v, minrts):
+            floor[v.queue] = v.priority
+    by_leaf: dict[str, list[tuple[Key, int, JobState]]] = {}
+    for k, job in enumerate(triggers):
+        low = floor.get(job.queue)
+        if low is not None and low < job.priority and tasks_to_allocate(job):
+            return False
+        by_leaf.setdefault(job.queue, []).append((job.order_key(), k, job))
+    for leaf in sorted(by_leaf):
+        for _, _, job in sorted(by_leaf[leaf], key=lambda e: (e[0], e[1])):
+            if _preempt_without_victims(s, job, sigs) is not None:
+                continue
+            note_attempt(s, job, m.Reason("preempt-no-victims",
+                                   f"preempt: no preemptible job of queue {job.queue} has a priority below {job.priority}",
+                                   {"priority": job.priority}))
+            sigs.fail(job.queue, job)
+    return True
+
+def run_preempt(s: Session, placer: Placer) -> None:
+    """Same-queue eviction of strictly lower-priority preemptible jobs."""
+    sigs = Signatures()
+    triggers = trigger_jobs(s)
+    if s.config.shortcuts and triggers and _preempt_hopeless(s, triggers, sigs):
+        return
+    order = JobsOrder(s, triggers)
+    while True:
+        popped = order.pop()
+        if popped is None:
+            break
+        job = popped
+        if _preempt_without_victims(s, job, sigs) is not None:
+            continue
+        victims = []
+        for v in s.jobs:
+            if v.queue != job.queue or v.priority >= job.priority or not _preempt_victim(s, v):
+                continue
+            victims.append(v)
+        if not victims:
+            note_attempt(s, job, m.Reason("preempt-no-victims",
+                                   f"preempt: no preemptible job of queue {job.queue} has a priority below {job.priority}",
+                                   {"priority": job.priority}))
+            sigs.fail(job.queue, job)
+            continue
+
+        def validate(chunks: list[list[TaskState]], attempt: Attempt, job: JobState = job) -> bool:
+            why = min_runtime_violation(s, chunks, lambda vj: rc.preempt_min_runtime(
+                s.queues, vj.queue, s.config.default_preempt_min_runtime_s).seconds)
+            if why:
+                attempt.verdict = why
+                return False
+            return True
+
+        stmt = Statement(s)
+        attempt = solve(s, placer, stmt, job, victims, validate)
+        if attempt.ok:
+            def reason(t: TaskState, job: JobState = job) -> m.Reason:
+                return m.Reason("preempt", f"preempted by higher-priority job {job.uid} (priority {job.priority} > "
+                                f"{t.job.priority}) in queue {job.queue}",
+                                {"queue": job.queue, "preemptor_priority": job.priority,
+                                 "victim_priority": t.job.priority})
+            commit_attempt(s, stmt, job, attempt, "preempt", reason)
+        else:
+            stmt.discard()
+            note_attempt(s, job, m.Reason("preempt-failed", "preempt: " + attempt.verdict, {}))
+            sigs.fail(job.queue, job)

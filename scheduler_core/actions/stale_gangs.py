@@ -1,0 +1,53 @@
+"""KAI's stale-gang eviction: a gang below its minimum for longer than its grace is evicted whole."""
+
+from __future__ import annotations
+
+from scheduler_core import model as m
+from scheduler_core.actions.victims import fmt_amount
+from scheduler_core.allocate import Placer
+from scheduler_core.session import JobState, Session, Statement
+
+
+def is_stale(job: JobState) -> bool:
+    """No finished pod, some pod holding resources, and a pod set below its minimum (by active use)."""
+    # the three conditions are independent; the cheapest (per pod set) are checked first
+    sets = job.pod_sets.values()
+    if not any(ps.active_used > 0 for ps in sets):
+        return False
+    if not any(ps.active_used < ps.min_available for ps in sets):
+        return False
+    return not any(t.status == m.SUCCEEDED for t in job.tasks)
+
+def run_stale_gangs(s: Session, placer: Placer) -> None:
+    """Evict every active pod of a job that has been below its gang minimum past its grace period."""
+    for job in s.jobs:
+        if not job.valid and job.queue not in s.queues:
+            continue
+        if not is_stale(job):
+            job.stale_since = None
+            continue
+        if job.stale_since is None:
+            job.stale_since = s.now
+        grace = job.spec.staleness_grace_s
+        if grace is None:
+            grace = s.config.default_staleness_grace_s
+        if grace < 0 or s.now - job.stale_since < grace:
+            continue
+        stmt = Statement(s)
+        victims = [t for t in job.tasks if t.status in m.ACTIVE_ALLOCATED_STATES]
+        short = [f"{ps.name}: {ps.active_used} of {ps.min_available}" for ps in job.pod_sets.values()
+                 if ps.active_used < ps.min_available]
+        for t in victims:
+            stmt.evict(t)
+        delta = s.statement_delta(stmt)
+        over = s.cap_problem(delta)
+        if over is not None:
+            stmt.discard()
+            continue
+        s.add_counts(delta)
+        for t in victims:
+            s.eviction_reasons[t.index] = ("stalegangeviction", None, m.Reason(
+                "stale-gang", f"job {job.uid} has been below its gang minimum ({', '.join(short)}) for "
+                f"{fmt_amount(s.now - job.stale_since)}s, longer than its grace period of {fmt_amount(grace)}s",
+                {"stale_for_s": s.now - job.stale_since, "grace_s": grace}))
+        stmt.commit()
