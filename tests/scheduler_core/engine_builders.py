@@ -52,3 +52,13 @@ def snapshot(nodes, queues, jobs, **kw) -> m.ClusterSnapshot:
 
 def status_of(result: m.CycleResult) -> dict[str, tuple[str, str | None]]:
     return {t.task: (t.status, t.node) for t in result.tasks}
+
+
+def reclaim_example():
+    """Queue qA holds all 8 GPUs of two nodes (its quota is 2) and waits for more; qB (quota 2) asks for 2."""
+    nodes = [node("n1", 4), node("n2", 4)]
+    qs = [queue("qA", gpu_quota=2), queue("qB", gpu_quota=2, creation=1)]
+    jobs = [job(f"a{i}", "qA", running_on=["n1" if i < 4 else "n2"], age=100 - i) for i in range(8)]
+    jobs += [job(f"ap{i}", "qA", age=50 - i) for i in range(4)]
+    jobs.append(job("b", "qB", pods=1, gpus=2))
+    return snapshot(nodes, qs, jobs)
