@@ -18,6 +18,7 @@ import numpy as np
 from scheduler_core import model as m
 from scheduler_core import placement as fa
 from scheduler_core import predicates as pr
+from scheduler_core import reasons
 from scheduler_core.model import Key
 from scheduler_core.ordering import (
     JobsOrder,
@@ -65,7 +66,7 @@ def queue_capacity_problem(s: Session, job: JobState, tasks: list[TaskState]) ->
         for r in (2, 0, 1):
             if req[r] > 0 and q.limit[r] != m.UNLIMITED and q.allocated[r] + req[r] > q.limit[r] + _EPS:
                 return m.Reason(
-                    "queue-over-limit",
+                    reasons.QUEUE_OVER_LIMIT,
                     f"queue {q.name} would exceed its {RESOURCE_TITLES[r]} limit of {fmt_amount(r, q.limit[r])}: "
                     f"{fmt_amount(r, q.allocated[r])} allocated + {fmt_amount(r, req[r])} requested",
                     {"queue": q.name, "resource": ("cpu", "memory", "gpu")[r], "limit": q.limit[r],
@@ -75,7 +76,7 @@ def queue_capacity_problem(s: Session, job: JobState, tasks: list[TaskState]) ->
             for r in (2, 0, 1):
                 if req[r] > 0 and q.deserved[r] != m.UNLIMITED and q.allocated_np[r] + req[r] > q.deserved[r] + _EPS:
                     return m.Reason(
-                        "non-preemptible-over-quota",
+                        reasons.NON_PREEMPTIBLE_OVER_QUOTA,
                         f"non-preemptible job would take queue {q.name} over its {RESOURCE_TITLES[r]} quota of "
                         f"{fmt_amount(r, q.deserved[r])}: {fmt_amount(r, q.allocated_np[r])} already used by "
                         f"non-preemptible jobs + {fmt_amount(r, req[r])} requested",
@@ -138,10 +139,10 @@ class Placer:
         if mask is not None:
             return mask
         spec = t.spec
-        reasons = [pr.static_failure(ns.spec, spec, self.predicates) for ns in self.s.nodes]
-        out = np.array([x is None for x in reasons], dtype=bool)
+        failures = [pr.static_failure(ns.spec, spec, self.predicates) for ns in self.s.nodes]
+        out = np.array([x is None for x in failures], dtype=bool)
         self._affinity_cache[key] = out
-        self._static_reasons[key] = reasons
+        self._static_reasons[key] = failures
         return out
 
     def static_reasons(self, t: TaskState) -> list[str | None]:
@@ -755,7 +756,7 @@ def topology_subsets(s: Session, tasks: list[TaskState], tc: m.TopologyConstrain
     if not subsets:
         lvl = tc.required_level or tc.preferred_level
         return [], extra, m.Reason(
-            "topology-unsatisfied",
+            reasons.TOPOLOGY_UNSATISFIED,
             f"topology {tc.topology}, requirement {lvl} couldn't be satisfied: no {lvl} domain has room for "
             f"{len(tasks)} pods",
             {"topology": tc.topology, "level": lvl, "pods": len(tasks)},
@@ -940,17 +941,17 @@ def predicate_failure_reason(s: Session, placer: Placer, tasks: list[TaskState],
                             and not r.extended and not slot_short):
         return None
     n = len(tasks)
-    reasons = node_failures(s, placer, failed)
+    failures = node_failures(s, placer, failed)
     static = placer.static_reasons(failed)
     counts: dict[str, int] = {}
-    for why in reasons:
+    for why in failures:
         if why is not None:
             counts[why] = counts.get(why, 0) + 1
     who = f"task {failed.name}" if n == 1 else f"task {failed.name} of a batch of {n} pods"
-    code = "no-node-matches" if all(x is not None for x in static) else "no-node-fits"
-    return m.Reason(code, f"{who}: {nodes_summary(reasons)}",
-                    {"pods": n, "task": failed.name, "nodes_total": len(reasons),
-                     "nodes_available": sum(1 for x in reasons if x is None), "nodes": dict(sorted(counts.items()))})
+    code = reasons.NO_NODE_MATCHES if all(x is not None for x in static) else reasons.NO_NODE_FITS
+    return m.Reason(code, f"{who}: {nodes_summary(failures)}",
+                    {"pods": n, "task": failed.name, "nodes_total": len(failures),
+                     "nodes_available": sum(1 for x in failures if x is None), "nodes": dict(sorted(counts.items()))})
 
 
 def fit_failure_reason(s: Session, job: JobState, tasks: list[TaskState], failed: TaskState) -> m.Reason:
@@ -965,15 +966,15 @@ def fit_failure_reason(s: Session, job: JobState, tasks: list[TaskState], failed
             msg = f"gang of {n} × {fmt_amount(GPU, per)}: only {fitting} nodes have {fmt_amount(GPU, per)} free"
         else:
             msg = f"{fmt_amount(GPU, per)} requested: no node has {fmt_amount(GPU, per)} free ({fitting} nodes fit)"
-        return m.Reason("no-node-fits", msg, {"pods": n, "gpus_per_pod": per, "nodes_with_room": fitting})
+        return m.Reason(reasons.NO_NODE_FITS, msg, {"pods": n, "gpus_per_pod": per, "nodes_with_room": fitting})
     if failed.shared:
         what = f"{r.gpu_fraction:.2f} of a GPU" if r.gpu_kind == m.GPU_FRACTION else f"{r.gpu_memory_mib} MiB of GPU memory"
-        return m.Reason("no-node-fits", f"{n} pod(s) asking {what} each: no node has a device with room",
+        return m.Reason(reasons.NO_NODE_FITS, f"{n} pod(s) asking {what} each: no node has a device with room",
                         {"pods": n})
     if r.gpu_kind == m.GPU_MIG:
-        return m.Reason("no-node-fits", f"{n} pod(s) asking MIG {dict(r.mig)}: no node has these instances free",
+        return m.Reason(reasons.NO_NODE_FITS, f"{n} pod(s) asking MIG {dict(r.mig)}: no node has these instances free",
                         {"pods": n, "mig": dict(r.mig)})
-    return m.Reason("no-node-fits",
+    return m.Reason(reasons.NO_NODE_FITS,
                     f"{n} pod(s) of {fmt_amount(0, r.cpu_millis)} and {fmt_amount(1, r.memory_bytes)}: "
                     f"no node has room for task {failed.name}", {"pods": n})
 
@@ -994,7 +995,7 @@ def run_allocate(s: Session, placer: Placer) -> None:
         if j.valid and j.has_pending() and not j.ready():
             need = j.root.need
             s.pending_reasons[j.uid] = m.Reason(
-                "not-ready", f"job is not ready for scheduling: fewer pods exist than its gang minimum "
+                reasons.NOT_READY, f"job is not ready for scheduling: fewer pods exist than its gang minimum "
                 f"({need} member(s) required)", {})
     while True:
         job = order.pop()

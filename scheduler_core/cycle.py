@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from scheduler_core import model as m
+from scheduler_core import reasons
 from scheduler_core.actions.consolidate import run_consolidation
 from scheduler_core.actions.preempt import run_preempt
 from scheduler_core.actions.reclaim import run_reclaim
@@ -82,7 +83,7 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
                  and t.index in s.eviction_reasons)
         if (t.status == m.RELEASING and t.orig_status != m.RELEASING) or moved:
             info = s.eviction_reasons.get(t.index)
-            action, preemptor, reason = info if info else ("unknown", None, m.Reason("evicted", "evicted", {}))
+            action, preemptor, reason = info if info else ("unknown", None, m.Reason(reasons.EVICTED, "evicted", {}))
             evictions.append(m.EvictionDecision(t.job.uid, t.name, t.spec.node or node or "", action,
                                                 preemptor, reason))
     def vec3(v: list[float]) -> tuple[float, float, float]:
@@ -99,13 +100,13 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
             continue
         if not j.valid:
             err = next((e for e in s.errors if e.name == j.uid), None)
-            pending[j.uid] = m.Reason("invalid", err.message if err else "job has invalid fields", {})
+            pending[j.uid] = m.Reason(reasons.INVALID, err.message if err else "job has invalid fields", {})
             continue
         why = s.pending_reasons.get(j.uid)
         if why is None:
             if j.gang_satisfied() and not tasks_to_allocate(j):
                 continue
-            why = m.Reason("not-attempted", "no attempt was made for this job in this cycle "
+            why = m.Reason(reasons.NOT_ATTEMPTED, "no attempt was made for this job in this cycle "
                            "(earlier jobs used the capacity, or a session cap was reached)", {})
         pending[j.uid] = why
     nodes = {}

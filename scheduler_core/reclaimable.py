@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from scheduler_core import reasons
 from scheduler_core.proportion import RESOURCES, QueueAttrs, allocatable_share, is_unlimited, le_cap
 from scheduler_core.units import amount
 
@@ -137,7 +138,7 @@ def can_reclaim(
     for r in range(3):
         after = q.allocated[r] + req[r]
         if not le_cap(after, q.fair[r]):
-            return Verdict(False, "reclaimer-over-fair-share",
+            return Verdict(False, reasons.RECLAIMER_OVER_FAIR_SHARE,
                            f"queue {q.name} would hold {_n(r, after)} (allocated {_n(r, q.allocated[r])}"
                            f" + job {_n(r, req[r])}) > its fair share {_n(r, q.fair[r])}",
                            {"queue": q.name, "resource": RESOURCES[r], "allocated": q.allocated[r],
@@ -146,13 +147,13 @@ def can_reclaim(
         for r in range(3):
             after = q.allocated_np[r] + req[r]
             if not le_cap(after, q.deserved[r]):
-                return Verdict(False, "non-preemptible-over-quota",
+                return Verdict(False, reasons.NON_PREEMPTIBLE_OVER_QUOTA,
                                f"queue {q.name} would hold {_n(r, after)} of non-preemptible work"
                                f" (allocated {_n(r, q.allocated_np[r])} + job {_n(r, req[r])}) > its quota"
                                f" {_n(r, q.deserved[r])}",
                                {"queue": q.name, "resource": RESOURCES[r], "allocated_np": q.allocated_np[r],
                                 "request": req[r], "deserved": q.deserved[r]})
-    return Verdict(True, "reclaimer-within-fair-share",
+    return Verdict(True, reasons.RECLAIMER_WITHIN_FAIR_SHARE,
                    f"queue {q.name} stays within its fair share with the job",
                    {"queue": q.name, "allocated": list(q.allocated), "request": req, "fair_share": list(q.fair)})
 
@@ -210,7 +211,7 @@ def fits_reclaim_strategy(
     alloc = allocatable_share(v)
     r = _over_allocatable(v, remaining)
     if r is not None:
-        return Verdict(True, "maintain-fair-share",
+        return Verdict(True, reasons.MAINTAIN_FAIR_SHARE,
                        f"queue {v.name} allocated {_n(r, remaining[r])} > allocatable share {_n(r, alloc[r])}",
                        {"queue": v.name, "resource": RESOURCES[r], "remaining": remaining[r],
                         "allocatable": alloc[r], "fair_share": v.fair[r], "deserved": v.deserved[r]})
@@ -218,19 +219,19 @@ def fits_reclaim_strategy(
     if within:
         r = _over_deserved(v, remaining)
         if r is not None:
-            return Verdict(True, "guarantee-deserved-quota",
+            return Verdict(True, reasons.GUARANTEE_DESERVED_QUOTA,
                            f"queue {rq.name} is within its quota and queue {v.name} allocated"
                            f" {_n(r, remaining[r])} > its quota {_n(r, v.deserved[r])}",
                            {"queue": v.name, "resource": RESOURCES[r], "remaining": remaining[r],
                             "deserved": v.deserved[r], "reclaimer": rq.name})
         if queue_priority_in_quota_reclaim and rq.priority > v.priority:
-            return Verdict(True, "in-quota-queue-priority",
+            return Verdict(True, reasons.IN_QUOTA_QUEUE_PRIORITY,
                            f"queue {rq.name} (priority {rq.priority}) is within its quota and outranks queue"
                            f" {v.name} (priority {v.priority})",
                            {"queue": v.name, "reclaimer": rq.name, "priority": v.priority,
                             "reclaimer_priority": rq.priority})
     r = _shown_resource(req)
-    return Verdict(False, "victim-protected",
+    return Verdict(False, reasons.VICTIM_PROTECTED,
                    f"queue {v.name} allocated {_n(r, remaining[r])} is within its allocatable share"
                    f" {_n(r, alloc[r])}" + ("" if not within else f" and its quota {_n(r, v.deserved[r])}")
                    + " in every resource"
@@ -257,19 +258,19 @@ def filter_victim_queue(
         r = _over_allocatable(v, v.allocated)
         alloc = allocatable_share(v)
         if r is not None:
-            return Verdict(True, "victim-over-allocatable",
+            return Verdict(True, reasons.VICTIM_OVER_ALLOCATABLE,
                            f"queue {v.name} allocated {_n(r, v.allocated[r])} > allocatable share {_n(r, alloc[r])}",
                            {"queue": v.name, "resource": RESOURCES[r], "allocated": v.allocated[r],
                             "allocatable": alloc[r]})
         shown = _shown_resource(req)
-        return Verdict(False, "victim-within-allocatable",
+        return Verdict(False, reasons.VICTIM_WITHIN_ALLOCATABLE,
                        f"queue {rq.name} would exceed its quota, and queue {v.name} is within its allocatable"
                        f" share {_n(shown, alloc[shown])} (allocated {_n(shown, v.allocated[shown])}) in every"
                        " resource",
                        {"queue": v.name, "allocated": list(v.allocated), "allocatable": alloc,
                         "reclaimer": rq.name})
     if queue_priority_in_quota_reclaim and rq.priority > v.priority:
-        return Verdict(True, "in-quota-queue-priority",
+        return Verdict(True, reasons.IN_QUOTA_QUEUE_PRIORITY,
                        f"queue {rq.name} is within its quota and outranks queue {v.name}",
                        {"queue": v.name, "reclaimer": rq.name})
     under: list[str] = []
@@ -277,18 +278,18 @@ def filter_victim_queue(
         if req[r] <= 0 or is_unlimited(v.deserved[r]):
             continue
         if v.allocated[r] > v.deserved[r]:
-            return Verdict(True, "victim-over-quota",
+            return Verdict(True, reasons.VICTIM_OVER_QUOTA,
                            f"queue {v.name} allocated {_n(r, v.allocated[r])} > its quota {_n(r, v.deserved[r])}",
                            {"queue": v.name, "resource": RESOURCES[r], "allocated": v.allocated[r],
                             "deserved": v.deserved[r]})
         if v.allocated[r] < v.deserved[r]:
             under.append(RESOURCES[r])
     if under:
-        return Verdict(False, "victim-under-quota",
+        return Verdict(False, reasons.VICTIM_UNDER_QUOTA,
                        f"queue {v.name} is below its quota in {', '.join(under)}",
                        {"queue": v.name, "allocated": list(v.allocated), "deserved": list(v.deserved),
                         "resources": under})
-    return Verdict(True, "victim-at-quota",
+    return Verdict(True, reasons.VICTIM_AT_QUOTA,
                    f"queue {v.name} is at its quota in every resource the job requests",
                    {"queue": v.name, "allocated": list(v.allocated), "deserved": list(v.deserved)})
 
@@ -328,7 +329,7 @@ def reclaim_victims(
             involved.setdefault(name, set()).update(taken)
     n = len(checks)
     return ReclaimOutcome(
-        Verdict(True, "strategies-satisfied", f"every one of the {n} victim chunks fits a reclaim strategy",
+        Verdict(True, reasons.STRATEGIES_SATISFIED, f"every one of the {n} victim chunks fits a reclaim strategy",
                 {"chunks": n}),
         checks, remaining, involved)
 
@@ -385,7 +386,7 @@ def check_saturation(
                 ry = saturation_ratio(y_rem[r], y.fair[r])
                 if rx > 1 and y.fair[r] > 0 and rx * m >= ry:
                     return Verdict(
-                        False, "reclaimer-more-saturated",
+                        False, reasons.RECLAIMER_MORE_SATURATED,
                         f"queue {x.name} would be at {_n(r, x_after[r])} of {_n(r, x.fair[r])} = {_ratio_text(rx)} of its"
                         f" fair share, not below queue {y.name} at {_n(r, y_rem[r])} of {_n(r, y.fair[r])}"
                         f" = {_ratio_text(ry)}" + ("" if m == 1 else f" (multiplier {m:g})"),
@@ -397,12 +398,12 @@ def check_saturation(
                 after = x.allocated_np[r] + req[r]
                 if not le_cap(after, x.deserved[r]):
                     return Verdict(
-                        False, "non-preemptible-over-quota",
+                        False, reasons.NON_PREEMPTIBLE_OVER_QUOTA,
                         f"queue {x.name} would hold {_n(r, after)} of non-preemptible work > its quota"
                         f" {_n(r, x.deserved[r])}",
                         {"queue": x.name, "resource": RESOURCES[r], "allocated_np": x.allocated_np[r],
                          "request": req[r], "deserved": x.deserved[r]})
-    return Verdict(True, "saturation-ok", "the reclaiming queues stay less saturated than the queues they take from",
+    return Verdict(True, reasons.SATURATION_OK, "the reclaiming queues stay less saturated than the queues they take from",
                    {"multiplier": m})
 
 

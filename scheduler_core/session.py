@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scheduler_core import model as m
+from scheduler_core import reasons
 from scheduler_core.memo import CycleMemo
 from scheduler_core.model import Key
 from scheduler_core.proportion import QueueAttrs
@@ -779,7 +780,7 @@ class Session:
         caps = {"binds": c.max_binds, "pipelined": c.max_pipelines, "evictions": c.max_evictions}
         for key, cap in caps.items():
             if cap is not None and delta[key] and self.counts[key] + delta[key] > cap:
-                return m.Reason("session-cap", f"this cycle's cap of {cap} {key} is reached "
+                return m.Reason(reasons.SESSION_CAP, f"this cycle's cap of {cap} {key} is reached "
                                 f"({self.counts[key]} done, {delta[key]} more needed)",
                                 {"cap": key, "limit": cap, "done": self.counts[key], "needed": delta[key]})
         return None

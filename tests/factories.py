@@ -176,7 +176,7 @@ class PendingReasonFactory(factory.django.DjangoModelFactory):
 
     workload = factory.SubFactory(WorkloadFactory)
     recorded_at = factory.LazyFunction(timezone.now)
-    reason = "OverLimit"
+    reason = "queue-over-limit"
     message = "queue is at its GPU limit"
 
 

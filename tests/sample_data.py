@@ -17,6 +17,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from scheduler_core import reasons as reason_codes
+
 # The demo tree (as deploy/examples/queues.yaml) plus a few more teams, so a bigger
 # dataset also has a deeper, wider tree. (name, parent, priority, gpu quota, gpu limit, weight)
 TREE: list[tuple[str, str | None, int, float, float, float]] = [
@@ -30,19 +32,19 @@ TREE: list[tuple[str, str | None, int, float, float, float]] = [
     ("team-nlp", "department-b", 100, 8, -1, 1),
 ]
 
-# The engine's reason codes and message shapes (scheduler_core.allocate / evict).
+# The engine's reason codes (scheduler_core.reasons) and message shapes.
 PENDING_REASONS = [
-    ("queue-over-limit", "queue {queue} would exceed its GPU limit of {limit:g} GPUs: {alloc:g} GPUs allocated + "
+    (reason_codes.QUEUE_OVER_LIMIT, "queue {queue} would exceed its GPU limit of {limit:g} GPUs: {alloc:g} GPUs allocated + "
      "{req:g} GPUs requested",
      lambda q, alloc, req: {"queue": q["name"], "resource": "gpu", "limit": q["limit"], "allocated": alloc,
                             "requested": req}),
-    ("no-node-fits", "gang of {n} × {g:g} GPUs: only {free} node(s) have {g:g} GPUs free",
+    (reason_codes.NO_NODE_FITS, "gang of {n} × {g:g} GPUs: only {free} node(s) have {g:g} GPUs free",
      lambda q, alloc, req: {"pods": 4, "gpus_per_pod": 8, "nodes_with_room": 1}),
-    ("reclaim-reclaimer-over-fair-share", "reclaim: queue {queue} would hold {over:g} GPUs (allocated {alloc:g} GPUs + "
+    (reason_codes.RECLAIM_PREFIX + reason_codes.RECLAIMER_OVER_FAIR_SHARE, "reclaim: queue {queue} would hold {over:g} GPUs (allocated {alloc:g} GPUs + "
      "job {req:g} GPUs) > its fair share {fair:g} GPUs",
      lambda q, alloc, req: {"queue": q["name"], "resource": "gpu", "allocated": alloc, "request": req,
                             "fair_share": q["fair"]}),
-    ("non-preemptible-over-quota", "non-preemptible job would take queue {queue} over its GPU quota of {quota:g} "
+    (reason_codes.NON_PREEMPTIBLE_OVER_QUOTA, "non-preemptible job would take queue {queue} over its GPU quota of {quota:g} "
      "GPUs: {alloc:g} GPUs already used by non-preemptible jobs + {req:g} GPUs requested",
      lambda q, alloc, req: {"queue": q["name"], "resource": "gpu", "quota": q["quota"],
                             "allocated_non_preemptible": alloc, "requested": req}),
@@ -255,8 +257,8 @@ def build_dataset(
                 preemptor=None if action == "stale-gang" else preemptor, victim=victim,
                 preemptor_ref="" if action == "stale-gang" else str(preemptor), victim_ref=str(victim),
                 preemptor_queue=None if action == "stale-gang" else preemptor.queue, victim_queue=victim.queue,
-                reason={"reclaim": "VictimOverFairShare", "preempt": "HigherPriority",
-                        "consolidate": "Consolidation", "stale-gang": "StaleGang"}[action],
+                reason={"reclaim": reason_codes.RECLAIM, "preempt": reason_codes.PREEMPT, "consolidate": reason_codes.CONSOLIDATION,
+                        "stale-gang": reason_codes.STALE_GANG}[action],
                 message={"reclaim": f"queue {victim.queue} is over its fair share (20 > 14 GPUs); "
                                     f"{preemptor.queue} is below its share (4 < 10)",
                          "preempt": f"{preemptor} (priority {preemptor.priority_class.value}) preempts a lower "
@@ -302,7 +304,7 @@ def build_dataset(
                                          message=msg, details=details(q, 16, 8), is_current=True))
             if i % 2 == 0 and len(cycle_objs) > 1:
                 reasons.append(PendingReason(workload=w, cycle=cycle_objs[-2], recorded_at=cycle_objs[-2].started_at,
-                                             reason="no-node-fits", message="1 pod(s) asking 8 GPUs each: no node has 8 free GPUs",
+                                             reason=reason_codes.NO_NODE_FITS, message="1 pod(s) asking 8 GPUs each: no node has 8 free GPUs",
                                              details={}, is_current=False))
     PendingReason.objects.bulk_create(reasons, batch_size=2000)
 

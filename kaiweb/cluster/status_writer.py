@@ -28,16 +28,16 @@ from typing import Any
 from kaiweb.cluster.errors import ClusterError
 from kaiweb.core import clock
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState
+from scheduler_core import reasons as reason_codes
 
 log = logging.getLogger(__name__)
 
 CONDITION_TYPE = "UnschedulableOnNodePool"
-# Our reason codes (engine and mirror) → KAI's UnschedulableReason, where KAI has one.
+# The engine's reason codes (scheduler_core.reasons) → KAI's UnschedulableReason, where KAI has one.
 KAI_REASONS = (
-    ("queue-over-limit", "OverLimit"),
-    ("non-preemptible-over-quota", "NonPreemptibleOverQuota"),
-    ("preemption-delay", "PreemptionDelayNotElapsed"),
-    ("queue-missing", "QueueDoesNotExist"),
+    (reason_codes.QUEUE_OVER_LIMIT, "OverLimit"),
+    (reason_codes.NON_PREEMPTIBLE_OVER_QUOTA, "NonPreemptibleOverQuota"),
+    (reason_codes.PREEMPTION_DELAY, "PreemptionDelayNotElapsed"),
 )
 
 

@@ -28,6 +28,7 @@ from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, Q
 from kaiweb.workloads.choices import PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
 from scheduler_core import model as m
+from scheduler_core import reasons as reason_codes
 from scheduler_core.units import MB
 
 RESOURCE_NAMES = ("cpu", "memory", "gpu")
@@ -661,7 +662,7 @@ def _record_pending_reasons(cycle: SchedulingCycle, result: m.CycleResult, index
         if err.kind == "job":
             wid = index.workloads.get(err.name)
             if wid is not None:
-                reasons[wid] = m.Reason(code="InvalidObject", message=f"{err.field}: {err.message}",
+                reasons[wid] = m.Reason(code=reason_codes.INVALID, message=f"{err.field}: {err.message}",
                                         details={"field": err.field})
     # Plain rows: with thousands of pending workloads, model instances would cost more than the query.
     current = {

@@ -113,7 +113,7 @@ class PendingReason(models.Model):
         SchedulingCycle, null=True, blank=True, on_delete=models.CASCADE, related_name="pending_reasons"
     )
     recorded_at = models.DateTimeField(db_index=True)
-    reason = models.CharField(max_length=64, help_text="e.g. OverLimit, NonPreemptibleOverQuota, NotReady")
+    reason = models.CharField(max_length=64, help_text="A code of the engine's vocabulary (scheduler_core.reasons), e.g. queue-over-limit.")
     message = models.TextField(blank=True)
     details = models.JSONField(default=dict, blank=True)
     is_current = models.BooleanField(default=True)

@@ -20,6 +20,7 @@ from kaiweb.ui.pages import (
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, WORKLOAD_STATE_BADGE
 from kaiweb.workloads.models import Workload
 from kaiweb.workloads.tables import WorkloadTable
+from scheduler_core import reasons as reason_codes
 
 
 def _filterset_class() -> Any:
@@ -196,27 +197,23 @@ def _fold_repeats(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-# Plain-words headlines for the engine's reason codes (and KAI's, as a Kubernetes mirror reports
-# them); the engine's own message, shown under the headline, carries the numbers.
+# Plain-words headlines for the engine's pending-reason codes (scheduler_core.reasons, the one
+# vocabulary); the engine's own message, shown under the headline, carries the numbers.
 REASON_HEADLINES = {
-    "queue-over-limit": "Its queue (or a parent) is at its limit",
-    "non-preemptible-over-quota": "A non-preemptible workload may only use its queue's quota",
-    "no-node-fits": "No node has room for its pods",
-    "topology-unsatisfied": "No topology domain has room for the whole gang",
-    "not-ready": "Not all of its pods exist yet",
-    "not-attempted": "The scheduler did not get to it in this cycle",
-    "invalid": "The scheduler could not read this workload",
-    "InvalidObject": "The scheduler could not read this workload",
-    "preemption-delay": "It waits for its preemption delay before it may evict others",
-    "session-cap": "The cycle reached its limit of binds or evictions",
-    "OverLimit": "Its queue is at its limit",
-    "NonPreemptibleOverQuota": "A non-preemptible workload may only use its queue's quota",
-    "NotReady": "Not all of its pods exist yet",
-    "QueueDoesNotExist": "Its queue does not exist",
-    "PodSchedulingErrors": "Some pods cannot be placed",
+    reason_codes.QUEUE_OVER_LIMIT: "Its queue (or a parent) is at its limit",
+    reason_codes.NON_PREEMPTIBLE_OVER_QUOTA: "A non-preemptible workload may only use its queue's quota",
+    reason_codes.NO_NODE_FITS: "No node has room for its pods",
+    reason_codes.NO_NODE_MATCHES: "No node accepts its pods (taints, selectors, affinity or cordons)",
+    reason_codes.TOPOLOGY_UNSATISFIED: "No topology domain has room for the whole gang",
+    reason_codes.NOT_READY: "Not all of its pods exist yet",
+    reason_codes.NOT_ATTEMPTED: "The scheduler did not get to it in this cycle",
+    reason_codes.INVALID: "The scheduler could not read this workload",
+    reason_codes.PREEMPTION_DELAY: "It waits for its preemption delay before it may evict others",
+    reason_codes.SESSION_CAP: "The cycle reached its limit of binds or evictions",
+    reason_codes.PREEMPT_NON_PREEMPTIBLE_OVER_QUOTA: "A non-preemptible workload may only use its queue's quota",
 }
 PREFIX_HEADLINES = (
-    ("reclaim-", "It could not take resources back from queues above their fair share"),
+    (reason_codes.RECLAIM_PREFIX, "It could not take resources back from queues above their fair share"),
     ("preempt-", "No lower-priority workload in its queue could make room"),
     ("consolidation-", "Moving other workloads would not make room either"),
 )

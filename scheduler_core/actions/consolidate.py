@@ -4,6 +4,7 @@ moved pod is placed again (never lost)."""
 from __future__ import annotations
 
 from scheduler_core import model as m
+from scheduler_core import reasons
 from scheduler_core.actions.victims import (
     EPS,
     Attempt,
@@ -118,7 +119,7 @@ def run_consolidation(s: Session, placer: Placer) -> None:
             touched = stmt.commit()
             for t in attempt.moved:
                 s.eviction_reasons[t.index] = ("consolidation", job.uid, m.Reason(
-                    "consolidation", f"moved to node {s.nodes[t.node].name} to make room for job {job.uid}"
+                    reasons.CONSOLIDATION, f"moved to node {s.nodes[t.node].name} to make room for job {job.uid}"
                     if t.node is not None else f"moved to make room for job {job.uid}", {"preemptor": job.uid}))
             for t in touched:
                 if t.status == m.PIPELINED and t.index >= 0:
@@ -129,5 +130,5 @@ def run_consolidation(s: Session, placer: Placer) -> None:
             if attempt.ok:
                 continue  # it fits without moving anything: allocate places it in a later cycle
             sigs.fail("*", job)
-            note_attempt(s, job, m.Reason("consolidation-failed", "consolidation: " + (attempt.verdict or
+            note_attempt(s, job, m.Reason(reasons.CONSOLIDATION_FAILED, "consolidation: " + (attempt.verdict or
                                    "running pods cannot be moved to open room"), {}))

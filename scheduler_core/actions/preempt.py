@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from scheduler_core import model as m
+from scheduler_core import reasons
 from scheduler_core import reclaimable as rc
 from scheduler_core.actions.victims import (
     EPS,
@@ -50,7 +51,7 @@ def _preempt_without_victims(s: Session, job: JobState, sigs: Signatures) -> boo
                      if req[r] > 0 and q.deserved[r] != m.UNLIMITED and q.allocated_np[r] + req[r] > q.deserved[r] + EPS),
                     None)
         if over is not None:
-            note_attempt(s, job, m.Reason("preempt-non-preemptible-over-quota",
+            note_attempt(s, job, m.Reason(reasons.PREEMPT_NON_PREEMPTIBLE_OVER_QUOTA,
                                    f"preempt: a non-preemptible job may only use queue {over.name}'s quota", {}))
             return True
     return None
@@ -76,7 +77,7 @@ def _preempt_hopeless(s: Session, triggers: list[JobState], sigs: Signatures) ->
         for _, _, job in sorted(by_leaf[leaf], key=lambda e: (e[0], e[1])):
             if _preempt_without_victims(s, job, sigs) is not None:
                 continue
-            note_attempt(s, job, m.Reason("preempt-no-victims",
+            note_attempt(s, job, m.Reason(reasons.PREEMPT_NO_VICTIMS,
                                    f"preempt: no preemptible job of queue {job.queue} has a priority below {job.priority}",
                                    {"priority": job.priority}))
             sigs.fail(job.queue, job)
@@ -102,7 +103,7 @@ def run_preempt(s: Session, placer: Placer) -> None:
                 continue
             victims.append(v)
         if not victims:
-            note_attempt(s, job, m.Reason("preempt-no-victims",
+            note_attempt(s, job, m.Reason(reasons.PREEMPT_NO_VICTIMS,
                                    f"preempt: no preemptible job of queue {job.queue} has a priority below {job.priority}",
                                    {"priority": job.priority}))
             sigs.fail(job.queue, job)
@@ -120,12 +121,12 @@ def run_preempt(s: Session, placer: Placer) -> None:
         attempt = solve(s, placer, stmt, job, victims, validate)
         if attempt.ok:
             def reason(t: TaskState, job: JobState = job) -> m.Reason:
-                return m.Reason("preempt", f"preempted by higher-priority job {job.uid} (priority {job.priority} > "
+                return m.Reason(reasons.PREEMPT, f"preempted by higher-priority job {job.uid} (priority {job.priority} > "
                                 f"{t.job.priority}) in queue {job.queue}",
                                 {"queue": job.queue, "preemptor_priority": job.priority,
                                  "victim_priority": t.job.priority})
             commit_attempt(s, stmt, job, attempt, "preempt", reason)
         else:
             stmt.discard()
-            note_attempt(s, job, m.Reason("preempt-failed", "preempt: " + attempt.verdict, {}))
+            note_attempt(s, job, m.Reason(reasons.PREEMPT_FAILED, "preempt: " + attempt.verdict, {}))
             sigs.fail(job.queue, job)

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from scheduler_core import model as m
+from scheduler_core import reasons
 from scheduler_core import reclaimable as rc
 from scheduler_core.actions.victims import (
     Attempt,
@@ -146,7 +147,7 @@ def _reclaim_hopeless(s: Session, triggers: list[JobState]) -> bool:
             verdict = seen[k] = _can_reclaim(s, job, req)
         if verdict.ok:
             return False
-        notes.append((job, m.Reason("reclaim-" + verdict.code, "reclaim: " + verdict.reason, dict(verdict.numbers))))
+        notes.append((job, m.Reason(reasons.RECLAIM_PREFIX + verdict.code, "reclaim: " + verdict.reason, dict(verdict.numbers))))
     for job, why in notes:
         note_attempt(s, job, why)
     return True
@@ -205,7 +206,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
         if job.gang_satisfied() and not tasks_to_allocate(job):
             continue
         if sigs.skip(job.queue, job):
-            note_attempt(s, job, m.Reason("reclaim-skipped", "an identical job of this queue could not reclaim", {}))
+            note_attempt(s, job, m.Reason(reasons.RECLAIM_SKIPPED, "an identical job of this queue could not reclaim", {}))
             continue
         tasks = tasks_to_allocate(job)
         if not tasks:
@@ -213,7 +214,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
         req = batch_request(tasks)
         verdict = _can_reclaim(s, job, req)
         if not verdict.ok:
-            note_attempt(s, job, m.Reason("reclaim-" + verdict.code, "reclaim: " + verdict.reason, dict(verdict.numbers)))
+            note_attempt(s, job, m.Reason(reasons.RECLAIM_PREFIX + verdict.code, "reclaim: " + verdict.reason, dict(verdict.numbers)))
             continue
         start_queues = {k: copy.copy(q) for k, q in s.queues.items()}
         for q in start_queues.values():
@@ -260,7 +261,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
             if fractional:
                 victims = list(victims)
         if not victims:
-            note_attempt(s, job, m.Reason("reclaim-no-victims",
+            note_attempt(s, job, m.Reason(reasons.RECLAIM_NO_VICTIMS,
                                    "reclaim: no other queue has evictable jobs above its share"
                                    + (f" ({refused})" if refused else ""), {}))
             sigs.fail(job.queue, job)
@@ -270,7 +271,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
             totals = {q: (leaf_sum[q], max(vals)) for q, vals in leaf_vals.items() if q != own and vals}
         cannot = _reclaim_bound(s, job, req, victims, held, totals)
         if cannot:
-            note_attempt(s, job, m.Reason("reclaim-cannot", "reclaim: " + cannot, {}))
+            note_attempt(s, job, m.Reason(reasons.RECLAIM_CANNOT, "reclaim: " + cannot, {}))
             sigs.fail(job.queue, job)
             continue
         checks: dict[int, str] = {}
@@ -318,7 +319,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                        start_queues: dict[str, QueueAttrs] = start_queues) -> m.Reason:
                 vq = start_queues[t.job.queue]
                 return m.Reason(
-                    "reclaim",
+                    reasons.RECLAIM,
                     f"reclaimed for job {job.uid} of queue {rq.name} (allocated {fmt_amount(rq.allocated[2])} of fair share "
                     f"{fmt_amount(rq.fair[2])} GPUs, quota {fmt_amount(rq.deserved[2])}): {checks.get(t.index, '')}".rstrip(": "),
                     {"reclaimer": queue_numbers(rq), "victim": queue_numbers(vq),
@@ -376,5 +377,5 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                         bisect.insort(leaf_heaps.setdefault(j.queue, []), e)
         else:
             stmt.discard()
-            note_attempt(s, job, m.Reason("reclaim-failed", "reclaim: " + attempt.verdict, {"scenarios": attempt.scenarios}))
+            note_attempt(s, job, m.Reason(reasons.RECLAIM_FAILED, "reclaim: " + attempt.verdict, {"scenarios": attempt.scenarios}))
             sigs.fail(job.queue, job)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from scheduler_core import model as m
+from scheduler_core import reasons
 from scheduler_core.actions.victims import fmt_amount
 from scheduler_core.allocate import Placer
 from scheduler_core.session import JobState, Session, Statement
@@ -47,7 +48,7 @@ def run_stale_gangs(s: Session, placer: Placer) -> None:
         s.add_counts(delta)
         for t in victims:
             s.eviction_reasons[t.index] = ("stalegangeviction", None, m.Reason(
-                "stale-gang", f"job {job.uid} has been below its gang minimum ({', '.join(short)}) for "
+                reasons.STALE_GANG, f"job {job.uid} has been below its gang minimum ({', '.join(short)}) for "
                 f"{fmt_amount(s.now - job.stale_since)}s, longer than its grace period of {fmt_amount(grace)}s",
                 {"stale_for_s": s.now - job.stale_since, "grace_s": grace}))
         stmt.commit()

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from scheduler_core import model as m
+from scheduler_core import reasons
 from scheduler_core import reclaimable as rc
 from scheduler_core.allocate import Placer, allocate_job
 from scheduler_core.model import Key
@@ -468,7 +469,7 @@ def trigger_jobs(s: Session) -> list[JobState]:
         if within_preemption_delay(s, j):
             d = j.spec.preemption_delay_s or 0.0
             end = max(j.spec.creation, j.spec.last_eviction or j.spec.creation) + d
-            note_attempt(s, j, m.Reason("preemption-delay", f"job may not evict others until its preemption delay of "
+            note_attempt(s, j, m.Reason(reasons.PREEMPTION_DELAY, f"job may not evict others until its preemption delay of "
                                  f"{fmt_amount(d)}s has passed ({fmt_amount(end - s.now)}s left)", {"delay_s": d, "end": end}))
             continue
         out.append(j)

@@ -14,6 +14,7 @@ from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
 from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
 from kaiweb.workloads.choices import PodState, WorkloadState
 from kaiweb.workloads.models import Pod
+from scheduler_core import reasons as reason_codes
 from tests.celery.builders import running_pods, small_cluster, submit
 
 pytestmark = pytest.mark.django_db
@@ -176,7 +177,7 @@ def test_why_pending_keeps_one_current_reason_and_history_only_on_change():
     assert reasons.count() == 1
     current = reasons.get()
     assert current.is_current
-    assert current.reason  # the engine's code, e.g. OverLimit
+    assert reason_codes.is_known(current.reason)  # a code of the engine's vocabulary
     assert current.message
     first_reason = current.reason
 
@@ -270,7 +271,7 @@ def test_a_workload_the_engine_cannot_read_is_marked_and_the_cycle_goes_on():
     good.refresh_from_db()
     assert good.state == WorkloadState.RUNNING
     mark = PendingReason.objects.get(workload=bad, is_current=True)
-    assert mark.reason == "InvalidObject"
+    assert mark.reason == reason_codes.INVALID
     assert "child queues" in mark.message
     assert mark.details["field"] == "queue"
     row = SchedulingCycle.objects.get(pk=outcome.cycle_id)

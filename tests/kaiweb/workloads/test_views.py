@@ -197,3 +197,14 @@ def test_history_is_per_job_with_repeats_folded_and_evictions_shown_once(client,
     assert "Preempted" in evictions[0]
     assert "(2 pods)" in evictions[0]
     assert "queue over its fair share" in evictions[0]
+
+
+def test_every_pending_code_of_the_engine_has_a_headline_and_no_headline_is_for_another_vocabulary():
+    from kaiweb.workloads.views import PREFIX_HEADLINES, REASON_HEADLINES, headline
+    from scheduler_core import reasons
+
+    assert set(REASON_HEADLINES) <= reasons.all_codes()
+    plain = {code: headline(code) for code in reasons.PENDING_CODES}
+    generic = {code for code, text in plain.items() if code not in REASON_HEADLINES
+               and not any(code.startswith(prefix) for prefix, _ in PREFIX_HEADLINES)}
+    assert generic == set()
