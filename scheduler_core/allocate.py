@@ -26,18 +26,9 @@ from scheduler_core.ordering import (
     batch_request,
     tasks_to_allocate,
 )
-from scheduler_core.session import (
-    CPU,
-    GPU,
-    MEM,
-    PODS,
-    JobState,
-    PodSet,
-    Session,
-    Statement,
-    SubGroupSet,
-    TaskState,
-)
+from scheduler_core.session import Session
+from scheduler_core.state import CPU, GPU, MEM, PODS, JobState, PodSet, SubGroupSet, TaskState
+from scheduler_core.statement import Statement
 from scheduler_core.units import RESOURCE_TITLES
 from scheduler_core.units import amount as fmt_amount
 

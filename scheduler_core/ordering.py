@@ -16,7 +16,8 @@ from typing import cast
 from scheduler_core import model as m
 from scheduler_core.model import Key
 from scheduler_core.proportion import QueueAttrs, allocatable_share
-from scheduler_core.session import JobState, PodSet, Session, SubGroupSet, TaskState
+from scheduler_core.session import Session
+from scheduler_core.state import JobState, PodSet, SubGroupSet, TaskState
 
 
 def is_candidate(t: TaskState, simulation: bool) -> bool:

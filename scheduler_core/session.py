@@ -13,7 +13,6 @@ node scoring and fit checks can run over all nodes at once.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,292 +26,22 @@ from scheduler_core.proportion import QueueAttrs
 if TYPE_CHECKING:
     from scheduler_core.ordering import QueueComparator
     from scheduler_core.proportion import DivisionStep
+from scheduler_core.state import (
+    ACTIVE_NODE_STATES,
+    CPU,
+    EPS,
+    GPU,
+    GpuGroup,
+    JobState,
+    NodeState,
+    PodSet,
+    SubGroupSet,
+    TaskState,
+    request_info,
+)
 
-CPU, MEM, GPU, PODS = 0, 1, 2, 3
-_EPS = 1e-9
-_VEC_CACHE: dict[tuple[float, float, float], np.ndarray] = {}
-
-
-# --------------------------------------------------------------------------------------------
-# Per-object mutable state
-
-
-@dataclass(slots=True)
-class GpuGroup:
-    """One physical GPU shared by fractional tasks on a node (KAI's GPU group)."""
-
-    name: str
-    mem_active: float = 0.0  # MiB held by tasks that are not releasing (incl. pipelined)
-    mem_releasing: float = 0.0  # MiB held by releasing tasks
-    n_active: int = 0  # allocated/running/stuck tasks
-    n_pipelined: int = 0
-    n_releasing: int = 0
-
-    def contribution(self) -> tuple[int, int]:
-        """(idle delta, releasing delta) of whole GPUs this group causes on its node."""
-        if self.n_active > 0:
-            return (-1, 0)
-        if self.n_releasing > 0:
-            return (-1, 0) if self.n_pipelined > 0 else (-1, 1)
-        if self.n_pipelined > 0:
-            return (0, -1)
-        return (0, 0)
-
-    @property
-    def empty(self) -> bool:
-        return self.n_active + self.n_pipelined + self.n_releasing == 0
-
-    @property
-    def fully_releasing(self) -> bool:
-        return self.n_releasing > 0 and self.n_active == 0 and self.n_pipelined == 0
-
-
-@dataclass(slots=True)
-class NodeState:
-    """Non-vector state of a node: shared GPU groups and MIG instances."""
-
-    index: int
-    spec: m.NodeSpec
-    groups: dict[str, GpuGroup] = field(default_factory=dict)
-    mig_idle: dict[str, float] = field(default_factory=dict)
-    mig_releasing: dict[str, float] = field(default_factory=dict)
-    tasks: set[int] = field(default_factory=set)
-    ext_idle: dict[str, float] = field(default_factory=dict)  # extended resources, as MIG instances
-    ext_releasing: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-
-class PodSet:
-    """A leaf of a job's gang tree with its live counters."""
-
-    __slots__ = ("name", "min_available", "topology", "tasks", "active_allocated", "allocated", "active_used",
-                 "parent")
-
-    def __init__(self, name: str, min_available: int, topology: m.TopologyConstraint | None) -> None:
-        self.name = name
-        self.min_available = min_available
-        self.topology = topology
-        self.tasks: list[TaskState] = []
-        self.active_allocated = 0
-        self.allocated = 0
-        self.active_used = 0
-        self.parent: SubGroupSet | None = None
-
-    @property
-    def satisfied(self) -> bool:
-        return self.active_allocated >= self.min_available
-
-
-class SubGroupSet:
-    """A node of a job's gang tree: ``need`` of its members must be satisfied."""
-
-    __slots__ = ("name", "min_subgroups", "topology", "members", "parent")
-
-    def __init__(self, name: str, min_subgroups: int | None, topology: m.TopologyConstraint | None) -> None:
-        self.name = name
-        self.min_subgroups = min_subgroups
-        self.topology = topology
-        self.members: list[PodSet | SubGroupSet] = []
-        self.parent: SubGroupSet | None = None
-
-    @property
-    def need(self) -> int:
-        return len(self.members) if self.min_subgroups is None else min(self.min_subgroups, len(self.members))
-
-    @property
-    def satisfied(self) -> bool:
-        return sum(1 for x in self.members if x.satisfied) >= self.need
-
-
-def request_info(r: m.TaskRequest) -> Key:
-    """What a task derives from its request alone: (node charge vector, queue charge vector,
-    request part of the placement shape, shared-GPU flag, whole GPUs an eviction frees). Pods of
-    one snapshot often share a request object, so the session computes this once per object."""
-    whole = float(r.gpus) if r.gpu_kind == m.GPU_WHOLE else 0.0
-    vkey = (r.cpu_millis, r.memory_bytes, whole)
-    vec = _VEC_CACHE.get(vkey)
-    if vec is None:
-        # shared by equal requests; never changed in place (read-only)
-        vec = np.array([r.cpu_millis, r.memory_bytes, whole, 1.0])
-        vec.flags.writeable = False
-        if len(_VEC_CACHE) < 4096:
-            _VEC_CACHE[vkey] = vec
-    gpu_units = whole
-    if r.gpu_kind == m.GPU_FRACTION:
-        gpu_units = r.gpu_fraction * r.gpu_devices
-    elif r.gpu_kind == m.GPU_MIG:
-        gpu_units = r.mig_gpu_units
-    qvec = (float(r.cpu_millis), float(r.memory_bytes), gpu_units)
-    shape = (r.cpu_millis, r.memory_bytes, r.gpu_kind, r.gpus, r.gpu_fraction, r.gpu_memory_mib,
-             r.gpu_devices, tuple(sorted(r.mig.items())) if r.mig else (),
-             tuple(sorted(r.extended.items())) if r.extended else ())
-    shared = r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY)  # a fraction / GPU-memory pod
-    # whole GPUs an eviction of this pod gives back to its node (a shared device counts one)
-    freed = whole + (1.0 if shared else 0.0)
-    return vec, qvec, shape, shared, freed
-
-
-class TaskState:
-    """A task's live state. ``vec`` is its node charge [cpu, mem, whole GPUs, pods];
-    ``qvec`` its queue charge [cpu, mem, GPU units] (set on placement for shared GPUs)."""
-
-    __slots__ = ("index", "job", "spec", "name", "status", "node", "groups", "pod_set", "vec", "qvec",
-                 "req_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
-                 "orig_groups", "was_cleared", "shape", "shape_id", "q_counted", "pre_evict", "freed_gpus", "shared",
-                 "dynamic", "prefers")
-
-    def __init__(self, index: int, job: JobState, spec: m.TaskSpec, info: Key | None = None) -> None:
-        self.index = index
-        self.job = job
-        self.spec = spec
-        self.name = spec.name
-        self.status = spec.state
-        self.node: int | None = None
-        self.groups: tuple[str, ...] = tuple(spec.gpu_groups)
-        self.pod_set: PodSet | None = None
-        if info is None:
-            info = request_info(spec.request)
-        self.vec, qvec, req_shape, self.shared, self.freed_gpus = info
-        self.portion = 0.0  # accepted GPU portion per device (shared tasks)
-        self.mem_per_device = 0.0
-        self.qvec = list(qvec)
-        self.req_qvec = list(qvec)  # request-side vector (GPU memory via smallest node)
-        # task order: task-order priority (present first, higher first), then name
-        tp = spec.task_order_priority
-        self.order_key = (0 if tp is not None else 1, -(tp or 0), spec.name)
-        self.orig_status = spec.state
-        self.orig_node: str | None = spec.node
-        self.orig_groups = self.groups
-        self.was_cleared = False
-        self.q_counted = False  # whether the queue accounting currently holds this task
-        self.pre_evict: str | None = None  # status before its latest eviction (for un-evict)
-        # what placement depends on: the request and the node constraints
-        self.shape = req_shape + (spec.node_affinity,
-                                  tuple(sorted(spec.node_selector.items())) if spec.node_selector else ())
-        # placement constraints beyond the node selector (all empty for most pods)
-        self.dynamic = False  # host ports or pod (anti-)affinity: checked at every placement
-        self.prefers = False  # preferred node or pod affinity: adds to the node score
-        if (spec.tolerations or spec.required_node_affinity is not None or spec.preferred_node_affinity
-                or spec.host_ports or spec.pod_affinity or spec.pod_anti_affinity or spec.preferred_pod_affinity
-                or spec.preferred_pod_anti_affinity):
-            self.shape = self.shape + (spec.tolerations, spec.required_node_affinity, spec.preferred_node_affinity,
-                                       spec.host_ports, spec.pod_affinity, spec.pod_anti_affinity,
-                                       spec.preferred_pod_affinity, spec.preferred_pod_anti_affinity,
-                                       job.spec.namespace,
-                                       tuple(sorted(spec.labels.items())) if spec.pod_affinity else ())
-            self.dynamic = bool(spec.host_ports or spec.pod_affinity or spec.pod_anti_affinity)
-            self.prefers = bool(spec.preferred_node_affinity or spec.preferred_pod_affinity
-                                or spec.preferred_pod_anti_affinity)
-        self.shape_id = -1  # small integer per distinct shape, set by the session
-
-    @property
-    def request(self) -> m.TaskRequest:
-        return self.spec.request
-
-
-    def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return f"<Task {self.name} {self.status} node={self.node}>"
-
-
-class JobState:
-    """A job's live state: tasks, gang tree, flags."""
-
-    __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
-                 "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending", "victim_key", "has_topology", "elastic",
-                 "version")
-
-    def __init__(self, index: int, spec: m.JobSpec) -> None:
-        self.index = index
-        self.spec = spec
-        self.uid = spec.uid
-        self.queue = spec.queue
-        self.tasks: list[TaskState] = []
-        self.pod_sets: dict[str, PodSet] = {}
-        self.root = SubGroupSet("", None, None)
-        self.last_start = spec.last_start
-        self.stale_since = spec.stale_since
-        self.fit_errors: list[m.Reason] = []
-        self.valid = True
-        self.priority = spec.priority
-        self.preemptible = spec.preemptible
-        self.evicted_by: str | None = None
-        self.n_pending = 0  # tasks in Pending, kept by Session._charge
-        self.victim_key: Key | None = None  # static part of the victim order (actions.victims.VictimJob)
-        self.has_topology = False  # some member of the gang tree has a topology constraint
-        self.elastic: bool | None = None  # cached by is_elastic()
-        self.version = 0  # bumped on every change of one of its tasks (caches of derived state key on it)
-
-    # ---- gang state -------------------------------------------------------------------------
-    def pending_tasks(self) -> list[TaskState]:
-        return [t for t in self.tasks if t.status == m.PENDING]
-
-    def has_pending(self) -> bool:
-        return self.n_pending > 0
-
-    def active_allocated(self) -> int:
-        if len(self.pod_sets) == 1:
-            for ps in self.pod_sets.values():
-                return ps.active_allocated
-        return sum(ps.active_allocated for ps in self.pod_sets.values())
-
-    def allocated_count(self) -> int:
-        if len(self.pod_sets) == 1:
-            for ps in self.pod_sets.values():
-                return ps.allocated
-        return sum(ps.allocated for ps in self.pod_sets.values())
-
-    def gang_satisfied(self) -> bool:
-        return self.root.satisfied
-
-    def elastic_state(self) -> int:
-        """0 = some pod set below its minimum, 1 = exactly at minimum everywhere, 2 = above."""
-        above = False
-        for ps in self.pod_sets.values():
-            if ps.active_allocated < ps.min_available:
-                return 0
-            if ps.active_allocated > ps.min_available:
-                above = True
-        return 2 if above else 1
-
-    def is_elastic(self) -> bool:
-        """Some pod set has more pods than its minimum (static for the cycle)."""
-        if self.elastic is None:
-            self.elastic = any(len(ps.tasks) > ps.min_available for ps in self.pod_sets.values())
-        return self.elastic
-
-    def ready(self) -> bool:
-        """KAI readiness: enough alive (non-gated) pods for the root's requirement (§1.3)."""
-        alive = _ALIVE
-        members = self.root.members
-        if len(members) == 1 and isinstance(members[0], PodSet):
-            ps = members[0]
-            return sum(1 for t in ps.tasks if t.status in alive) >= ps.min_available
-
-        def ok(x: PodSet | SubGroupSet) -> bool:
-            if isinstance(x, PodSet):
-                return sum(1 for t in x.tasks if t.status in alive) >= x.min_available
-            return sum(1 for y in x.members if ok(y)) >= x.need
-
-        return ok(self.root)
-
-    def order_key(self) -> Key:
-        """JobOrder inside a leaf (§2.4): priority, elastic state, age, build order, name."""
-        s = self.spec
-        return (-self.priority, self.elastic_state(), s.creation, s.build_order, self.uid)
-
-    def __repr__(self) -> str:  # pragma: no cover
-        return f"<Job {self.uid}>"
-
-
-# --------------------------------------------------------------------------------------------
-# The session
-
-
-_ACTIVE_NODE = frozenset({m.RUNNING, m.ALLOCATED, m.BINDING, m.BOUND, m.STUCK_IN_RELEASING})
-_ALIVE = frozenset({m.PENDING}) | m.ACTIVE_ALLOCATED_STATES
+if TYPE_CHECKING:
+    from scheduler_core.statement import Statement
 
 
 class Session:
@@ -637,9 +366,9 @@ class Session:
         r = task.request
         gmem = float(self.gpu_mem[node])
         if r.gpu_kind == m.GPU_FRACTION:
-            return float(math.floor(r.gpu_fraction * gmem + _EPS)), r.gpu_fraction
+            return float(math.floor(r.gpu_fraction * gmem + EPS)), r.gpu_fraction
         mem = float(r.gpu_memory_mib)
-        return mem, math.ceil(100.0 * mem / gmem - _EPS) / 100.0
+        return mem, math.ceil(100.0 * mem / gmem - EPS) / 100.0
 
     # ---- the one mutation -------------------------------------------------------------------
     def set_task(self, t: TaskState, status: str, node: int | None, groups: tuple[str, ...]) -> None:
@@ -692,7 +421,7 @@ class Session:
         vec = t.vec
         # a resource the node does not have at all is not charged (B.1)
         # in-place row updates without temporaries (this is the hottest line of a cycle)
-        if status in _ACTIVE_NODE or status == m.RELEASING:
+        if status in ACTIVE_NODE_STATES or status == m.RELEASING:
             if sign > 0:
                 self.idle[i] -= vec
             else:
@@ -737,7 +466,7 @@ class Session:
                     self.n_groups -= 1
         elif t.request.gpu_kind == m.GPU_MIG:
             for p, c in t.request.mig.items():
-                if status in _ACTIVE_NODE:
+                if status in ACTIVE_NODE_STATES:
                     ns.mig_idle[p] = ns.mig_idle.get(p, 0.0) - sign * c
                 elif status == m.RELEASING:
                     ns.mig_idle[p] = ns.mig_idle.get(p, 0.0) - sign * c
@@ -747,7 +476,7 @@ class Session:
         ext = t.request.extended
         if ext:
             for res, amount in ext.items():
-                if status in _ACTIVE_NODE or status == m.RELEASING:
+                if status in ACTIVE_NODE_STATES or status == m.RELEASING:
                     ns.ext_idle[res] = ns.ext_idle.get(res, 0.0) - sign * amount
                 if status == m.RELEASING:
                     ns.ext_releasing[res] = ns.ext_releasing.get(res, 0.0) + sign * amount
@@ -804,77 +533,13 @@ class Session:
         """(idle, releasing) whole GPUs of a node as the harness counts them (A.10)."""
         return float(self.idle[i, GPU]), float(self.rel[i, GPU])
 
-
 def _tree_has_topology(sg: m.SubGroupSpec) -> bool:
     if sg.topology_constraint is not None or any(p.topology_constraint is not None for p in sg.pod_sets):
         return True
     return any(_tree_has_topology(c) for c in sg.subgroups)
-
 
 def _all_pod_sets(sg: m.SubGroupSpec) -> list[m.PodSetSpec]:
     out = list(sg.pod_sets)
     for c in sg.subgroups:
         out.extend(_all_pod_sets(c))
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# Statement
-
-
-class Statement:
-    """An ordered list of task moves that can be rolled back (KAI's statement, §2.8)."""
-
-    __slots__ = ("session", "ops")
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.ops: list[tuple[TaskState, str, int | None, tuple[str, ...], float, float, list[float]]] = []
-
-    def checkpoint(self) -> int:
-        return len(self.ops)
-
-    def _record(self, t: TaskState) -> None:
-        self.ops.append((t, t.status, t.node, t.groups, t.portion, t.mem_per_device, list(t.qvec)))
-
-    def move(self, t: TaskState, status: str, node: int | None, groups: tuple[str, ...] = ()) -> None:
-        self._record(t)
-        self.session.set_task(t, status, node, groups)
-
-    def place_shared(self, t: TaskState, status: str, node: int, groups: tuple[str, ...],
-                     mem: float, portion: float) -> None:
-        """Place a shared-GPU task: its memory and accepted portion depend on the node."""
-        self._record(t)
-        s = self.session
-        s._charge(t, -1)
-        t.mem_per_device, t.portion = mem, portion
-        t.qvec = [t.qvec[0], t.qvec[1], portion * t.request.gpu_devices]
-        t.status, t.node, t.groups = status, node, groups
-        s._charge(t, +1)
-
-    def evict(self, t: TaskState) -> None:
-        """Evict a task: a running pod starts releasing; a pipelined pod (which holds nothing yet,
-        e.g. one moved earlier in this cycle) simply goes back to pending."""
-        if t.status == m.PIPELINED:
-            self.move(t, m.PENDING, None, ())
-        else:
-            t.pre_evict = t.status
-            self.move(t, m.RELEASING, t.node, t.groups)
-
-    def rollback(self, cp: int) -> None:
-        s = self.session
-        while len(self.ops) > cp:
-            t, status, node, groups, portion, mem, qvec = self.ops.pop()
-            s._charge(t, -1)
-            t.status, t.node, t.groups = status, node, groups
-            t.portion, t.mem_per_device, t.qvec = portion, mem, qvec
-            s._charge(t, +1)
-
-    def discard(self) -> None:
-        self.rollback(0)
-
-    def commit(self) -> list[TaskState]:
-        """Keep the moves; returns the tasks touched, in order."""
-        touched = [op[0] for op in self.ops]
-        self.ops = []
-        return touched

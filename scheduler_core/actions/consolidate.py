@@ -16,7 +16,9 @@ from scheduler_core.actions.victims import (
 )
 from scheduler_core.allocate import Placer
 from scheduler_core.ordering import JobsOrder, tasks_to_allocate
-from scheduler_core.session import GPU, JobState, Session, Statement, TaskState
+from scheduler_core.session import Session
+from scheduler_core.state import GPU, JobState, TaskState
+from scheduler_core.statement import Statement
 
 
 def _gpu_need(s: Session, tasks: list[TaskState]) -> float:

@@ -21,7 +21,9 @@ from scheduler_core.actions.victims import (
 from scheduler_core.allocate import Placer
 from scheduler_core.model import Key
 from scheduler_core.ordering import JobsOrder, batch_request, tasks_to_allocate
-from scheduler_core.session import JobState, Session, Statement, TaskState
+from scheduler_core.session import Session
+from scheduler_core.state import JobState, TaskState
+from scheduler_core.statement import Statement
 
 
 def _preempt_victim(s: Session, v: JobState, minrts: dict[str, float] | None = None) -> bool:

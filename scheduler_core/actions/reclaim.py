@@ -34,7 +34,9 @@ from scheduler_core.allocate import Placer
 from scheduler_core.model import Key
 from scheduler_core.ordering import JobsOrder, batch_request, tasks_to_allocate
 from scheduler_core.proportion import QueueAttrs, allocatable_share
-from scheduler_core.session import GPU, JobState, Session, Statement, TaskState
+from scheduler_core.session import Session
+from scheduler_core.state import GPU, JobState, TaskState
+from scheduler_core.statement import Statement
 
 
 def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[JobState],

@@ -6,7 +6,9 @@ from scheduler_core import model as m
 from scheduler_core import reasons
 from scheduler_core.actions.victims import fmt_amount
 from scheduler_core.allocate import Placer
-from scheduler_core.session import JobState, Session, Statement
+from scheduler_core.session import Session
+from scheduler_core.state import JobState
+from scheduler_core.statement import Statement
 
 
 def is_stale(job: JobState) -> bool:

@@ -25,7 +25,9 @@ from scheduler_core.allocate import Placer, allocate_job
 from scheduler_core.model import Key
 from scheduler_core.ordering import JobsOrder, tasks_to_allocate
 from scheduler_core.proportion import QueueAttrs, compare_victim_queues
-from scheduler_core.session import GPU, JobState, PodSet, Session, Statement, SubGroupSet, TaskState
+from scheduler_core.session import Session
+from scheduler_core.state import GPU, JobState, PodSet, SubGroupSet, TaskState
+from scheduler_core.statement import Statement
 
 EPS = 1e-9
 

@@ -6,7 +6,7 @@ import pytest
 
 from scheduler_core import model as m
 from scheduler_core import run_cycle
-from scheduler_core.session import GPU
+from scheduler_core.state import GPU
 from tests.scheduler_core.engine_builders import (
     NOW,
     fraction_task,

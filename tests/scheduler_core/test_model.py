@@ -9,7 +9,8 @@ import pytest
 from scheduler_core import model as m
 from scheduler_core import run_cycle
 from scheduler_core.cycle import open_session
-from scheduler_core.session import GPU, Statement
+from scheduler_core.state import GPU
+from scheduler_core.statement import Statement
 from tests.scheduler_core.engine_builders import (
     fraction_task,
     job,
