@@ -8,22 +8,18 @@ through a ``Statement`` that can undo it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from scheduler_core import model as m
 from scheduler_core.model import Key
 
-if TYPE_CHECKING:
-    pass
-
-
 CPU, MEM, GPU, PODS = 0, 1, 2, 3
 
 EPS = 1e-9
 
 _VEC_CACHE: dict[tuple[float, float, float], np.ndarray] = {}
+
 
 @dataclass(slots=True)
 class GpuGroup:
