@@ -244,13 +244,13 @@ def check(sc: dict[str, Any], state: dict[str, Any], result: m.CycleResult, out:
         cmp_task(j["name"], tname, e, f"task {tname}")
         cmp_sums([t], e, f"task {tname}", j["name"])
     for nname, e in exp.get("nodes", {}).items():
-        got = result.nodes.get(nname)
-        if got is None:
+        node_got = result.nodes.get(nname)
+        if node_got is None:
             out.status(f"{where}: node {nname} missing")
             continue
         for key in ("idle_gpus", "releasing_gpus"):
-            if key in e and abs(got[key] - e[key]) > 1e-6:
-                out.status(f"{where}: node {nname} {key} {got[key]}, expected {e[key]}")
+            if key in e and abs(node_got[key] - e[key]) > 1e-6:
+                out.status(f"{where}: node {nname} {key} {node_got[key]}, expected {e[key]}")
     if session_counts is not None:
         h = sc.get("harness", {})
         for key, cap in (("binds", "max_binds_per_session"), ("evictions", "max_evictions_per_session"),

@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from scheduler_core.sim.traces import TraceFormatError
 
 
-def _int_list(flag: str):
+def _int_list(flag: str) -> Callable[[str], list[int]]:
     def parse(text: str) -> list[int]:
         try:
             values = [int(x) for x in text.split(",") if x.strip()]
@@ -74,11 +74,11 @@ def _cmd_fgd(args: argparse.Namespace) -> int:
     print(f"workload {out['workload']}  policy {out['policy']}  (unallocated GPU % at arrived %)")
     header = "seed  " + "  ".join(f"{k:>7}" for k in args.percents) + "   seconds"
     print(header)
-    for row in out["per_seed"]:  # type: ignore[union-attr]
+    for row in out["per_seed"]:
         vals = "  ".join(f"{row['unallocated_gpu_pct'][str(k)]:7.2f}" for k in args.percents)
         print(f"{row['seed']:<4}  {vals}   {row['seconds']:7.2f}")
     overall = out["unallocated_gpu_pct"]
-    vals = "  ".join(f"{overall[str(k)]['mean']:.2f}±{overall[str(k)]['sd']:.2f}" for k in args.percents)  # type: ignore[index]
+    vals = "  ".join(f"{overall[str(k)]['mean']:.2f}±{overall[str(k)]['sd']:.2f}" for k in args.percents)
     print(f"all   {vals}   {out['seconds_per_experiment']:7.2f}")
     return 0
 

@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -180,7 +181,8 @@ class Workload:
 
     @property
     def gpu_request_milli(self) -> np.ndarray:
-        return self.num_gpu * self.gpu_milli
+        out: np.ndarray = self.num_gpu * self.gpu_milli
+        return out
 
 
 def load_experiment_inputs(traces_dir: str | Path, workload: str) -> tuple[Cluster, Workload]:
@@ -555,7 +557,7 @@ def run_seeds(
     policy: str,
     seeds: Sequence[int],
     percents: Sequence[int] = DEFAULT_PERCENTS,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Run the experiment for each seed; JSON-ready per-seed and overall (mean ± sd) results.
 
     ``unallocated_gpu_pct`` is keyed by the arrived percentage (as a string, for JSON).

@@ -27,6 +27,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from scheduler_core import model as m
 from scheduler_core.cycle import run_cycle
@@ -159,8 +160,9 @@ class ReplayResult:
 
     queues: tuple[str, ...]
     total_gpus: int
-    cycles: list[dict[str, object]]
-    jobs: list[dict[str, object]]
+    # Plain JSON-ready records (one per cycle, one per job), read by key.
+    cycles: list[dict[str, Any]]
+    jobs: list[dict[str, Any]]
     preempted_jobs: int
     evicted_tasks: int
     partial_gangs: int
@@ -175,12 +177,12 @@ class ReplayResult:
         out: dict[str, dict[str, float]] = {}
         for q in self.queues:
             jobs = [j for j in self.jobs if j["queue"] == q]
-            waits = sorted(float(j["queueing_delay_s"]) for j in jobs if j["queueing_delay_s"] is not None)  # type: ignore[arg-type]
-            jcts = [float(j["jct_s"]) for j in jobs if j["jct_s"] is not None]  # type: ignore[arg-type]
+            waits = sorted(float(j["queueing_delay_s"]) for j in jobs if j["queueing_delay_s"] is not None)
+            jcts = [float(j["jct_s"]) for j in jobs if j["jct_s"] is not None]
             alloc, fair, quota, span = 0.0, 0.0, 0.0, 0.0
             for c in self.cycles:
-                dt = float(c["dt"])  # type: ignore[arg-type]
-                qa = c["queues"].get(q)  # type: ignore[union-attr]
+                dt = float(c["dt"])
+                qa = c["queues"].get(q)
                 if qa is None:
                     continue
                 alloc += qa[0] * dt
@@ -194,11 +196,11 @@ class ReplayResult:
                 "queueing_delay_p50_s": _pct(waits, 50),
                 "queueing_delay_p95_s": _pct(waits, 95),
                 "jct_mean_s": _mean(jcts),
-                "gpu_hours": sum(float(j["gpu_seconds"]) for j in jobs) / 3600.0,  # type: ignore[arg-type]
+                "gpu_hours": sum(float(j["gpu_seconds"]) for j in jobs) / 3600.0,
                 "allocated_gpus_avg": alloc / span if span else 0.0,
                 "fair_share_gpus_avg": fair / span if span else 0.0,
                 "quota_gpus_avg": quota / span if span else 0.0,
-                "preemptions": float(sum(int(j["evictions"]) for j in jobs)),  # type: ignore[call-overload]
+                "preemptions": float(sum(int(j["evictions"]) for j in jobs)),
             }
         return out
 
@@ -210,30 +212,30 @@ class ReplayResult:
         ratios = [v["allocated_gpus_avg"] / v[against] for v in self.per_queue().values() if v[against] > 1e-9]
         return jain_index(ratios)
 
-    def timeline(self) -> dict[str, object]:
+    def timeline(self) -> dict[str, Any]:
         """Per-cycle series for charts: time, allocated and stranded GPUs, pending and running
         jobs, evictions, and per leaf queue allocated / fair share / quota GPUs."""
         keys = ("t", "allocated_gpus", "stranded_gpus", "pending_jobs", "running_jobs", "evictions")
-        out: dict[str, object] = {k: [c[k] for c in self.cycles] for k in keys}
+        out: dict[str, Any] = {k: [c[k] for c in self.cycles] for k in keys}
         out["queues"] = {
             q: {
-                name: [c["queues"].get(q, (0.0, 0.0, 0.0))[i] for c in self.cycles]  # type: ignore[union-attr]
+                name: [c["queues"].get(q, (0.0, 0.0, 0.0))[i] for c in self.cycles]
                 for i, name in enumerate(("allocated", "fair_share", "quota"))
             }
             for q in self.queues
         }
         return out
 
-    def summary(self) -> dict[str, object]:
-        waits = [float(j["queueing_delay_s"]) for j in self.jobs if j["queueing_delay_s"] is not None]  # type: ignore[arg-type]
-        jcts = [float(j["jct_s"]) for j in self.jobs if j["jct_s"] is not None]  # type: ignore[arg-type]
-        busy = sum(float(c["allocated_gpus"]) * float(c["dt"]) for c in self.cycles)  # type: ignore[arg-type]
-        span = sum(float(c["dt"]) for c in self.cycles)  # type: ignore[arg-type]
-        frag = sum(float(c["stranded_gpus"]) * float(c["dt"]) for c in self.cycles)  # type: ignore[arg-type]
+    def summary(self) -> dict[str, Any]:
+        waits = [float(j["queueing_delay_s"]) for j in self.jobs if j["queueing_delay_s"] is not None]
+        jcts = [float(j["jct_s"]) for j in self.jobs if j["jct_s"] is not None]
+        busy = sum(float(c["allocated_gpus"]) * float(c["dt"]) for c in self.cycles)
+        span = sum(float(c["dt"]) for c in self.cycles)
+        frag = sum(float(c["stranded_gpus"]) * float(c["dt"]) for c in self.cycles)
         # while some job waits, the share of GPUs nobody holds: what placement left unusable
-        waiting = [c for c in self.cycles if int(c["pending_jobs"]) > 0]  # type: ignore[call-overload]
-        wait_span = sum(float(c["dt"]) for c in waiting)  # type: ignore[arg-type]
-        idle_while_waiting = sum((self.total_gpus - float(c["allocated_gpus"])) * float(c["dt"])  # type: ignore[arg-type]
+        waiting = [c for c in self.cycles if int(c["pending_jobs"]) > 0]
+        wait_span = sum(float(c["dt"]) for c in waiting)
+        idle_while_waiting = sum((self.total_gpus - float(c["allocated_gpus"])) * float(c["dt"])
                                  for c in waiting)
         waits_sorted, jcts_sorted = sorted(waits), sorted(jcts)
         return {
@@ -327,7 +329,7 @@ def replay(
     node_gpus = {n.name: float(n.gpus) for n in nodes}
     queue_specs = tuple(queues)
 
-    cycles: list[dict[str, object]] = []
+    cycles: list[dict[str, Any]] = []
     errors: list[str] = []
     evicted_tasks = preempted_jobs = partial = deferred = 0
     arrivals = 0
@@ -396,9 +398,9 @@ def replay(
                 deferred += 1
                 continue
             for t in s.tasks:
-                b = placed.get(t.name)
-                if b is not None:
-                    t.node, t.groups = b.node, b.gpu_groups
+                bound = placed.get(t.name)
+                if bound is not None:
+                    t.node, t.groups = bound.node, bound.gpu_groups
             s.running, s.start = True, now
             s.end = now + s.job.duration
             if s.first_start is None:
@@ -482,8 +484,8 @@ def _next_event(states: list[_JobState], arrivals: int, now: float) -> float | N
 
 def _record(
     result: m.CycleResult, states: list[_JobState], node_gpus: dict[str, float], now: float,
-    cycles: list[dict[str, object]],
-) -> dict[str, object]:
+    cycles: list[dict[str, Any]],
+) -> dict[str, Any]:
     used: dict[str, float] = {}
     for s in states:
         if s.running:
@@ -493,7 +495,7 @@ def _record(
     allocated = sum(used.values())
     # Idle GPUs on partly used nodes: they cannot host a whole-node job (fragmentation).
     stranded = sum(node_gpus[n] - u for n, u in used.items() if 0 < u < node_gpus[n])
-    per_q: dict[str, tuple[float, float]] = {}
+    per_q: dict[str, tuple[float, float, float]] = {}
     for name, qs in result.queues.items():
         per_q[name] = (float(qs.allocated[2]), float(qs.fair_share[2]), float(qs.deserved[2]))
     # queue "allocated" as the engine saw it before our binds; use ours after the binds
@@ -516,7 +518,7 @@ def _record(
     }
 
 
-def _idle_record(cycles: list[dict[str, object]], states: list[_JobState], now: float) -> dict[str, object]:
+def _idle_record(cycles: list[dict[str, Any]], states: list[_JobState], now: float) -> dict[str, Any]:
     """A marker for a skipped stretch: the state of the previous cycle holds until ``now``."""
     _close_dt(cycles, now)
     prev = cycles[-1] if cycles else None
@@ -529,15 +531,15 @@ def _idle_record(cycles: list[dict[str, object]], states: list[_JobState], now: 
         "running_jobs": sum(1 for s in states if s.running),
         "binds": 0,
         "evictions": 0,
-        "queues": dict(prev["queues"]) if prev else {},  # type: ignore[call-overload]
+        "queues": dict(prev["queues"]) if prev else {},
         "skipped": True,
     }
 
 
-def _close_dt(cycles: list[dict[str, object]], now: float) -> None:
+def _close_dt(cycles: list[dict[str, Any]], now: float) -> None:
     """Set the previous record's duration: its state held until ``now``."""
     if cycles:
-        cycles[-1]["dt"] = now - float(cycles[-1]["t"])  # type: ignore[arg-type]
+        cycles[-1]["dt"] = now - float(cycles[-1]["t"])
 
 
 def compare(
@@ -547,7 +549,7 @@ def compare(
     cluster: ReplayCluster,
     config: ReplayConfig | None = None,
     labels: tuple[str, str] = ("a", "b"),
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The what-if: the same jobs (same job→queue map) under two queue configurations, side by
     side, with per-queue differences (b − a) of queueing delay, JCT and allocated GPUs.
 
@@ -566,7 +568,7 @@ def compare(
     for q in leaves_a:
         row: dict[str, float | None] = {}
         for key in ("queueing_delay_mean_s", "jct_mean_s", "allocated_gpus_avg", "gpu_hours"):
-            va, vb = pa[q][key], pb[q][key]  # type: ignore[index]
+            va, vb = pa[q][key], pb[q][key]
             row[key] = None if va is None or vb is None else round(vb - va, 1)
         diff[q] = row
     return {
@@ -576,12 +578,12 @@ def compare(
             "per_queue": diff,
             "jain_fairness": None
             if ra["jain_fairness"] is None or rb["jain_fairness"] is None
-            else round(rb["jain_fairness"] - ra["jain_fairness"], 4),  # type: ignore[operator]
+            else round(rb["jain_fairness"] - ra["jain_fairness"], 4),
             "jain_fairness_vs_quota": None
             if ra["jain_fairness_vs_quota"] is None or rb["jain_fairness_vs_quota"] is None
-            else round(rb["jain_fairness_vs_quota"] - ra["jain_fairness_vs_quota"], 4),  # type: ignore[operator]
+            else round(rb["jain_fairness_vs_quota"] - ra["jain_fairness_vs_quota"], 4),
             "jct_mean_s": None
             if ra["jct_mean_s"] is None or rb["jct_mean_s"] is None
-            else round(rb["jct_mean_s"] - ra["jct_mean_s"], 1),  # type: ignore[operator]
+            else round(rb["jct_mean_s"] - ra["jct_mean_s"], 1),
         },
     }

@@ -61,7 +61,9 @@ def _resource(spec: dict[str, Any], key: str, where: str, scale: float) -> m.Que
     weight = _num(spec, f"{where}.resources.{key}.overQuotaWeight", raw.get("overQuotaWeight", 1))
     if weight < 0:
         raise ValueError(f"{where}.resources.{key}.overQuotaWeight: must be >= 0, got {weight}")
-    conv = lambda v: v if v < 0 else v * scale  # noqa: E731  (-1 stays "unlimited")
+    def conv(v: float) -> float:
+        return v if v < 0 else v * scale  # -1 stays "unlimited"
+
     return m.QueueResource(quota=conv(quota), limit=conv(limit), over_quota_weight=weight)
 
 

@@ -180,7 +180,8 @@ class PodList:
 
     @property
     def gpu_request_milli(self) -> np.ndarray:
-        return self.num_gpu * self.gpu_milli
+        out: np.ndarray = self.num_gpu * self.gpu_milli
+        return out
 
 
 _MAX_GPUS_PER_NODE = 8
