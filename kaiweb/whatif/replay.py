@@ -34,8 +34,9 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from scheduler_core import model as m
-from scheduler_core.sim.replay import ReplayCluster, ReplayConfig, leaf_queues, replay
+from scheduler_core.sim.replay import ReplayCluster, ReplayConfig, leaf_queues
 from scheduler_core.sim.traces import Job
+from scheduler_core.sim.whatif import what_if
 
 DEFAULT_WINDOW = timedelta(hours=24)
 DEFAULT_MAX_JOBS = 400
@@ -58,10 +59,6 @@ DURATION_SOURCES = {
     RUNNING_SO_FAR: "still running: the time it has run so far",
     MEDIAN: "never started and no duration known: the median of the other jobs",
 }
-METRICS = (
-    "jobs", "queueing_delay_mean_s", "queueing_delay_p95_s", "jct_mean_s", "gpu_hours",
-    "allocated_gpus_avg", "fair_share_gpus_avg", "preemptions",
-)
 
 
 class WhatIfInputError(ValidationError):
@@ -529,15 +526,6 @@ def _ancestors_hit(leaf: str | None, names: set[str], specs: Mapping[str, m.Queu
     return False
 
 
-def _row(per_queue: dict[str, float]) -> dict[str, float | None]:
-    """The reported metrics of one queue in one run (NaN, e.g. no job started, becomes None)."""
-    return {k: None if math.isnan(v := float(per_queue[k])) else round(v, 2) for k in METRICS}
-
-
-def _diff(a: Any, b: Any) -> float | None:
-    return None if a is None or b is None else round(b - a, 4)
-
-
 def run_whatif(
     changes: Mapping[str, Any] | None = None, window: timedelta = DEFAULT_WINDOW, shard: Any = None, *,
     yaml_text: str | None = None, now: datetime | None = None, max_jobs: int = DEFAULT_MAX_JOBS,
@@ -620,26 +608,13 @@ def run_whatif(
     if check_only:
         return {**base, "checked": True, "work": work}  # every input is valid and the work within its bound
     config = ReplayConfig(period_s=float(period_s), cycle=cycle, max_cycles=budget)
-    ra = replay(rec.jobs, current, cluster, config, rec.queue_of)
-    rb = replay(rec.jobs, proposed, cluster, config, rec.queue_of)
-    pa, pb = ra.per_queue(), rb.per_queue()
-    queues = []
-    for q in sorted(set(pa) | set(pb)):
-        a = _row(pa[q]) if q in pa else None
-        b = _row(pb[q]) if q in pb else None
-        queues.append({
-            "queue": q, "edited": any(e["queue"] == q for e in edits),
-            "current": a, "changed": b,
-            "difference": {k: _diff(a[k] if a else None, b[k] if b else None) for k in METRICS},
-        })
-    sa, sb = ra.summary(), rb.summary()
-    keys = ("jain_fairness", "jain_fairness_vs_quota", "gpu_utilisation", "queueing_delay_mean_s", "jct_mean_s",
-            "preempted_jobs", "unfinished", "simulated_seconds", "cycles")
-    summary = {
-        "current": {k: sa[k] for k in keys}, "changed": {k: sb[k] for k in keys},
-        "difference": {k: _diff(sa[k], sb[k]) for k in keys},
-    }
-    horizon_hit = any(len(r.cycles) >= config.max_cycles and r.unfinished_jobs for r in (ra, rb))
+    compared = what_if(rec.jobs, current, proposed, cluster, config, rec.queue_of)
+    ra, rb = compared.current, compared.changed
+    edited = {e["queue"] for e in edits}
+    queues = [{**row, "edited": row["queue"] in edited} for row in compared.queues]
+    summary = compared.summary
+    sa, sb = summary["current"], summary["changed"]
+    horizon_hit = compared.horizon_reached
     notes = []
     if not consolidation:
         notes.append("consolidation is not simulated (both runs): it moves jobs to defragment, not between queues")

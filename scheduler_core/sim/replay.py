@@ -38,7 +38,6 @@ __all__ = [
     "ReplayConfig",
     "ReplayResult",
     "assign_queues",
-    "compare",
     "jain_index",
     "leaf_queues",
     "replay",
@@ -540,50 +539,3 @@ def _close_dt(cycles: list[dict[str, Any]], now: float) -> None:
     """Set the previous record's duration: its state held until ``now``."""
     if cycles:
         cycles[-1]["dt"] = now - float(cycles[-1]["t"])
-
-
-def compare(
-    jobs: Sequence[Job],
-    queues_a: Sequence[m.QueueSpec],
-    queues_b: Sequence[m.QueueSpec],
-    cluster: ReplayCluster,
-    config: ReplayConfig | None = None,
-    labels: tuple[str, str] = ("a", "b"),
-) -> dict[str, Any]:
-    """The what-if: the same jobs (same job→queue map) under two queue configurations, side by
-    side, with per-queue differences (b − a) of queueing delay, JCT and allocated GPUs.
-
-    Both trees must have the same leaf queues (the jobs are mapped once)."""
-    config = config or ReplayConfig()
-    leaves_a, leaves_b = leaf_queues(queues_a), leaf_queues(queues_b)
-    if leaves_a != leaves_b:
-        raise ValueError(
-            f"compare: both queue trees need the same leaf queues, got {leaves_a} and {leaves_b}"
-        )
-    queue_of = assign_queues(jobs, leaves_a, config.seed)
-    ra = replay(jobs, queues_a, cluster, config, queue_of).summary()
-    rb = replay(jobs, queues_b, cluster, config, queue_of).summary()
-    diff: dict[str, dict[str, float | None]] = {}
-    pa, pb = ra["per_queue"], rb["per_queue"]
-    for q in leaves_a:
-        row: dict[str, float | None] = {}
-        for key in ("queueing_delay_mean_s", "jct_mean_s", "allocated_gpus_avg", "gpu_hours"):
-            va, vb = pa[q][key], pb[q][key]
-            row[key] = None if va is None or vb is None else round(vb - va, 1)
-        diff[q] = row
-    return {
-        labels[0]: ra,
-        labels[1]: rb,
-        "difference": {
-            "per_queue": diff,
-            "jain_fairness": None
-            if ra["jain_fairness"] is None or rb["jain_fairness"] is None
-            else round(rb["jain_fairness"] - ra["jain_fairness"], 4),
-            "jain_fairness_vs_quota": None
-            if ra["jain_fairness_vs_quota"] is None or rb["jain_fairness_vs_quota"] is None
-            else round(rb["jain_fairness_vs_quota"] - ra["jain_fairness_vs_quota"], 4),
-            "jct_mean_s": None
-            if ra["jct_mean_s"] is None or rb["jct_mean_s"] is None
-            else round(rb["jct_mean_s"] - ra["jct_mean_s"], 1),
-        },
-    }

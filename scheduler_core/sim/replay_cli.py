@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from scheduler_core import model as m
-from scheduler_core.sim.replay import ReplayCluster, ReplayConfig, compare, replay
+from scheduler_core.sim.replay import ReplayCluster, ReplayConfig, replay
 from scheduler_core.sim.traces import Job, JobTrace, read_job_trace
+from scheduler_core.sim.whatif import what_if
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -162,9 +163,15 @@ def run_replay_command(args: argparse.Namespace) -> int:
     }
     if args.compare:
         queues_b = load_queues(args.compare)
+        try:
+            compared = what_if(jobs, queues_a, queues_b, cluster, config)
+        except ValueError as exc:
+            raise SystemExit(f"--compare: {exc}") from None
         out: dict[str, Any] = {
-            "meta": meta,
-            **compare(jobs, queues_a, queues_b, cluster, config, labels=(Path(args.queues).name, Path(args.compare).name)),
+            "meta": {**meta, "current": Path(args.queues).name, "changed": Path(args.compare).name},
+            "current_run": compared.current.summary(),
+            "changed_run": compared.changed.summary(),
+            **compared.to_dict(),
         }
     else:
         res = replay(jobs, queues_a, cluster, config)
@@ -181,7 +188,8 @@ def run_replay_command(args: argparse.Namespace) -> int:
 def _print_text(out: dict[str, Any]) -> None:
     meta = out["meta"]
     print(f"trace {meta['trace']}: {meta['jobs']} jobs on {meta['nodes']} nodes ({meta['gpus']} GPUs)")
-    runs = {k: v for k, v in out.items() if k not in ("meta", "difference")}
+    runs = {meta.get(k, k): out[f"{k}_run"] for k in ("current", "changed") if f"{k}_run" in out} or {
+        "result": out["result"]}
     for label, res in runs.items():
         print(f"\n[{label}] jct_mean {res['jct_mean_s']} s  wait_mean {res['queueing_delay_mean_s']} s  "
               f"jain {res['jain_fairness']} (vs quota {res['jain_fairness_vs_quota']})  preempted {res['preempted_jobs']}  partial_gangs {res['partial_gangs']}")

@@ -13,13 +13,13 @@ from scheduler_core.sim.replay import (
     ReplayCluster,
     ReplayConfig,
     assign_queues,
-    compare,
     jain_index,
     leaf_queues,
     replay,
 )
 from scheduler_core.sim.replay_cli import DATA, queues_from_documents
 from scheduler_core.sim.traces import Job
+from scheduler_core.sim.whatif import what_if
 from tests.scheduler_core.sim.conftest import write_openb
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -147,12 +147,16 @@ def test_demo_queue_file_parses_into_the_tree_and_bad_documents_name_the_field()
 
 def test_what_if_runs_the_same_jobs_under_two_trees_side_by_side():
     jobs = [_job(f"j{i}", i * 60.0, 1800, 8, user=f"u{i % 2}") for i in range(8)]
-    out = compare(jobs, _tree(8, 8), _tree(2, 14), ReplayCluster(nodes=2), ReplayConfig(seed=1), labels=("even", "b-heavy"))
-    assert set(out) == {"even", "b-heavy", "difference"}
-    assert out["even"]["jobs"] == out["b-heavy"]["jobs"] == 8
-    assert set(out["difference"]["per_queue"]) == {"a", "b"}
-    with pytest.raises(ValueError, match="same leaf queues"):
-        compare(jobs, _tree(), (m.QueueSpec("only"),), ReplayCluster(nodes=1))
+    out = what_if(jobs, _tree(8, 8), _tree(2, 14), ReplayCluster(nodes=2), ReplayConfig(seed=1))
+    assert out.current.summary()["jobs"] == out.changed.summary()["jobs"] == 8
+    assert [q["queue"] for q in out.queues] == ["a", "b"]
+    for q in out.queues:
+        for key, delta in q["difference"].items():
+            a, b = q["current"][key], q["changed"][key]
+            assert delta == (None if a is None or b is None else round(b - a, 4))
+    assert set(out.summary) == {"current", "changed", "difference"}
+    with pytest.raises(ValueError, match="must be leaf queues of both trees"):
+        what_if(jobs, _tree(), (m.QueueSpec("only"),), ReplayCluster(nodes=1))
 
 
 def test_replay_cli_prints_the_what_if_as_json(capsys):
@@ -161,7 +165,10 @@ def test_replay_cli_prints_the_what_if_as_json(capsys):
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["meta"]["jobs"] == 25
-    for label in ("queues.yaml", "queues_whatif_training.yaml"):
+    assert (out["meta"]["current"], out["meta"]["changed"]) == ("queues.yaml", "queues_whatif_training.yaml")
+    assert {q["queue"] for q in out["queues"]} == {"team-inference", "team-research-a", "team-research-b",
+                                                   "team-training"}
+    for label in ("current_run", "changed_run"):
         run = out[label]
         assert run["partial_gangs"] == 0
         assert set(run["per_queue"]) == {"team-inference", "team-research-a", "team-research-b", "team-training"}
