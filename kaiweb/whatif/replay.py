@@ -33,6 +33,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from kaiweb.usage.accounting import user_of
 from scheduler_core import model as m
 from scheduler_core.sim.replay import ReplayCluster, ReplayConfig, leaf_queues
 from scheduler_core.sim.traces import Job
@@ -287,9 +288,11 @@ def _add(out: Recorded, info: dict[str, Any], w: Mapping[str, Any], duration: fl
     out.jobs.append(Job(
         job_id=info["job_id"], submit_time=info["submit"], duration=duration,
         num_gpu=int(math.ceil(info["gpu"] * info["gang"])), num_pods=info["gang"], gpu_per_pod=info["gpu"],
-        cpu_milli_per_pod=info["cpu"], memory_mib_per_pod=info["mem"], user=str(w["queue__name"]),
+        cpu_milli_per_pod=info["cpu"], memory_mib_per_pod=info["mem"],
+        user=user_of(str(w["namespace"]), w["labels"].get(settings.KAI_USER_LABEL)
+                     if isinstance(w["labels"], dict) else None),
     ))
-    out.queue_of[info["job_id"]] = str(w["queue__name"])
+    out.queue_of[info["job_id"]] = str(w["queue__name"])  # the queue travels here, not in Job.user
 
 
 # ------------------------------------------------------------------------------------------ trees
