@@ -154,6 +154,119 @@ def _reclaim_hopeless(s: Session, triggers: list[JobState]) -> bool:
         note_attempt(s, job, why)
     return True
 
+class VictimPool:
+    """What reclaim keeps about its candidate victims across the attempts of one session.
+
+    The pool is the jobs that may lose pods (valid, preemptible, with an evictable task), in job
+    order, and how many of them each queue has. Alongside it: the GPUs each job holds (`held`, a
+    cache dropped for the jobs a commit touches), per leaf queue the sum of those GPUs and how many
+    jobs hold each amount (exact in any order while every amount is whole; `fractional` counts the
+    jobs holding a fraction), and the victim order's leaf heaps as sorted lists, made when a search
+    first needs them. `after_commit` brings all of it up to date for the jobs a commit changed, so
+    an attempt costs what changed, not the size of the cluster.
+    """
+
+    def __init__(self, s: Session) -> None:
+        self.s = s
+        self.evictable = [j.valid and j.preemptible and has_evictable(j) for j in s.jobs]
+        self.jobs = [j for j in s.jobs if self.evictable[j.index]]
+        self.queues: dict[str, int] = {}
+        self.held: dict[int, float] = {}
+        self.leaf_sum: dict[str, float] = {}
+        self.leaf_vals: dict[str, dict[float, int]] = {}
+        self.in_sum: dict[int, float] = {}
+        self.fractional = 0
+        self.leaf_heaps: dict[str, list[tuple[Key, int, JobState, list[TaskState]]]] = {}
+        self.heaps_made = False
+        self.entry_of: dict[int, tuple[Key, int, JobState, list[TaskState]]] = {}
+        for j in self.jobs:
+            self.queues[j.queue] = self.queues.get(j.queue, 0) + 1
+            self._count_held(j, +1)
+
+    def _count_held(self, j: JobState, sign: int) -> None:
+        if sign > 0:
+            g = self.in_sum[j.index] = held_gpus(j, self.held)
+        else:
+            g = self.in_sum.pop(j.index)
+        if g != math.floor(g) or g > 2.0**40:
+            self.fractional += sign
+        self.leaf_sum[j.queue] = self.leaf_sum.get(j.queue, 0.0) + sign * g
+        vals = self.leaf_vals.setdefault(j.queue, {})
+        vals[g] = vals.get(g, 0) + sign
+        if not vals[g]:
+            del vals[g]
+
+    def totals_without(self, own: str) -> dict[str, tuple[float, float]] | None:
+        """Per other leaf queue: the GPUs its pool jobs hold and the most one of them holds (None
+        while some job holds a fraction, when sums could depend on their order)."""
+        if self.fractional:
+            return None
+        return {q: (self.leaf_sum[q], max(vals)) for q, vals in self.leaf_vals.items() if q != own and vals}
+
+    def heaps_without(self, own: str) -> dict[str, list[tuple[Key, int, JobState, list[TaskState]]]]:
+        """The victim order's leaf heaps of every queue but `own` (made on first use)."""
+        if not self.heaps_made:
+            self.heaps_made = True
+            for j in self.jobs:
+                e = victim_entry(self.s, j)
+                if e is not None:
+                    self.entry_of[j.index] = e
+                    self.leaf_heaps.setdefault(j.queue, []).append(e)
+            for h in self.leaf_heaps.values():
+                h.sort()
+        return {leaf: h for leaf, h in self.leaf_heaps.items() if leaf != own}
+
+    def after_commit(self, touched: set[int], changed_jobs: set[int]) -> None:
+        """Bring the pool, the held sums and the heaps up to date for the jobs a commit changed."""
+        s = self.s
+        dropped: list[JobState] = []
+        for ji in sorted(touched):
+            self.held.pop(ji, None)
+            j = s.jobs[ji]
+            if ji in self.in_sum:
+                self._count_held(j, -1)
+            now_ok = j.valid and j.preemptible and has_evictable(j)
+            if now_ok:
+                self._count_held(j, +1)
+            if now_ok == self.evictable[ji]:
+                continue
+            self.evictable[ji] = now_ok
+            # the pool stays in job order (a job's index is its place in s.jobs)
+            if now_ok:
+                bisect.insort(self.jobs, j, key=job_index)
+                self.queues[j.queue] = self.queues.get(j.queue, 0) + 1
+            else:
+                dropped.append(j)
+                self.queues[j.queue] -= 1
+                if not self.queues[j.queue]:
+                    del self.queues[j.queue]
+        # a few jobs leave by search, many (a large gang's victims) by one filtering pass
+        if len(dropped) <= 8:
+            for j in dropped:
+                self.jobs.remove(j)
+        elif dropped:
+            self.jobs = [j for j in self.jobs if self.evictable[j.index]]
+        redo = sorted(changed_jobs | touched)
+        gone: dict[str, dict[int, Key]] = {}  # per leaf: job index -> (key, index) of its old entry
+        for ji in redo:
+            old_e = self.entry_of.pop(ji, None)
+            if old_e is not None:
+                gone.setdefault(s.jobs[ji].queue, {})[ji] = old_e[:2]
+        for leaf_name, olds in gone.items():
+            h = self.leaf_heaps[leaf_name]
+            if len(olds) <= 8:
+                for head in olds.values():
+                    del h[bisect.bisect_left(h, head)]
+            else:
+                h[:] = [e for e in h if e[1] not in olds]
+        for ji in redo if self.heaps_made else ():
+            j = s.jobs[ji]
+            e = victim_entry(s, j) if self.evictable[ji] else None
+            if e is not None:
+                self.entry_of[ji] = e
+                bisect.insort(self.leaf_heaps.setdefault(j.queue, []), e)
+
+
 def run_reclaim(s: Session, placer: Placer) -> None:
     """Cross-queue eviction for pending jobs whose queue is below its fair share."""
     sigs = Signatures()
@@ -164,42 +277,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
         return
     order = JobsOrder(s, triggers)
     mult = s.config.saturation_multiplier
-    # jobs that may lose pods, kept up to date after each commit (only touched jobs change)
-    evictable = [j.valid and j.preemptible and has_evictable(j) for j in s.jobs]
-    pool = [j for j in s.jobs if evictable[j.index]]
-    pool_queues: dict[str, int] = {}  # the queues of the pool and how many jobs each has there
-    # the victim order's leaf heaps of the whole pool, as sorted lists, made when a search first
-    # needs them and then kept up to date after each commit for the jobs it changed (victims are
-    # then the pool minus the reclaimer's queue)
-    leaf_heaps: dict[str, list[tuple[Key, int, JobState, list[TaskState]]]] = {}
-    heaps_made = False
-    entry_of: dict[int, tuple[Key, int, JobState, list[TaskState]]] = {}
-    held: dict[int, float] = {}  # GPUs each job holds, dropped for jobs a commit touches
-    dropped: list[JobState] = []  # jobs leaving the pool in one commit
-    # per leaf queue of the pool: GPUs its jobs hold (as the held cache has them) and how many
-    # jobs hold each amount; exact sums in any order while every amount is whole
-    leaf_sum: dict[str, float] = {}
-    leaf_vals: dict[str, dict[float, int]] = {}
-    in_sum: dict[int, float] = {}
-    fractional = 0
-
-    def count_held(j: JobState, sign: int) -> None:
-        nonlocal fractional
-        if sign > 0:
-            g = in_sum[j.index] = held_gpus(j, held)
-        else:
-            g = in_sum.pop(j.index)
-        if g != math.floor(g) or g > 2.0**40:
-            fractional += sign
-        leaf_sum[j.queue] = leaf_sum.get(j.queue, 0.0) + sign * g
-        vals = leaf_vals.setdefault(j.queue, {})
-        vals[g] = vals.get(g, 0) + sign
-        if not vals[g]:
-            del vals[g]
-
-    for j in pool:
-        pool_queues[j.queue] = pool_queues.get(j.queue, 0) + 1
-        count_held(j, +1)
+    vp = VictimPool(s)
     while True:
         popped = order.pop()
         if popped is None:
@@ -228,7 +306,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
         # Both checks are per victim queue and pure: when every other queue passes the filter and
         # has no minimum runtime, the candidates are simply the pool minus the job's own queue.
         everyone = True
-        for vq_name in pool_queues:
+        for vq_name in vp.queues:
             if vq_name == job.queue:
                 continue
             f = verdicts[vq_name] = rc.filter_victim_queue(s.queues, job.queue, vq_name, req)
@@ -241,7 +319,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                 everyone = False
                 break
         own = job.queue
-        for v in (() if everyone else pool):
+        for v in (() if everyone else vp.jobs):
             if v.queue == job.queue:
                 continue
             known = verdicts.get(v.queue)
@@ -259,8 +337,8 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                 continue
             victims.append(v)
         if everyone:
-            victims = PoolMinusQueue(pool, own, any(q != own for q in pool_queues))  # type: ignore[assignment]  # a list view of the pool
-            if fractional:
+            victims = PoolMinusQueue(vp.jobs, own, any(q != own for q in vp.queues))  # type: ignore[assignment]  # a list view of the pool
+            if vp.fractional:
                 victims = list(victims)
         if not victims:
             note_attempt(s, job, m.Reason(reasons.RECLAIM_NO_VICTIMS,
@@ -268,10 +346,8 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                                    + (f" ({refused})" if refused else ""), {}))
             sigs.fail(job.queue, job)
             continue
-        totals = None
-        if everyone and not fractional:
-            totals = {q: (leaf_sum[q], max(vals)) for q, vals in leaf_vals.items() if q != own and vals}
-        cannot = _reclaim_bound(s, job, req, victims, held, totals)
+        totals = vp.totals_without(own) if everyone else None
+        cannot = _reclaim_bound(s, job, req, victims, vp.held, totals)
         if cannot:
             note_attempt(s, job, m.Reason(reasons.RECLAIM_CANNOT, "reclaim: " + cannot, {}))
             sigs.fail(job.queue, job)
@@ -299,18 +375,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
             return True
 
         stmt = Statement(s)
-        heaps = None
-        if everyone:
-            if not heaps_made:
-                heaps_made = True
-                for j in pool:
-                    e = victim_entry(s, j)
-                    if e is not None:
-                        entry_of[j.index] = e
-                        leaf_heaps.setdefault(j.queue, []).append(e)
-                for h in leaf_heaps.values():
-                    h.sort()
-            heaps = {leaf: h for leaf, h in leaf_heaps.items() if leaf != own}
+        heaps = vp.heaps_without(own) if everyone else None
         attempt = solve(s, placer, stmt, job, victims, validate,
                         replace_victims=s.config.allow_consolidating_reclaim, victim_heaps=heaps)
         changed_jobs = {op[0].job.index for op in stmt.ops}
@@ -331,52 +396,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
             # grows further in later cycles, when its pipelined pods count as allocated
             if commit_attempt(s, stmt, job, attempt, "reclaim", reason):
                 touched = {job.index} | {t.job.index for t in attempt.evicted} | {t.job.index for t in attempt.moved}
-                for ji in sorted(touched):
-                    held.pop(ji, None)
-                    j = s.jobs[ji]
-                    if ji in in_sum:
-                        count_held(j, -1)
-                    now_ok = j.valid and j.preemptible and has_evictable(j)
-                    if now_ok:
-                        count_held(j, +1)
-                    if now_ok == evictable[ji]:
-                        continue
-                    evictable[ji] = now_ok
-                    # the pool stays in job order (a job's index is its place in s.jobs)
-                    if now_ok:
-                        bisect.insort(pool, j, key=job_index)
-                        pool_queues[j.queue] = pool_queues.get(j.queue, 0) + 1
-                    else:
-                        dropped.append(j)
-                        pool_queues[j.queue] -= 1
-                        if not pool_queues[j.queue]:
-                            del pool_queues[j.queue]
-                # a few jobs leave by search, many (a large gang's victims) by one filtering pass
-                if len(dropped) <= 8:
-                    for j in dropped:
-                        pool.remove(j)
-                elif dropped:
-                    pool = [j for j in pool if evictable[j.index]]
-                dropped.clear()
-                redo = sorted(changed_jobs | touched)
-                gone: dict[str, dict[int, Key]] = {}  # per leaf: job index -> (key, index) of its old entry
-                for ji in redo:
-                    old_e = entry_of.pop(ji, None)
-                    if old_e is not None:
-                        gone.setdefault(s.jobs[ji].queue, {})[ji] = old_e[:2]
-                for leaf_name, olds in gone.items():
-                    h = leaf_heaps[leaf_name]
-                    if len(olds) <= 8:
-                        for head in olds.values():
-                            del h[bisect.bisect_left(h, head)]
-                    else:
-                        h[:] = [e for e in h if e[1] not in olds]
-                for ji in redo if heaps_made else ():
-                    j = s.jobs[ji]
-                    e = victim_entry(s, j) if evictable[ji] else None
-                    if e is not None:
-                        entry_of[ji] = e
-                        bisect.insort(leaf_heaps.setdefault(j.queue, []), e)
+                vp.after_commit(touched, changed_jobs)
         else:
             stmt.discard()
             note_attempt(s, job, m.Reason(reasons.RECLAIM_FAILED, "reclaim: " + attempt.verdict, {"scenarios": attempt.scenarios}))
