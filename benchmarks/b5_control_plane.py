@@ -9,7 +9,13 @@ is given (the default when Postgres and Redis are both reachable), otherwise in 
 Finally `--clients` concurrent clients call the queue-tree and workloads endpoints for
 `--api-seconds` against a web server started on the same database.
 
+With `--saturated`, the workloads run for days (none finishes while it is measured) and ask for
+more than twice the cluster's GPUs; warm-up cycles run in this process until a cycle binds nothing
+(every GPU busy, every queue at its share, a deep backlog), and only the cycles after that are
+measured: the steady state of a busy cluster, where a cycle should cost what changed.
+
 Quick run: `python benchmarks/b5_control_plane.py --nodes 50 --workloads 400 --cycles 3 --api-seconds 5`.
+Issue sizes: `--nodes 2000 --workloads 20000 --saturated`.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ def prepare_database(args: argparse.Namespace, tmp: Path) -> str:
     return url
 
 
-def seed(nodes: int, workloads: int, seed_value: int) -> int:
+def seed(nodes: int, workloads: int, seed_value: int, saturated: bool = False) -> int:
     """The demo tree, `nodes` simulated nodes and `workloads` pending workloads (bulk)."""
     from kaiweb.cluster.backends.simulated import SimulatedGateway
     from kaiweb.cluster.demo import seed_demo
@@ -84,7 +90,8 @@ def seed(nodes: int, workloads: int, seed_value: int) -> int:
         jobs.append(JobSpec(
             name=f"b5-{i}", queue=queue, priority_class="inference" if inference else "train", pods=pods,
             min_member=pods, gpu_per_pod=per_pod, cpu_millis_per_pod=4000, memory_mb_per_pod=16_000,
-            duration_seconds=rng.randrange(600, 7200, 60), kind="inference" if inference else "training",
+            duration_seconds=10 * 86400 if saturated else rng.randrange(600, 7200, 60),
+            kind="inference" if inference else "training",
         ))
     return len(gateway.submit(jobs, namespace="b5"))
 
@@ -102,6 +109,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def warm_up_until_full(limit: int = 40) -> int:
+    """Run cycles in this process until one binds and pipelines nothing; returns how many ran."""
+    from kaiweb.scheduling.cycle import run_and_record_cycle
+    from kaiweb.scheduling.models import SchedulingCycle
+
+    for n in range(1, limit + 1):
+        outcome = run_and_record_cycle(trigger="b5-warm-up")
+        row = SchedulingCycle.objects.get(pk=outcome.cycle_id)
+        if not row.binds and not row.pipelined:
+            return n
+    return limit
 
 
 def run_cycles_in_process(count: int) -> list[int]:
@@ -246,6 +266,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--api-seconds", type=float, default=30)
     parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--saturated", action="store_true",
+                        help="long workloads asking ~2x the GPUs; measure only after warm-up cycles fill the cluster")
     parser.add_argument("--worker", choices=("auto", "yes", "no"), default="auto",
                         help="run the cycles on a real Celery worker (auto: when Postgres and Redis are there)")
     args = parser.parse_args()
@@ -268,8 +290,9 @@ def main() -> int:
         from kaiweb.scheduling.models import SchedulingCycle
 
         t = time.perf_counter()
-        submitted = seed(args.nodes, args.workloads, args.seed)
+        submitted = seed(args.nodes, args.workloads, args.seed, saturated=args.saturated)
         seed_seconds = time.perf_counter() - t
+        warm_up = warm_up_until_full() if args.saturated else 0
         use_worker = args.worker == "yes" or (args.worker == "auto" and url.startswith("postgres")
                                               and redis_reachable(broker))
         if use_worker:
@@ -288,6 +311,7 @@ def main() -> int:
             "database": "postgres" if url.startswith("postgres") else "sqlite",
             "cycles_on": "celery-worker+redis" if use_worker else "in-process",
             "nodes": args.nodes, "gpus": args.nodes * 8, "workloads": submitted, "seed_seconds": round(seed_seconds, 2),
+            "saturated": args.saturated, "warm_up_cycles": warm_up,
             "cycles": len(rows), "failed_cycles": failed,
             "binds_per_cycle": [r.binds for r in rows], "evictions_per_cycle": [r.evictions for r in rows],
             "cycle_total_ms_p50": percentile(totals, 50),
