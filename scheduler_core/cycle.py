@@ -154,6 +154,6 @@ def run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig | None = None,
     if memo is not None:
         result.counts["memo_hits"] = memo.hits - hits0
         result.counts["memo_misses"] = memo.misses - misses0
-    timings["close_session"] = (time.perf_counter() - t2) * 1000
-    timings["total"] = (time.perf_counter() - t0) * 1000
+    result.timings_ms["close_session"] = (time.perf_counter() - t2) * 1000
+    result.timings_ms["total"] = (time.perf_counter() - t0) * 1000
     return result

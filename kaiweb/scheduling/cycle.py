@@ -286,7 +286,8 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         log.exception("cycle %s: measuring fragmentation failed", cycle.pk)
     phases["fragmentation"] = _ms(t)
     duration = _ms(t0)
-    engine_phases = {f"engine.{k}": float(v) for k, v in (result.timings_ms or {}).items()}
+    # the engine's parts; its total is the "engine" phase already
+    engine_phases = {f"engine.{k}": float(v) for k, v in (result.timings_ms or {}).items() if k != "total"}
     cycle.phase_durations = {k: round(v / 1000.0, 6) for k, v in {**phases, **engine_phases}.items()}
     cycle.duration_seconds = duration / 1000.0
     cycle.finished_at = timezone.now()

@@ -29,7 +29,8 @@ FIGURE_LABEL = {"allocated": "Allocated", "fair_share": "Fair share", "quota": "
 CHART_CYCLES = 200
 # The order phases happen in; a cycle records "engine" and, inside it, "engine.<action>".
 PHASES = ("observe", "snapshot", "usage", "engine", "engine.open_session", "engine.fair_share", "engine.allocate",
-          "engine.consolidation", "engine.reclaim", "engine.preempt", "engine.stalegangeviction", "allocate",
+          "engine.consolidation", "engine.reclaim", "engine.preempt", "engine.stalegangeviction", "engine.close_session",
+          "allocate",
           "consolidate", "reclaim", "preempt", "stale-gang", "reconcile", "apply", "record", "write_back")
 
 

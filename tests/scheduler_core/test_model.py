@@ -120,3 +120,10 @@ def test_session_caps_stop_binds_and_evictions_with_a_reason():
     capped = run_cycle(reclaim_example(), m.CycleConfig(max_evictions=1))
     assert capped.evictions == ()
     assert "cap of 1 evictions" in capped.pending["b"].message
+
+
+def test_the_result_keeps_every_phase_timing_including_closing_and_the_total():
+    from tests.scheduler_core.engine_builders import reclaim_example
+
+    result = run_cycle(reclaim_example(), m.CycleConfig())
+    assert {"open_session", *m.CycleConfig().actions, "close_session", "total"} <= set(result.timings_ms)
