@@ -161,3 +161,17 @@ def test_only_the_ui_layer_imports_the_ui_package():
              for m, imports in graph.items()
              if not m.startswith("kaiweb.ui") and not m.endswith(UI_LAYER) and ".templatetags." not in m}
     assert {m: o for m, o in wrong.items() if o} == {}
+
+
+def test_every_type_ignore_names_its_code_and_says_why():
+    import re
+
+    bare = []
+    for package in ("kaiweb", "scheduler_core"):
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if "type: ignore" in line and not re.search(r"# type: ignore\[[a-z, -]+\]\s+# \S", line):
+                    bare.append(f"{path.relative_to(ROOT)}:{n}")
+    assert bare == []

@@ -550,8 +550,8 @@ def score(path: Path | str, scenarios: list[dict[str, Any]],
     else:
         raise FileNotFoundError(f"no evaluate.py beside or above {path}")
     spec = importlib.util.spec_from_file_location("kai_e2e_evaluate", candidate)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]  # the spec of an existing file is never None
+    spec.loader.exec_module(module)  # type: ignore[union-attr]  # a file spec always has a loader
     rows, _features = module.evaluate(scenarios, dict(results), {"no_conditions": False})
     failures = [(r["id"], r.get("failure") or "") for r in rows if not r["pass"]]
     return sum(1 for r in rows if r["pass"]), len(rows), failures

@@ -106,5 +106,5 @@ def get_gateway(cluster: Any = None) -> ClusterGateway:
     if backend == "kubernetes":
         return KubernetesGateway.from_settings()
     if backend == "simulated":
-        return SimulatedGateway(cluster)  # type: ignore[return-value]
+        return SimulatedGateway(cluster)  # type: ignore[return-value]  # SimulatedGateway implements the ClusterGateway protocol
     raise ClusterError("get_gateway", f"KAI_CLUSTER_BACKEND must be 'simulated' or 'kubernetes', not {backend!r}")

@@ -87,7 +87,7 @@ def save_cluster(
 ) -> Change[Cluster]:
     """Create (cluster None) or change a cluster."""
     obj = _save(cluster or Cluster(), data, CLUSTER_FIELDS, _check_cluster, actor=actor, source=source)
-    return Change(obj)  # type: ignore[arg-type]
+    return Change(obj)  # type: ignore[arg-type]  # Change is generic over the saved model
 
 
 def save_shard(
@@ -96,9 +96,9 @@ def save_shard(
     """Create (shard None) or change a scheduling shard; shards of a cluster never overlap."""
     obj = _save(shard or SchedulingShard(), data, SHARD_FIELDS, _check_shard, actor=actor, source=source)
     warnings = []
-    if obj.gpu_placement == "spread" or obj.cpu_placement == "spread":  # type: ignore[attr-defined]
+    if obj.gpu_placement == "spread" or obj.cpu_placement == "spread":  # type: ignore[attr-defined]  # obj is a SchedulingShard on this path
         warnings.append("a spread placement turns consolidation off for this shard (as in KAI)")
-    return Change(obj, warnings)  # type: ignore[arg-type]
+    return Change(obj, warnings)  # type: ignore[arg-type]  # Change is generic over the saved model
 
 
 def delete_cluster(cluster: Cluster, *, actor: Any = None, source: str = AuditSource.SYSTEM) -> None:

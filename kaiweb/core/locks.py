@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import connections
@@ -72,7 +73,7 @@ def advisory_lock(name: str, shard: str = "default", *, wait: bool = False, usin
         yield got
 
 
-def _database_tag(connection) -> str:  # type: ignore[no-untyped-def]
+def _database_tag(connection: Any) -> str:
     """Which database a file lock guards: two databases never share a lock. An in-memory database
     lives in one process, so its locks are that process's own."""
     name = str(connection.settings_dict.get("NAME") or "")
@@ -81,7 +82,7 @@ def _database_tag(connection) -> str:  # type: ignore[no-untyped-def]
     return f"{zlib.crc32(name.encode('utf-8')):08x}"
 
 
-def _pg_unlock(connection, key: int, sub: int) -> None:  # type: ignore[no-untyped-def]
+def _pg_unlock(connection: Any, key: int, sub: int) -> None:
     # If the connection was lost, Postgres has already released the lock with the session.
     try:
         with connection.cursor() as cursor:

@@ -166,7 +166,7 @@ def retry_on_conflict(func: F) -> F:
             log.warning("%s hit a lock conflict (%s); running it again", func.__name__, exc)
             return func(*args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # the wrapper keeps the signature of what it wraps
 
 
 def lock_tree() -> None:

@@ -135,7 +135,7 @@ def _node_term(raw: Any) -> m.NodeSelectorTerm:
     if None in exprs or None in fields:
         # an unreadable requirement matches nothing, rather than everything
         return m.NodeSelectorTerm()
-    return m.NodeSelectorTerm(tuple(exprs), tuple(fields))  # type: ignore[arg-type]
+    return m.NodeSelectorTerm(tuple(exprs), tuple(fields))  # type: ignore[arg-type]  # None entries were filtered out above
 
 
 def _pod_term(raw: Any) -> m.PodAffinityTerm:
@@ -149,7 +149,7 @@ def _pod_term(raw: Any) -> m.PodAffinityTerm:
         if None in reqs:
             labels = None  # selects nothing
         else:
-            exprs = tuple(reqs)  # type: ignore[arg-type]
+            exprs = tuple(reqs)  # type: ignore[arg-type]  # None entries were filtered out above
     return m.PodAffinityTerm(str(raw.get("topologyKey", "")), labels, exprs,
                              tuple(str(n) for n in raw.get("namespaces") or ()))
 
@@ -388,7 +388,7 @@ def build_snapshot(
     snapshot = m.ClusterSnapshot(
         nodes=tuple(nodes), queues=tuple(queues), jobs=tuple(jobs), now=now,
         topologies=tuple(m.TopologySpec(t.name, tuple(t.levels)) for t in topologies),
-        usage={q: tuple(v) for q, v in (usage or {}).items() if q in index.queues},  # type: ignore[misc]
+        usage={q: tuple(v) for q, v in (usage or {}).items() if q in index.queues},  # type: ignore[misc]  # three numbers per queue, as usage_for_engine returns
     )
     return snapshot, index
 

@@ -390,7 +390,7 @@ def usage_for_engine(shard: SchedulingShard, now: datetime | None = None) -> dic
     if shard.k_value <= 0:
         return {}
     explanation = compute_usage(shard, now=now)
-    return {q: tuple(v) for q, v in explanation["usage"].items()}  # type: ignore[misc]
+    return {q: tuple(v) for q, v in explanation["usage"].items()}  # type: ignore[misc]  # three numbers per queue (cpu, memory, gpu)
 
 
 def compute_usage(shard: SchedulingShard, now: datetime | None = None,

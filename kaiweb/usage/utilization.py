@@ -114,7 +114,7 @@ class PrometheusSource:
                 log.warning("prometheus: a series of %r has no pod/namespace label; skipped", promql)
                 continue
             try:
-                number = float(value[1])  # type: ignore[index]
+                number = float(value[1])  # type: ignore[index]  # Prometheus' [timestamp, value] pair, checked to be a list above
             except (TypeError, ValueError, IndexError):
                 log.warning("prometheus: %s/%s: value %r is not a number; skipped",
                             metric["namespace"], metric["pod"], value)
@@ -151,7 +151,7 @@ class SimulatedSource:
         for pod in pods:
             raw = pod.labels.get(UTILIZATION_LABEL)
             try:
-                target = float(raw)  # type: ignore[arg-type]
+                target = float(raw)  # type: ignore[arg-type]  # a label value: float() raising is caught below
             except (TypeError, ValueError):
                 continue  # no label (or a bad one): utilization unknown, as without an exporter
             digest = hashlib.blake2b(f"{pod.uid}:{minute}".encode(), digest_size=2).digest()

@@ -97,7 +97,7 @@ class RecordedCluster(ReplayCluster):
         return self.specs
 
     @property
-    def total_gpus(self) -> int:  # type: ignore[override]
+    def total_gpus(self) -> int:  # type: ignore[override]  # a property over the recorded nodes where the base has a field
         return int(sum(n.gpus for n in self.specs if n.ready))
 
 

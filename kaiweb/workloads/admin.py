@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 
 from kaiweb.core.admin import ReadOnlyAdmin
@@ -15,7 +17,7 @@ class PodInline(admin.TabularInline):
     fields = ("name", "state", "node", "gpu", "gpu_fraction", "gpu_memory_mib", "cpu", "memory")
     readonly_fields = fields
 
-    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
         return False
 
 

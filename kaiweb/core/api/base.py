@@ -61,7 +61,7 @@ class ServiceErrorsMixin:
         elif isinstance(exc, ProtectedError):
             names = sorted({str(o) for o in exc.protected_objects})[:10]
             exc = ValidationError({"non_field_errors": [f"still used by {', '.join(names)}"]})
-        return super().handle_exception(exc)  # type: ignore[misc]
+        return super().handle_exception(exc)  # type: ignore[misc]  # a mixin: the viewset it is mixed into has handle_exception
 
 
 class ServiceModelViewSet(ServiceErrorsMixin, viewsets.ModelViewSet):
@@ -131,14 +131,14 @@ class ByNameLookupMixin:
     def get_object(self) -> Any:
         from django.http import Http404
 
-        key = str(self.kwargs[self.lookup_url_kwarg or self.lookup_field])  # type: ignore[attr-defined]
-        queryset = self.filter_queryset(self.get_queryset())  # type: ignore[attr-defined]
+        key = str(self.kwargs[self.lookup_url_kwarg or self.lookup_field])  # type: ignore[attr-defined]  # a mixin of a GenericAPIView
+        queryset = self.filter_queryset(self.get_queryset())  # type: ignore[attr-defined]  # a mixin of a GenericAPIView
         found = None
         if key.isdigit() and len(key) < 19:
             found = queryset.filter(pk=int(key)).first()
         if found is None:
             named = queryset.filter(**{self.name_field: key[:253]})
-            cluster = self.request.query_params.get("cluster") if self.name_per_cluster else None  # type: ignore[attr-defined]
+            cluster = self.request.query_params.get("cluster") if self.name_per_cluster else None  # type: ignore[attr-defined]  # a mixin of a GenericAPIView
             if cluster:
                 named = named.filter(cluster__name=cluster[:253])
             matches = list(named[:2])
@@ -149,5 +149,5 @@ class ByNameLookupMixin:
                     f"several clusters have a {queryset.model._meta.verbose_name} named {key[:253]!r}: "
                     "add ?cluster=<cluster name>, or use its numeric id"]})
             found = matches[0]
-        self.check_object_permissions(self.request, found)  # type: ignore[attr-defined]
+        self.check_object_permissions(self.request, found)  # type: ignore[attr-defined]  # a mixin of a GenericAPIView
         return found

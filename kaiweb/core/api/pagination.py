@@ -15,7 +15,7 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
     """DRF's limit/offset pagination with `limit` at most KAI_API_MAX_PAGE_SIZE (a larger one is cut to it)."""
 
     @property
-    def max_limit(self) -> int:  # type: ignore[override]
+    def max_limit(self) -> int:  # type: ignore[override]  # read from settings on each request, where DRF has a class attribute
         return int(settings.KAI_API_MAX_PAGE_SIZE)
 
     def get_offset(self, request: Any) -> int:

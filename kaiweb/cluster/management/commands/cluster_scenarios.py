@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
 class Command(BaseCommand):
@@ -15,7 +15,7 @@ class Command(BaseCommand):
             "product's own Kubernetes path, and print the results JSON that the corpus's evaluate.py scores. "
             "Uses a throwaway test database; never touches the configured one.")
 
-    def add_arguments(self, parser) -> None:  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", type=Path, help="a scenario file or a folder of them")
         parser.add_argument("--json", action="store_true", help="print the results JSON on stdout")
         parser.add_argument("--out", type=Path, help="write the results JSON to this file")

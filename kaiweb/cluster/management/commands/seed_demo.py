@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
 class Command(BaseCommand):
     help = "Create the demo queues, a simulated cluster and a seeded workload mix (idempotent)."
 
-    def add_arguments(self, parser) -> None:  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--nodes", type=int, default=16, help="simulated nodes (default 16)")
         parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
         parser.add_argument("--seed", type=int, default=7, help="seed of the workload generator")
@@ -19,7 +21,7 @@ class Command(BaseCommand):
                             help="with --clock simulated: seconds the clock advances per cycle (default 30)")
         parser.add_argument("--no-workloads", action="store_true", help="do not generate workloads")
 
-    def handle(self, *args, **opts) -> None:  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **opts: Any) -> None:
         from kaiweb.cluster.demo import seed_demo
 
         if opts["nodes"] < 1 or opts["gpus_per_node"] < 0:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kaiweb.queues.yaml_io import export_queues
 
@@ -12,10 +13,10 @@ from kaiweb.queues.yaml_io import export_queues
 class Command(BaseCommand):
     help = "Export every queue as scheduling.run.ai/v2 Queue YAML (to FILE, or standard output)."
 
-    def add_arguments(self, parser) -> None:  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", nargs="?", default="-", help="Output file; - (default) for standard output")
 
-    def handle(self, *args, **options) -> None:  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         text = export_queues()
         if options["file"] == "-":
             self.stdout.write(text, ending="")

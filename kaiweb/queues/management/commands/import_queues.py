@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kaiweb.queues.yaml_io import QueueImportError, import_queues
 
@@ -13,11 +14,11 @@ from kaiweb.queues.yaml_io import QueueImportError, import_queues
 class Command(BaseCommand):
     help = "Import Queue CRD YAML (one or many documents); one bad document rejects the whole file."
 
-    def add_arguments(self, parser) -> None:  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="YAML file, or - for standard input")
         parser.add_argument("--dry-run", action="store_true", help="Check and report; change nothing.")
 
-    def handle(self, *args, **options) -> None:  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         path = options["file"]
         try:
             text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")

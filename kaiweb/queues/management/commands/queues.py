@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.management.base import BaseCommand
 
 from kaiweb.queues.selectors import format_listing, queue_listing
@@ -10,7 +12,7 @@ from kaiweb.queues.selectors import format_listing, queue_listing
 class Command(BaseCommand):
     help = "List the queues: NAME, PRIORITY, PARENT, CHILDREN."
 
-    def handle(self, *args, **options) -> None:  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         rows = queue_listing()
         if not rows:
             self.stderr.write("No queues.")

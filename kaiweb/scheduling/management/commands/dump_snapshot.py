@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
 class Command(BaseCommand):
     help = "Write the shard's current engine snapshot and config to FILE (replay: run_cycle --snapshot FILE --dry-run)."
 
-    def add_arguments(self, parser) -> None:  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", type=Path)
         parser.add_argument("--shard", default=None, help="shard id, name or cluster/shard (default: the first)")
 
-    def handle(self, *args, **opts) -> None:  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **opts: Any) -> None:
         from kaiweb.scheduling.cycle import dump_snapshot
 
         try:

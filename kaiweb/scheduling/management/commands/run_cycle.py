@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
 class Command(BaseCommand):
     help = "Run scheduling cycles now (the same service the Celery task runs), or replay a snapshot."
 
-    def add_arguments(self, parser) -> None:  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--cycles", type=int, default=1, help="how many cycles to run (default 1)")
         parser.add_argument("--shard", default=None, help="shard id, name or cluster/shard (default: the first)")
         parser.add_argument("--json", action="store_true", help="one JSON object per cycle")
         parser.add_argument("--snapshot", type=Path, help="replay this dump_snapshot file instead")
         parser.add_argument("--dry-run", action="store_true", help="with --snapshot: decide only, record nothing")
 
-    def handle(self, *args, **opts) -> None:  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **opts: Any) -> None:
         from kaiweb.scheduling import cycle
 
         if opts["snapshot"]:
@@ -37,7 +38,7 @@ class Command(BaseCommand):
             else:
                 self._table(outcome)
 
-    def _replay(self, opts) -> None:  # type: ignore[no-untyped-def]
+    def _replay(self, opts: dict[str, Any]) -> None:
         from kaiweb.scheduling import cycle
 
         path: Path = opts["snapshot"]
@@ -59,7 +60,7 @@ class Command(BaseCommand):
                           + ", ".join(f"{k} {v}" for k, v in summary.items() if k != "dry_run"))
         self._decisions(result)
 
-    def _table(self, outcome) -> None:  # type: ignore[no-untyped-def]
+    def _table(self, outcome: Any) -> None:
         self.stdout.write(
             f"cycle {outcome.cycle_id}: {outcome.status}, {outcome.binds} bind(s), {outcome.evictions} eviction(s), "
             f"{outcome.pipelined} pipelined, {outcome.pending} pending, {outcome.duration_ms:.0f} ms"
@@ -67,7 +68,7 @@ class Command(BaseCommand):
         if outcome.result is not None:
             self._decisions(outcome.result)
 
-    def _decisions(self, result) -> None:  # type: ignore[no-untyped-def]
+    def _decisions(self, result: Any) -> None:
         for b in result.binds[:20]:
             self.stdout.write(f"  bind     {b.job}/{b.task} -> {b.node}")
         for e in result.evictions[:20]:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
 
 
 class Command(BaseCommand):
     help = "Integrate what every queue holds now into its usage buckets (the usage.account task)."
 
-    def add_arguments(self, parser) -> None:  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--roll-up", action="store_true", help="also roll up and expire old buckets")
 
-    def handle(self, *args, **opts) -> None:  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **opts: Any) -> None:
         from kaiweb.usage.accounting import account_usage, roll_up_and_expire
 
         written = account_usage()
