@@ -26,14 +26,18 @@ def render_page(request: HttpRequest, template: str, context: dict[str, Any], pa
     return render(request, template, context, status=status)
 
 
-def paginate(request: HttpRequest, object_list: Any, default: int = DEFAULT_PER_PAGE) -> Any:
-    """A page of `object_list` from ?page= and ?per_page= (bad values fall back, never a 404/500)."""
+def per_page_of(request: HttpRequest, default: int = DEFAULT_PER_PAGE) -> int:
+    """?per_page= when it is one of PER_PAGE_CHOICES, else `default` (never an error)."""
     try:
         per_page = int(request.GET.get("per_page", default))
     except ValueError:
-        per_page = default
-    if per_page not in PER_PAGE_CHOICES:
-        per_page = default
+        return default
+    return per_page if per_page in PER_PAGE_CHOICES else default
+
+
+def paginate(request: HttpRequest, object_list: Any, default: int = DEFAULT_PER_PAGE) -> Any:
+    """A page of `object_list` from ?page= and ?per_page= (bad values fall back, never a 404/500)."""
+    per_page = per_page_of(request, default)
     paginator = Paginator(object_list, per_page)
     try:
         page = paginator.page(request.GET.get("page", 1))
@@ -70,12 +74,7 @@ def configure_table(request: HttpRequest, table: Any, default: int = DEFAULT_PER
     """Sort and paginate a django-tables2 table from the query string; the context the list templates use."""
     from django_tables2 import RequestConfig
 
-    try:
-        per_page = int(request.GET.get("per_page", default))
-    except ValueError:
-        per_page = default
-    if per_page not in PER_PAGE_CHOICES:
-        per_page = default
+    per_page = per_page_of(request, default)
     try:
         page = max(1, int(request.GET.get("page", 1)))
     except ValueError:
