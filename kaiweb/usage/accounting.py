@@ -54,42 +54,21 @@ def _floor(at: datetime, width: int) -> datetime:
     return datetime.fromtimestamp(epoch - epoch % width, tz=UTC)
 
 
-def allocated_by_queue(cluster_id: int | None = None) -> dict[int, dict[str, float]]:
-    """What every queue holds now, in queue units, leaves summed into their ancestors (2 queries)."""
-    pods = Pod.objects.filter(state__in=ALLOCATED_POD_STATES)
-    if cluster_id is not None:
-        pods = pods.filter(workload__cluster_id=cluster_id)
-    rows = pods.values("workload__queue_id").annotate(
-        cpu=Coalesce(Sum("cpu"), 0.0),
-        memory=Coalesce(Sum("memory"), 0),
-        gpu=Coalesce(Sum("gpu"), 0.0),
-        fraction=Coalesce(Sum(F("gpu_fraction") * F("gpu_devices")), 0.0),
-    )
-    parents = dict(Queue.objects.values_list("pk", "parent_id"))
-    totals: dict[int, dict[str, float]] = {pk: dict.fromkeys(RESOURCES, 0.0) for pk in parents}
-    for row in rows:
-        amounts = {"cpu": float(row["cpu"]), "memory": float(row["memory"]) / MB,
-                   "gpu": float(row["gpu"]) + float(row["fraction"])}
-        cur: int | None = row["workload__queue_id"]
-        seen: set[int] = set()
-        while cur is not None and cur not in seen:  # the tree has no cycles, but never loop
-            seen.add(cur)
-            for r in RESOURCES:
-                totals.setdefault(cur, dict.fromkeys(RESOURCES, 0.0))[r] += amounts[r]
-            cur = parents.get(cur)
-    return totals
-
-
 def user_of(namespace: str, user: str | None) -> str:
     """The submitting user a usage breakdown names: the user label's value, else the namespace's."""
     return user if user else f"ns/{namespace}"
 
 
-def allocated_by_owner(cluster_id: int | None = None) -> dict[int, dict[str, dict[str, dict[str, float]]]]:
-    """What every leaf queue holds now, split by namespace and by submitting user (1 query).
+Split = dict[str, dict[str, dict[str, float]]]
 
-    {queue id: {"namespace": {ns: {resource: amount}}, "user": {user: {resource: amount}}}}, in
-    queue units; the user is the workload's settings.KAI_USER_LABEL label (see `user_of`).
+
+def allocated_now(cluster_id: int | None = None) -> tuple[dict[int, dict[str, float]], dict[int, Split]]:
+    """What every queue holds now, in queue units, from one aggregate over the allocated pods (plus
+    one query for the tree).
+
+    Returns the totals per queue, leaves summed into their ancestors, and per leaf queue the same
+    amounts split by namespace and by submitting user ({"namespace": {ns: {resource: amount}},
+    "user": {user: {...}}}; the user is the workload's settings.KAI_USER_LABEL label, see `user_of`).
     """
     from django.db.models.fields.json import KeyTextTransform
 
@@ -104,17 +83,27 @@ def allocated_by_owner(cluster_id: int | None = None) -> dict[int, dict[str, dic
         gpu=Coalesce(Sum("gpu"), 0.0),
         fraction=Coalesce(Sum(F("gpu_fraction") * F("gpu_devices")), 0.0),
     ).order_by()
-    out: dict[int, dict[str, dict[str, dict[str, float]]]] = {}
+    parents = dict(Queue.objects.values_list("pk", "parent_id"))
+    totals: dict[int, dict[str, float]] = {pk: dict.fromkeys(RESOURCES, 0.0) for pk in parents}
+    split: dict[int, Split] = {}
     for row in rows:
         amounts = {"cpu": float(row["cpu"]), "memory": float(row["memory"]) / MB,
                    "gpu": float(row["gpu"]) + float(row["fraction"])}
-        queue = out.setdefault(row["workload__queue_id"], {"namespace": {}, "user": {}})
+        leaf: int = row["workload__queue_id"]
+        queue = split.setdefault(leaf, {"namespace": {}, "user": {}})
         namespace = row["workload__namespace"]
         for kind, key in (("namespace", namespace), ("user", user_of(namespace, row["user"]))):
             acc = queue[kind].setdefault(key, dict.fromkeys(RESOURCES, 0.0))
             for r in RESOURCES:
                 acc[r] += amounts[r]
-    return out
+        cur: int | None = leaf
+        seen: set[int] = set()
+        while cur is not None and cur not in seen:  # the tree has no cycles, but never loop
+            seen.add(cur)
+            for r in RESOURCES:
+                totals.setdefault(cur, dict.fromkeys(RESOURCES, 0.0))[r] += amounts[r]
+            cur = parents.get(cur)
+    return totals, split
 
 
 def _gpu_pods(cluster_id: int | None = None) -> list[dict[str, Any]]:
@@ -222,8 +211,7 @@ def account_usage(at: datetime | None = None, source: UtilizationSource | None =
     width = conf.raw_width_seconds
     at = at or datetime.now(tz=UTC)
     start = _floor(at, width)
-    totals = allocated_by_queue()
-    owners = allocated_by_owner()
+    totals, owners = allocated_now()
     pods = _gpu_pods()
     source = source if source is not None else configured_source()
     readings = read_utilization(at, pods, source) if pods else None
