@@ -112,6 +112,10 @@ class SchedulingShard(TimeStampedModel):
             return str(labels.get(self.partition_label_key, "")) == self.partition_label_value
         return self.partition_label_key not in labels
 
+    def holds(self, cluster_id: int | None, labels: Any) -> bool:
+        """Whether an object of that cluster with these labels is this shard's."""
+        return self.cluster_id == cluster_id and self.matches(labels)
+
     def label_q(self, field: str = "labels") -> models.Q:
         """`matches` as a filter on a JSON labels column (`field`, e.g. "labels" or "workload__labels")."""
         from django.db.models.fields.json import KeyTextTransform

@@ -138,7 +138,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     from django.db.models import Q
     from django.http import Http404
 
-    from kaiweb.scheduling.fragmentation import annotate_rows
+    from kaiweb.scheduling.fragmentation import annotate_rows, shard_of
     from kaiweb.scheduling.models import Decision, PreemptionEvent
     from kaiweb.workloads.models import Pod
 
@@ -174,7 +174,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
         "labels": sorted((node.labels or {}).items()),
         "topology": sorted((node.topology or {}).items()) if isinstance(node.topology, dict) else [],
         "topology_keys": topology_keys,
-        "shard": next((s.name for s in shards if s.cluster_id == node.cluster_id and s.matches(node.labels)), None),
+        "shard": getattr(shard_of(node, shards), "name", None),
     }
     return render_page(request, "cluster/node.html", context)
 

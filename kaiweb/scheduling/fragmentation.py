@@ -73,7 +73,7 @@ def shard_fragmentation(shard: SchedulingShard) -> tuple[float, float]:
 
 
 def shard_of(node: Node, shards: list[SchedulingShard]) -> SchedulingShard | None:
-    return next((s for s in shards if s.cluster_id == node.cluster_id and s.matches(node.labels)), None)
+    return next((s for s in shards if s.holds(node.cluster_id, node.labels)), None)
 
 
 def node_stranded(nodes: list[Node], shards: list[SchedulingShard] | None = None,

@@ -68,7 +68,7 @@ def learned_typical_pods_by_shard(shards: list[SchedulingShard], now: dt.datetim
     for cluster_id, labels, mib in Node.objects.filter(cluster_id__in=clusters, gpu_memory_mib__gt=0).values_list(
             "cluster_id", "labels", "gpu_memory_mib"):
         for s in shards:
-            if s.cluster_id == cluster_id and s.matches(labels):
+            if s.holds(cluster_id, labels):
                 memories[s.pk][mib] += 1
     device_mib = {pk: c.most_common(1)[0][0] if c else 0 for pk, c in memories.items()}
     rows = (Pod.objects.filter(workload__cluster_id__in=clusters, workload__submitted_at__gte=since)
@@ -77,7 +77,7 @@ def learned_typical_pods_by_shard(shards: list[SchedulingShard], now: dt.datetim
             [:TYPICAL_PODS_MAX_PODS * len(shards)])
     counts: dict[int, Counter[float]] = {s.pk: Counter() for s in shards}
     for cluster_id, labels, gpu, fraction, memory_mib in rows:
-        shard = next((s for s in shards if s.cluster_id == cluster_id and s.matches(labels)), None)
+        shard = next((s for s in shards if s.holds(cluster_id, labels)), None)
         if shard is None or sum(counts[shard.pk].values()) >= TYPICAL_PODS_MAX_PODS:
             continue
         gpus = _gpus_per_pod(gpu, fraction, memory_mib, device_mib[shard.pk])

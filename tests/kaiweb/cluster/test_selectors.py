@@ -59,6 +59,8 @@ def test_shard_membership_is_one_rule_in_memory_and_in_the_database(db, value, n
     for n in Node.objects.filter(cluster=cluster):
         expected = (n.labels.get(LABEL) == value) if value else (LABEL not in n.labels)
         assert (n.name in in_db) == expected
+        assert shard.holds(cluster.pk, n.labels) == expected
+        assert not shard.holds(cluster.pk + 1, n.labels)  # another cluster's object never
 
 
 def test_the_default_shard_is_one_rule(settings):
