@@ -77,7 +77,9 @@
     var had = (document.cookie.match(/(?:^|; )kaiweb_browser_tz=([^;]*)/) || [])[1];
     if (had === zone) { return; }
     document.cookie = "kaiweb_browser_tz=" + zone + "; path=/; max-age=31536000; SameSite=Lax";
+    // Redraw only when the cookie took: a browser that refuses cookies would otherwise reload for ever.
+    var kept = (document.cookie.match(/(?:^|; )kaiweb_browser_tz=([^;]*)/) || [])[1] === zone;
     var body = document.body;
-    if (body && body.dataset.tzSetting === "browser" && body.dataset.tz !== zone) { window.location.reload(); }
+    if (kept && body && body.dataset.tzSetting === "browser" && body.dataset.tz !== zone) { window.location.reload(); }
   })();
 })();

@@ -61,3 +61,26 @@ def test_browser_local_time_shows_times_in_the_zone_the_browser_is_in(browser, l
         shot(page, "cycles-in-browser-time")
     finally:
         context.close()
+
+
+def test_browser_local_time_without_cookies_shows_utc_and_does_not_reload_for_ever(browser, live_server, viewer,
+                                                                                   login, queue_tree):
+    from kaiweb.accounts.models import Preference
+
+    Preference.objects.update_or_create(user=viewer, defaults={"time_zone": "browser"})
+    context = browser.new_context(timezone_id="Asia/Tokyo")
+    page = context.new_page()
+    try:
+        # The page script can keep no cookie (as when the browser blocks them); the server's own
+        # cookies still work.
+        page.add_init_script("""Object.defineProperty(Document.prototype, 'cookie', {
+            get() { return ''; }, set(v) {}, configurable: true });""")
+        login(page, viewer)
+        loads = []
+        page.on("load", lambda: loads.append(1))
+        page.goto(f"{live_server.url}/cycles/")
+        page.wait_for_timeout(1500)
+        assert len(loads) == 1
+        expect(page.locator("footer")).to_contain_text("times in UTC")
+    finally:
+        context.close()
