@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,18 +33,16 @@ SPLIT_FIELD = {"namespace": "by_namespace", "user": "by_user"}
 UNATTRIBUTED = "(unattributed)"
 
 
-def _split_rows(qs: Any, group: str) -> list[tuple[str, datetime, float]]:
+def _split_rows(qs: Any, group: str) -> Iterator[tuple[str, datetime, float]]:
     """(name, slot, value) of each bucket's split by namespace or user, the rest as UNATTRIBUTED."""
-    out = []
     for slot, value, split in qs.values_list("slot", "value", SPLIT_FIELD[group]).iterator():
         parts = split if isinstance(split, dict) else {}
         covered = 0.0
         for name, part in parts.items():
-            out.append((str(name), slot, float(part)))
+            yield str(name), slot, float(part)
             covered += float(part)
         if value - covered > 1e-6 * max(1.0, value):
-            out.append((UNATTRIBUTED, slot, value - covered))
-    return out
+            yield UNATTRIBUTED, slot, value - covered
 
 
 def _tree() -> tuple[dict[int, Queue], dict[int, list[int]]]:
@@ -91,16 +90,14 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
     series: dict[str, dict[datetime, float]] = defaultdict(lambda: defaultdict(float))
     totals: dict[str, float] = defaultdict(float)
     departments: dict[str, str] = {}
-    if group in SPLIT_FIELD:
-        points = _split_rows(in_window, group)
-    else:
-        points = []
+    def queue_points() -> Iterator[tuple[str, datetime, float]]:
         for row in in_window.values("queue_id", "slot").annotate(total=Sum("value")).order_by("slot"):
             q = queues[row["queue_id"]]
             dept = _top(queues, q.pk)
-            name = dept.name if group == "department" else q.name
             departments[q.name] = dept.name
-            points.append((name, row["slot"], row["total"]))
+            yield (dept.name if group == "department" else q.name), row["slot"], row["total"]
+
+    points = _split_rows(in_window, group) if group in SPLIT_FIELD else queue_points()
     for name, slot, value in points:
         amount = value / divisor
         series[name][slot] += amount
@@ -110,10 +107,10 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
     ranked = [n for n, _ in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))]
     # Queues keep the colour they have on every page; namespaces and users take distinct ones by rank.
     order = ranked if group in SPLIT_FIELD else None
-    table = [{"name": n, "department": departments.get(n, n) if group == "queue" else n, "hours": v,
+    table = [{"name": n, "department": departments.get(n, n) if group == "queue" else n, "hours": totals[n],
               "colour": charts.queue_colour(n, order),
-              "share": (100.0 * v / grand) if grand else 0.0, "average": v / hours}
-             for n, v in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))]
+              "share": (100.0 * totals[n] / grand) if grand else 0.0, "average": totals[n] / hours}
+             for n in ranked]
     width = STEP_SECONDS[step]
     now = timezone.now()
     slots = sorted({slot for pts in series.values() for slot in pts})
