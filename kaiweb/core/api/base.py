@@ -143,7 +143,8 @@ class ByNameLookupMixin:
                 named = named.filter(cluster__name=cluster[:253])
             matches = list(named[:2])
             if not matches:
-                raise Http404(f"no {queryset.model._meta.verbose_name} with id or name {key[:253]!r}")
+                where = f" in cluster {cluster[:253]!r}" if cluster else ""
+                raise Http404(f"no {queryset.model._meta.verbose_name} with id or name {key[:253]!r}{where}")
             if len(matches) > 1:
                 raise ValidationError({"cluster": [
                     f"several clusters have a {queryset.model._meta.verbose_name} named {key[:253]!r}: "

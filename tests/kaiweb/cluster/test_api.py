@@ -119,6 +119,9 @@ def test_clusters_shards_nodes_and_priority_classes_are_addressed_by_name_as_in_
     assert ambiguous.status_code == 400
     assert "?cluster=" in ambiguous.json()["cluster"][0]
     assert viewer_api.get("/api/v1/nodes/gpu-1/?cluster=east").json()["id"] == twin.pk
+    elsewhere = viewer_api.get("/api/v1/nodes/gpu-9/?cluster=default")
+    assert elsewhere.status_code == 404
+    assert "in cluster 'default'" in elsewhere.json()["detail"]
     missing = viewer_api.get("/api/v1/nodes/nope/")
     assert missing.status_code == 404
     assert "nope" in missing.json()["detail"]
