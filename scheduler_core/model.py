@@ -151,6 +151,7 @@ class QueueSpec:
     memory: QueueResource = QueueResource(quota=UNLIMITED)
     reclaim_min_runtime_s: float | None = None
     preempt_min_runtime_s: float | None = None
+    display_name: str | None = None  # shown to people; the engine does not read it
 
 
 #: taint effects; NoSchedule and NoExecute keep pods off unless tolerated, PreferNoSchedule does not

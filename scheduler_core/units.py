@@ -10,6 +10,16 @@ RESOURCE_TITLES = ("CPU", "memory", "GPU")
 #: bytes in a megabyte: queue memory quotas and limits are in MB, as in KAI's Queue CRD
 MB = 1_000_000
 _GIB = float(1 << 30)
+#: Longest value echoed back in an error message (longer ones are cut, with their length).
+SHOWN_CHARS = 80
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut to SHOWN_CHARS characters, so an error never echoes a whole document."""
+    text = repr(value)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}… ({len(text)} characters)"
 
 
 def _fixed(x: float) -> str:

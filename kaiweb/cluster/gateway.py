@@ -40,7 +40,6 @@ from kaiweb.cluster.backends.types import (
     ObservedPriorityClass,
     ObservedQueue,
     PodRef,
-    QueueSpec,
     QueueStatusUpdate,
 )
 from kaiweb.cluster.errors import (  # noqa: F401 - the errors are part of the gateway's contract
@@ -50,6 +49,7 @@ from kaiweb.cluster.errors import (  # noqa: F401 - the errors are part of the g
     ClusterTimeout,
     ClusterUnavailable,
 )
+from scheduler_core.model import QueueSpec
 
 
 @runtime_checkable

@@ -43,15 +43,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from kaiweb.cluster import grouping, status_writer
-from kaiweb.cluster.backends.kubernetes import (
-    QUEUE_GROUP,
-    QUEUE_VERSION,
-    diff_queues,
-    parse_pod,
-    parse_pod_group,
-    parse_queue_spec,
-    queue_crd_spec,
-)
+from kaiweb.cluster.backends.kubernetes import diff_queues, parse_pod, parse_pod_group
 from kaiweb.cluster.backends.types import (
     POD_GROUP_ANNOTATION,
     Listing,
@@ -61,8 +53,6 @@ from kaiweb.cluster.backends.types import (
     ObservedPriorityClass,
     ObservedQueue,
     PodRef,
-    QueueResource,
-    QueueSpec,
     QueueStatusUpdate,
     ResourceAmounts,
     Unreadable,
@@ -81,6 +71,8 @@ from kaiweb.cluster.watch import DELETED, MODIFIED, SYNCED, WatchEvent
 from kaiweb.core import clock
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
+from scheduler_core import queue_crd
+from scheduler_core.model import QueueSpec
 from scheduler_core.units import MB
 
 log = logging.getLogger(__name__)
@@ -701,22 +693,8 @@ def _import_priority_classes(classes: Iterable[ObservedPriorityClass], report: S
 # ----------------------------------------------------------------------------------- queues
 
 
-def queue_spec_of(queue: Any, parent: str | None) -> QueueSpec:
-    """A Queue row as the CRD describes it."""
-
-    def res(r: str) -> QueueResource:
-        return QueueResource(quota=float(getattr(queue, f"{r}_quota")), limit=float(getattr(queue, f"{r}_limit")),
-                             over_quota_weight=float(getattr(queue, f"{r}_over_quota_weight")))
-
-    return QueueSpec(name=queue.name, parent=parent, priority=queue.priority, display_name=queue.display_name or None,
-                     cpu=res("cpu"), memory=res("memory"), gpu=res("gpu"))
-
-
 def _crd_yaml(specs: Iterable[QueueSpec]) -> str:
-
-    return yaml.safe_dump_all([{"apiVersion": f"{QUEUE_GROUP}/{QUEUE_VERSION}", "kind": "Queue",
-                                "metadata": {"name": s.name}, "spec": queue_crd_spec(s)} for s in specs],
-                              sort_keys=False)
+    return yaml.safe_dump_all([queue_crd.write(s) for s in specs], sort_keys=False)
 
 
 def import_queues(specs: Sequence[QueueSpec]) -> tuple[list[str], list[Problem]]:
@@ -757,21 +735,6 @@ def import_queues(specs: Sequence[QueueSpec]) -> tuple[list[str], list[Problem]]
     return done, problems
 
 
-def _spec_changes(db: QueueSpec, crd: QueueSpec) -> dict[str, tuple[Any, Any]]:
-    """CRD path → (cluster value, database value) for each value that differs."""
-    out: dict[str, tuple[Any, Any]] = {}
-    for path, a, b in (("spec.parentQueue", db.parent, crd.parent), ("spec.priority", db.priority, crd.priority),
-                       ("spec.displayName", db.display_name, crd.display_name)):
-        if a != b:
-            out[path] = (b, a)
-    for r in ("cpu", "memory", "gpu"):
-        for label, attr in (("quota", "quota"), ("limit", "limit"), ("overQuotaWeight", "over_quota_weight")):
-            a, b = getattr(getattr(db, r), attr), getattr(getattr(crd, r), attr)
-            if a != b:
-                out[f"spec.resources.{r}.{label}"] = (b, a)
-    return out
-
-
 def _audit_override(name: str, changes: Mapping[str, tuple[Any, Any]]) -> None:
     """An audit entry on the queue: the cluster's values (before) replaced by the database's (after)."""
     from kaiweb.audit import services as audit
@@ -791,7 +754,7 @@ def _database_specs() -> dict[str, QueueSpec]:
 
     rows = list(Queue.objects.all())
     names = {q.pk: q.name for q in rows}
-    return {q.name: queue_spec_of(q, names.get(q.parent_id)) for q in rows}
+    return {q.name: q.to_spec(names.get(q.parent_id)) for q in rows}
 
 
 def sync_queues(gateway: Any, cluster: Cluster, listing: Listing[ObservedQueue] | None = None) -> tuple[
@@ -831,7 +794,8 @@ def sync_queues(gateway: Any, cluster: Cluster, listing: Listing[ObservedQueue] 
                                      f"{exc}", deferred=False))
             continue
         if action.op == "update" and action.spec is not None:
-            changes = _spec_changes(action.spec, observed[action.name].spec)
+            changes = {path: (was, now) for path, (now, was) in
+                       queue_crd.differences(action.spec, observed[action.name].spec).items()}
             for path, (was, now) in changes.items():
                 log.warning("Queue %s: %s %r in the cluster overridden by the database's %r", action.name, path, was,
                             now)
@@ -851,8 +815,7 @@ def sync_queues(gateway: Any, cluster: Cluster, listing: Listing[ObservedQueue] 
 
 
 def _spec_json(spec: QueueSpec) -> dict[str, Any]:
-
-    return queue_crd_spec(spec)
+    return queue_crd.write_spec(spec)
 
 
 def _agreed_specs(state: MirrorState) -> dict[str, QueueSpec]:
@@ -861,10 +824,9 @@ def _agreed_specs(state: MirrorState) -> dict[str, QueueSpec]:
     recorded = state.synced_queues if isinstance(state.synced_queues, dict) else {}
     out = {}
     for name, spec in recorded.items():
-        try:
-            out[name] = parse_queue_spec(name, spec)
-        except Exception:  # noqa: BLE001 - an unreadable record is as good as none
-            continue
+        reading = queue_crd.read({"metadata": {"name": name}, "spec": spec}, strict=False)
+        if reading.spec is not None:  # an unreadable record is as good as none
+            out[name] = reading.spec
     return out
 
 

@@ -21,9 +21,9 @@ from typing import Any
 import yaml
 from django.conf import settings
 
+from scheduler_core.units import shown  # how a value reads in an error: one rule, the engine's
+
 DEFAULT_MAX_DEPTH = 32
-#: Longest value echoed back in an error message (longer ones are cut, with their length).
-SHOWN_CHARS = 80
 
 
 class InputRejected(ValueError):
@@ -32,14 +32,6 @@ class InputRejected(ValueError):
 
 def max_depth() -> int:
     return int(getattr(settings, "KAI_MAX_INPUT_DEPTH", DEFAULT_MAX_DEPTH))
-
-
-def shown(value: Any) -> str:
-    """``repr(value)`` cut to SHOWN_CHARS characters, so an error never echoes a whole document."""
-    text = repr(value)
-    if len(text) <= SHOWN_CHARS:
-        return text
-    return f"{text[:SHOWN_CHARS]}… ({len(text)} characters)"
 
 
 def finite_number(value: Any) -> float | None:

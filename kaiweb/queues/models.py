@@ -13,6 +13,7 @@ from kaiweb.core.choices import RESOURCES, UNLIMITED
 from kaiweb.core.models import TimeStampedModel
 from kaiweb.queues.choices import DEFAULT_QUEUE_PRIORITY, NON_PREEMPTIBLE_FROM, MembershipRole
 from scheduler_core import model as m
+from scheduler_core import queue_crd
 from scheduler_core.units import MB
 
 # Queue memory is in MB (10^6 bytes) as in the Queue CRD; the engine counts bytes.
@@ -93,17 +94,6 @@ class Queue(TimeStampedModel):
     def __str__(self) -> str:
         return self.name
 
-    def resources(self) -> dict[str, dict[str, float]]:
-        """Quota, limit and over-quota weight per resource, keyed like the CRD."""
-        return {
-            r: {
-                "quota": getattr(self, f"{r}_quota"),
-                "limit": getattr(self, f"{r}_limit"),
-                "overQuotaWeight": getattr(self, f"{r}_over_quota_weight"),
-            }
-            for r in RESOURCES
-        }
-
     def clean(self) -> None:
         from kaiweb.queues.validators import validate_queue_fields
 
@@ -135,22 +125,28 @@ class Queue(TimeStampedModel):
             memory=res("memory", MB),
             reclaim_min_runtime_s=seconds(self.reclaim_min_runtime),
             preempt_min_runtime_s=seconds(self.preempt_min_runtime),
+            display_name=self.display_name or None,
         )
 
-    @classmethod
-    def from_spec(cls, spec: Any) -> Queue:
-        """An unsaved Queue from an engine QueueSpec (memory bytes → MB; the parent is looked up by name)."""
-        values: dict[str, Any] = {"name": spec.name, "priority": spec.priority}
+    @staticmethod
+    def spec_values(spec: m.QueueSpec) -> dict[str, Any]:
+        """The model's field values of an engine QueueSpec (memory bytes → MB; durations as
+        timedeltas), without the parent, which is a name in the spec and a row here."""
+        values: dict[str, Any] = {"name": spec.name, "priority": spec.priority, "display_name": spec.display_name or ""}
         for r in RESOURCES:
             res = getattr(spec, r)
-            scale = float(MB) if r == "memory" else 1.0
-            values[f"{r}_quota"] = res.quota if res.quota < 0 else res.quota / scale
-            values[f"{r}_limit"] = res.limit if res.limit < 0 else res.limit / scale
+            for attr in ("quota", "limit"):
+                values[f"{r}_{attr}"] = float(queue_crd.crd_amount(r, getattr(res, attr)))
             values[f"{r}_over_quota_weight"] = res.over_quota_weight
         for attr in ("preempt_min_runtime", "reclaim_min_runtime"):
             seconds = getattr(spec, f"{attr}_s")
             values[attr] = None if seconds is None else dt.timedelta(seconds=seconds)
-        queue = cls(**values)
+        return values
+
+    @classmethod
+    def from_spec(cls, spec: m.QueueSpec) -> Queue:
+        """An unsaved Queue from an engine QueueSpec (the parent is looked up by name)."""
+        queue = cls(**cls.spec_values(spec))
         if spec.parent:
             queue.parent = cls.objects.filter(name=spec.parent).first()
         return queue

@@ -3,52 +3,27 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 
-from kaiweb.core.choices import RESOURCES, UNLIMITED
+from kaiweb.core.choices import RESOURCES
+from scheduler_core import queue_crd
 
 if TYPE_CHECKING:
     from kaiweb.queues.models import Queue
 
 #: The longest minimum runtime: KAI's CRD field is a Go duration (int64 nanoseconds, about 292 years).
-MAX_DURATION = dt.timedelta(microseconds=(2**63 - 1) // 1000)
+MAX_DURATION = dt.timedelta(microseconds=queue_crd.MAX_DURATION_US)
 #: A queue priority is a 32-bit integer in KAI's Queue CRD.
 PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
 
 
-def _not_number(value: Any) -> bool:
-    return isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
-
-
 def quota_errors(resource: str, quota: float, limit: float, weight: float) -> dict[str, str]:
-    """Errors of one resource's quota/limit/weight, keyed by field name (empty when valid)."""
-    errors: dict[str, str] = {}
-    for field, value in ((f"{resource}_quota", quota), (f"{resource}_limit", limit)):
-        if value is None:
-            errors[field] = "is required (-1 for unlimited)"
-        elif _not_number(value):
-            errors[field] = "must be a finite number (-1 for unlimited)"
-        elif value < 0 and value != UNLIMITED:
-            errors[field] = f"must be -1 (unlimited) or a non-negative amount, not {value:g}"
-    if weight is None:
-        errors[f"{resource}_over_quota_weight"] = "is required"
-    elif _not_number(weight):
-        errors[f"{resource}_over_quota_weight"] = "must be a finite number"
-    elif weight < 0:
-        errors[f"{resource}_over_quota_weight"] = f"must not be negative (got {weight:g}); 0 means no share of the surplus"
-    if f"{resource}_quota" in errors or f"{resource}_limit" in errors:
-        return errors
-    if limit != UNLIMITED:
-        if quota == UNLIMITED:
-            errors[f"{resource}_limit"] = (
-                f"limit {limit:g} is below the quota (unlimited); use -1 for the limit or lower the quota"
-            )
-        elif limit < quota:
-            errors[f"{resource}_limit"] = f"limit {limit:g} is below the quota {quota:g}; a limit must be -1 or ≥ the quota"
-    return errors
+    """Errors of one resource's quota/limit/weight, keyed by model field (empty when valid). The
+    rule is the Queue CRD's (``scheduler_core.queue_crd.resource_problems``), in any one unit."""
+    return {f"{resource}_{queue_crd.RESOURCE_KEYS[key]}": message
+            for key, message in queue_crd.resource_problems(quota, limit, weight).items()}
 
 
 def validate_queue_fields(queue: Queue) -> None:

@@ -4,14 +4,13 @@ Import is all-or-nothing: every document is checked (shape, field rules, parents
 the file and the database) and every problem is listed with its document number and the CRD
 field it concerns; only a file without errors is applied, in one transaction, parents first.
 Queues already in the database are updated (like `kubectl apply`); queues not in the file are
-left alone. Unset fields follow KAI: quota 0, limit 0 (a cap of zero!), over-quota weight 0,
-priority 100 — with a warning for the surprising ones.
+left alone. Documents are read and written by the one Queue CRD codec
+(``scheduler_core.queue_crd``, strict here): unset fields follow KAI (quota 0, limit 0 — a cap of
+zero, with a warning — over-quota weight 0, priority 100).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,16 +24,11 @@ from kaiweb.core import inputs
 from kaiweb.core.choices import RESOURCES
 from kaiweb.core.services import error_dict
 from kaiweb.queues import services
-from kaiweb.queues.choices import DEFAULT_QUEUE_PRIORITY
 from kaiweb.queues.models import Queue
 from kaiweb.queues.services import find_cycle
-from kaiweb.queues.validators import MAX_DURATION, quota_errors
 from kaiweb.workloads.choices import ACTIVE_WORKLOAD_STATES
+from scheduler_core import queue_crd
 
-API_VERSION = "scheduling.run.ai/v2"
-KIND = "Queue"
-SPEC_KEYS = {"displayName", "parentQueue", "priority", "resources", "preemptMinRuntime", "reclaimMinRuntime"}
-RESOURCE_KEYS = {"quota", "limit", "overQuotaWeight"}
 # Where a model field lives in the CRD, for error messages.
 CRD_PATH = {
     "name": "metadata.name",
@@ -48,8 +42,6 @@ CRD_PATH = {
     **{f"{r}_limit": f"spec.resources.{r}.limit" for r in RESOURCES},
     **{f"{r}_over_quota_weight": f"spec.resources.{r}.overQuotaWeight" for r in RESOURCES},
 }
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
-_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,51 +84,7 @@ class _Doc:
     values: dict[str, Any]
 
 
-# ------------------------------------------------------------------------------------------ durations
-
-
-def parse_duration(text: Any) -> dt.timedelta:
-    """A Go duration string ("90s", "5m", "1h30m") as a timedelta; ValueError if unreadable or
-    longer than a Go duration can be (about 292 years, the CRD field's type)."""
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        seconds = inputs.finite_number(text)
-        if seconds is None:
-            raise ValueError(f"must be a finite number of seconds or a duration like '90s', not {inputs.shown(text)}")
-    elif isinstance(text, str) and text:
-        pos, seconds = 0, 0.0
-        for match in _DURATION_PART.finditer(text):
-            if match.start() != pos:
-                break
-            seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-            pos = match.end()
-        if pos != len(text):
-            raise ValueError(f"must be a duration like '90s', '5m' or '1h30m', not {inputs.shown(text)}")
-    else:
-        raise ValueError(f"must be a duration like '90s', '5m' or '1h30m', not {inputs.shown(text)}")
-    if not 0 <= seconds <= MAX_DURATION.total_seconds():
-        raise ValueError(
-            f"must be between 0s and {format_duration(MAX_DURATION)} (the longest Go duration), not {inputs.shown(text)}"
-        )
-    return dt.timedelta(seconds=seconds)
-
-
-def format_duration(value: dt.timedelta) -> str:
-    """A timedelta as a Go duration string ("1h30m", "90s" → "1m30s")."""
-    total = value.total_seconds()
-    hours, rest = divmod(int(total), 3600)
-    minutes, seconds = divmod(rest, 60)
-    frac = total - int(total)
-    out = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
-    if seconds or frac or not out:
-        out += f"{seconds + frac:g}s"
-    return out
-
-
 # ------------------------------------------------------------------------------------------ parsing
-
-
-def _number(value: Any) -> float | None:
-    return inputs.finite_number(value)
 
 
 def _documents(text: str) -> list[Any]:
@@ -153,91 +101,22 @@ def _documents(text: str) -> list[Any]:
 
 
 def _parse_document(index: int, doc: Any, problems: list[ImportProblem], warnings: list[str]) -> _Doc | None:
-    def problem(name: str, path: str, message: str) -> None:
-        problems.append(ImportProblem(index, name, path, message))
-
-    if not isinstance(doc, dict):
-        problem("", "", f"must be a mapping (a Queue object), not {type(doc).__name__}")
+    """One document through the Queue CRD reader (strict), then the model's own field rules."""
+    reading = queue_crd.read(doc, strict=True)
+    name = reading.name
+    problems.extend(ImportProblem(index, name, p.field, p.message) for p in reading.problems)
+    warnings.extend(reading.warnings)
+    if reading.spec is None:
         return None
-    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    name = metadata.get("name") if isinstance(metadata.get("name"), str) else ""
-    start = len(problems)
-    if doc.get("apiVersion") != API_VERSION:
-        problem(name, "apiVersion", f"must be {API_VERSION}, not {inputs.shown(doc.get('apiVersion'))}")
-    if doc.get("kind") != KIND:
-        problem(name, "kind", f"must be {KIND}, not {inputs.shown(doc.get('kind'))}")
-    if not name:
-        problem(name, "metadata.name", "is required")
-    spec = doc.get("spec")
-    if not isinstance(spec, dict):
-        problem(name, "spec", "is required and must be a mapping")
-        return None
-    for key in sorted(set(spec) - SPEC_KEYS):
-        problem(name, f"spec.{key}", f"is not a Queue field (known: {', '.join(sorted(SPEC_KEYS))})")
-    values: dict[str, Any] = {"name": name, "display_name": spec.get("displayName") or ""}
-    if not isinstance(values["display_name"], str):
-        problem(name, "spec.displayName", "must be a string")
-    labels = metadata.get("labels") or {}
-    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-        problem(name, "metadata.labels", "must map label names to strings")
-    else:
-        values["labels"] = labels
-    parent = spec.get("parentQueue")
-    if parent not in (None, "") and not isinstance(parent, str):
-        problem(name, "spec.parentQueue", "must be a queue name")
-    values["parent"] = parent or None
-    priority = spec.get("priority", DEFAULT_QUEUE_PRIORITY)
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        problem(name, "spec.priority", f"must be an integer, not {inputs.shown(priority)}")
-    values["priority"] = priority
-    for key, attr in (("preemptMinRuntime", "preempt_min_runtime"), ("reclaimMinRuntime", "reclaim_min_runtime")):
-        if spec.get(key) not in (None, ""):
-            try:
-                values[attr] = parse_duration(spec[key])
-            except ValueError as exc:
-                problem(name, f"spec.{key}", str(exc))
-        else:
-            values[attr] = None
-    resources = spec.get("resources")
-    if not isinstance(resources, dict):
-        # KAI's admission webhook rejects a Queue without spec.resources.
-        problem(name, "spec.resources", "is required (a mapping of cpu, memory and gpu)")
-        return None
-    for key in sorted(set(resources) - set(RESOURCES)):
-        problem(name, f"spec.resources.{key}", "is not a queue resource (cpu, memory, gpu)")
-    for r in RESOURCES:
-        entry = resources.get(r) or {}
-        if not isinstance(entry, dict):
-            problem(name, f"spec.resources.{r}", "must be a mapping of quota, limit, overQuotaWeight")
-            continue
-        for key in sorted(set(entry) - RESOURCE_KEYS):
-            problem(name, f"spec.resources.{r}.{key}", "is not a resource field (quota, limit, overQuotaWeight)")
-        for key, attr in (("quota", "quota"), ("limit", "limit"), ("overQuotaWeight", "over_quota_weight")):
-            raw = entry.get(key, 0)
-            number = _number(raw)
-            if number is None:
-                problem(name, f"spec.resources.{r}.{key}", f"must be a finite number, not {inputs.shown(raw)}")
-                number = 0.0
-            values[f"{r}_{attr}"] = number
-        if "limit" not in entry:
-            warnings.append(
-                f"{name}: spec.resources.{r}.limit is unset, which KAI reads as a cap of 0 "
-                f"(no {r} at all); set -1 for no cap"
-            )
-        for model_field, message in quota_errors(
-            r, values[f"{r}_quota"], values[f"{r}_limit"], values[f"{r}_over_quota_weight"]
-        ).items():
-            problem(name, CRD_PATH[model_field], message)
-    if len(problems) > start:
-        return None
-    try:  # the remaining field rules (name format, lengths) of the model
+    values = {**Queue.spec_values(reading.spec), "labels": reading.labels, "parent": reading.spec.parent}
+    try:  # the remaining field rules (name format, lengths, priority range) of the model
         Queue(**{k: v for k, v in values.items() if k != "parent"}).full_clean(
             exclude=["parent"], validate_unique=False, validate_constraints=False
         )
     except ValidationError as exc:
         for key, messages in error_dict(exc).items():
             for message in messages:
-                problem(name, CRD_PATH.get(key, key), message)
+                problems.append(ImportProblem(index, name, CRD_PATH.get(key, key), message))
         return None
     return _Doc(index, name, values)
 
@@ -356,34 +235,9 @@ def import_queues(
 # ------------------------------------------------------------------------------------------ export
 
 
-def _plain(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else value
-
-
 def queue_to_crd(queue: Queue) -> dict[str, Any]:
     """One queue as a Queue CRD object."""
-    metadata: dict[str, Any] = {"name": queue.name}
-    if queue.labels:
-        metadata["labels"] = dict(queue.labels)
-    spec: dict[str, Any] = {}
-    if queue.display_name:
-        spec["displayName"] = queue.display_name
-    if queue.parent_id:
-        spec["parentQueue"] = queue.parent.name
-    spec["priority"] = queue.priority
-    spec["resources"] = {
-        r: {
-            "quota": _plain(getattr(queue, f"{r}_quota")),
-            "limit": _plain(getattr(queue, f"{r}_limit")),
-            "overQuotaWeight": _plain(getattr(queue, f"{r}_over_quota_weight")),
-        }
-        for r in RESOURCES
-    }
-    if queue.preempt_min_runtime is not None:
-        spec["preemptMinRuntime"] = format_duration(queue.preempt_min_runtime)
-    if queue.reclaim_min_runtime is not None:
-        spec["reclaimMinRuntime"] = format_duration(queue.reclaim_min_runtime)
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
+    return queue_crd.write(queue.to_spec(queue.parent.name if queue.parent_id else None), queue.labels)
 
 
 def export_queues(queues: Iterable[Queue] | None = None) -> str:

@@ -1,8 +1,7 @@
 """The ``replay`` command: reads the queue tree YAML and the trace, runs the replay or the what-if.
 
 YAML is read here and nowhere else in the simulator. Queue files are Queue CRDs
-(``scheduling.run.ai/v2``, one document per queue): CPU in millicores, memory in MB, GPU in
-devices, -1 = unlimited.
+(``scheduling.run.ai/v2``, one document per queue), read by ``scheduler_core.queue_crd``.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler_core import model as m
+from scheduler_core import queue_crd
 from scheduler_core.sim.replay import ReplayCluster, ReplayConfig, replay
 from scheduler_core.sim.traces import Job, JobTrace, read_job_trace
 from scheduler_core.sim.whatif import what_if
@@ -45,59 +45,22 @@ def resolve_trace(name: str, traces_root: str | None) -> Path:
     raise ValueError(f"--trace: unknown trace {name!r}; known: {', '.join(NAMED_TRACES)} or a .csv path")
 
 
-def _num(doc: dict[str, Any], where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{where}: expected a number, got {value!r}")
-    return float(value)
-
-
-def _resource(spec: dict[str, Any], key: str, where: str, scale: float) -> m.QueueResource:
-    raw = (spec.get("resources") or {}).get(key)
-    if raw is None:
-        return m.QueueResource(quota=m.UNLIMITED if key != "gpu" else 0.0)
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where}.resources.{key}: expected a mapping with quota/limit/overQuotaWeight")
-    quota = _num(spec, f"{where}.resources.{key}.quota", raw.get("quota", 0))
-    limit = _num(spec, f"{where}.resources.{key}.limit", raw.get("limit", -1))
-    weight = _num(spec, f"{where}.resources.{key}.overQuotaWeight", raw.get("overQuotaWeight", 1))
-    if weight < 0:
-        raise ValueError(f"{where}.resources.{key}.overQuotaWeight: must be >= 0, got {weight}")
-    def conv(v: float) -> float:
-        return v if v < 0 else v * scale  # -1 stays "unlimited"
-
-    return m.QueueResource(quota=conv(quota), limit=conv(limit), over_quota_weight=weight)
-
-
 def queues_from_documents(docs: Sequence[Any], source: str = "queues") -> tuple[m.QueueSpec, ...]:
-    """Queue CRD documents → ``QueueSpec``s. Every problem names the document and field."""
+    """Queue CRD documents → ``QueueSpec``s, read by the one Queue CRD codec (``queue_crd``,
+    strict: KAI's defaults, unknown keys refused). Every problem names the document and field."""
     out: list[m.QueueSpec] = []
     seen: set[str] = set()
     for i, doc in enumerate(d for d in docs if d is not None):
-        where = f"{source}[{i}]"
-        if not isinstance(doc, dict) or doc.get("kind") != "Queue":
-            raise ValueError(f"{where}.kind: expected a Queue document")
-        name = (doc.get("metadata") or {}).get("name")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{where}.metadata.name: a queue needs a name")
-        if name in seen:
-            raise ValueError(f"{where}.metadata.name: duplicate queue {name!r}")
-        seen.add(name)
-        spec = doc.get("spec") or {}
-        where = f"{source}[{name}].spec"
-        priority = spec.get("priority", 100)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValueError(f"{where}.priority: expected an integer, got {priority!r}")
-        out.append(
-            m.QueueSpec(
-                name=name,
-                parent=spec.get("parentQueue") or None,
-                priority=priority,
-                creation=float(i),
-                gpu=_resource(spec, "gpu", where, 1.0),
-                cpu=_resource(spec, "cpu", where, 1.0),
-                memory=_resource(spec, "memory", where, 1e6),
-            )
-        )
+        reading = queue_crd.read(doc, strict=True, creation=float(i))
+        where = f"{source}[{reading.name or i}]"
+        if reading.problems:
+            first = reading.problems[0]
+            raise ValueError(f"{where}.{first.field}: {first.message}" if first.field else f"{where}: {first.message}")
+        assert reading.spec is not None  # a reading without problems has its spec
+        if reading.name in seen:
+            raise ValueError(f"{where}.metadata.name: duplicate queue {reading.name!r}")
+        seen.add(reading.name)
+        out.append(reading.spec)
     names = {q.name for q in out}
     for q in out:
         if q.parent and q.parent not in names:

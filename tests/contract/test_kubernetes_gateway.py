@@ -20,8 +20,6 @@ from kaiweb.cluster.backends.types import (
     ObservedQueue,
     PodRef,
     PodState,
-    QueueResource,
-    QueueSpec,
     QueueStatusUpdate,
     ResourceAmounts,
 )
@@ -32,6 +30,7 @@ from kaiweb.cluster.gateway import (
     ClusterUnavailable,
     get_gateway,
 )
+from scheduler_core.model import QueueResource, QueueSpec
 from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
 from tests.kube.fixtures import _real_server, apiserver, kube_cluster  # noqa: F401 - fixtures
 from tests.kube.servers import FakeServer, RealServer
@@ -388,12 +387,14 @@ def test_list_queues_maps_the_spec_and_unset_values_take_kai_meaning(
     ("spec", "field", "rule"),
     [
         ({"priority": 1}, "spec.resources", "is required"),
-        ({"resources": {"gpu": {"quota": "lots"}}}, "spec.resources.gpu.quota", "must be a number"),
-        ({"resources": {"cpu": {"limit": -5}}}, "spec.resources.cpu.limit", "must be -1 (unlimited) or at least 0"),
+        ({"resources": {"gpu": {"quota": "lots"}}}, "spec.resources.gpu.quota", "must be a finite number"),
+        ({"resources": {"cpu": {"limit": -5}}}, "spec.resources.cpu.limit",
+         "must be -1 (unlimited) or a non-negative amount"),
         ({"resources": {"memory": {"overQuotaWeight": -1}}}, "spec.resources.memory.overQuotaWeight",
-         "must be at least 0"),
-        ({"resources": {"gpu": 4}}, "spec.resources.gpu", "must be an object"),
-        ({"priority": "high", "resources": {}}, "spec.priority", "must be a whole number"),
+         "must not be negative"),
+        ({"resources": {"gpu": 4}}, "spec.resources.gpu", "must be a mapping"),
+        ({"priority": "high", "resources": {}}, "spec.priority", "must be an integer"),
+        ({"resources": {}, "reclaimMinRuntime": "soon"}, "spec.reclaimMinRuntime", "must be a duration"),
     ],
 )
 def test_a_queue_with_malformed_resources_is_reported_and_the_others_listed(

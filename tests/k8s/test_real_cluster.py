@@ -14,9 +14,10 @@ import pytest
 from kubernetes import client
 
 from kaiweb.cluster.backends.kubernetes import KubernetesGateway, load_configuration
-from kaiweb.cluster.backends.types import QueueResource, QueueSpec, Unreadable
+from kaiweb.cluster.backends.types import Unreadable
 from kaiweb.cluster.gateway import ClusterRejected
 from kaiweb.cluster.watch import ResourceWatch, WatchEvent, resource_kinds
+from scheduler_core.model import QueueResource, QueueSpec
 
 pytestmark = [
     pytest.mark.k8s,

@@ -68,14 +68,11 @@ from kaiweb.cluster.backends.types import (
     ObservedTopology,
     PodRef,
     PodState,
-    QueueResource,
-    QueueSpec,
     QueueStatusUpdate,
     QueueSyncAction,
     ResourceAmounts,
     SubGroup,
     Taint,
-    TopologyConstraint,
     Unreadable,
 )
 from kaiweb.cluster.errors import (
@@ -85,6 +82,8 @@ from kaiweb.cluster.errors import (
     ClusterTimeout,
     ClusterUnavailable,
 )
+from scheduler_core import queue_crd
+from scheduler_core.model import QueueSpec, TopologyConstraint
 
 logger = logging.getLogger(__name__)
 
@@ -551,62 +550,16 @@ def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
         return _unreadable("SchedulingShard", raw, bad)
 
 
-def _number(block: Mapping[str, Any], key: str, field: str, minimum: float) -> float:
-    value = block.get(key, 0)
-    if value is None:
-        return 0.0
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _Bad(field, "must be a number", value)
-    if value < minimum:
-        rule = "must be -1 (unlimited) or at least 0" if minimum == -1 else "must be at least 0"
-        raise _Bad(field, rule, value)
-    return float(value)
-
-
-def parse_queue_spec(name: str, spec: Any) -> QueueSpec:
-    """A `QueueSpec` from a CRD spec; raises `_Bad` naming the field and the rule."""
-    if not isinstance(spec, Mapping):
-        raise _Bad("spec", "is required", spec)
-    resources = spec.get("resources")
-    if not isinstance(resources, Mapping):
-        raise _Bad("spec.resources", "is required (quota, limit and overQuotaWeight per resource)", resources)
-    parsed: dict[str, QueueResource] = {}
-    for resource in ("cpu", "memory", "gpu"):
-        block = resources.get(resource) or {}
-        field = f"spec.resources.{resource}"
-        if not isinstance(block, Mapping):
-            raise _Bad(field, "must be an object with quota, limit and overQuotaWeight", block)
-        quota = _number(block, "quota", f"{field}.quota", -1)
-        limit = _number(block, "limit", f"{field}.limit", -1)
-        if limit >= 0 and (quota < 0 or quota > limit):
-            # KAI takes a limit below the quota: the limit wins, the queue never gets more and its fair
-            # share is capped by it. kaiweb's queues keep quota ≤ limit, so such a quota reads as the limit.
-            quota = limit
-        parsed[resource] = QueueResource(
-            quota=quota, limit=limit,
-            over_quota_weight=_number(block, "overQuotaWeight", f"{field}.overQuotaWeight", 0),
-        )
-    priority = spec.get("priority", 100)
-    if priority is None:
-        priority = 100
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise _Bad("spec.priority", "must be a whole number", priority)
-    parent = spec.get("parentQueue") or None
-    if parent is not None and not isinstance(parent, str):
-        raise _Bad("spec.parentQueue", "must be a queue name", parent)
-    return QueueSpec(name=name, parent=parent, priority=priority, display_name=spec.get("displayName") or None,
-                     cpu=parsed["cpu"], memory=parsed["memory"], gpu=parsed["gpu"])
-
-
 @_never_raises("Queue")
 def parse_queue(raw: Mapping[str, Any]) -> ObservedQueue | Unreadable:
-    try:
-        meta = _meta(raw)
-        return ObservedQueue(spec=parse_queue_spec(meta.get("name", ""), raw.get("spec")),
-                             uid=meta.get("uid", "") or "", resource_version=str(meta.get("resourceVersion", "")),
-                             status=dict(raw.get("status") or {}))
-    except _Bad as bad:
-        return _unreadable("Queue", raw, bad)
+    """A Queue the cluster holds, read as KAI reads it (``queue_crd.read``, lenient)."""
+    reading = queue_crd.read(raw, strict=False)
+    if reading.spec is None:
+        first = reading.problems[0]
+        return _unreadable("Queue", raw, _Bad(first.field, first.message, first.value))
+    meta = _meta(raw)
+    return ObservedQueue(spec=reading.spec, uid=meta.get("uid", "") or "",
+                         resource_version=str(meta.get("resourceVersion", "")), status=dict(raw.get("status") or {}))
 
 
 @_never_raises("PriorityClass")
@@ -621,26 +574,6 @@ def parse_priority_class(raw: Mapping[str, Any]) -> ObservedPriorityClass | Unre
                                  resource_version=str(meta.get("resourceVersion", "")))
 
 
-def queue_crd_spec(spec: QueueSpec) -> dict[str, Any]:
-    """The CRD ``spec`` for a `QueueSpec` (every field explicit, so nothing relies on defaults)."""
-
-    def block(r: QueueResource) -> dict[str, Any]:
-        def num(v: float) -> int | float:
-            return int(v) if float(v).is_integer() else v
-
-        return {"quota": num(r.quota), "limit": num(r.limit), "overQuotaWeight": num(r.over_quota_weight)}
-
-    body: dict[str, Any] = {
-        "priority": spec.priority,
-        "resources": {"cpu": block(spec.cpu), "memory": block(spec.memory), "gpu": block(spec.gpu)},
-    }
-    if spec.parent:
-        body["parentQueue"] = spec.parent
-    if spec.display_name:
-        body["displayName"] = spec.display_name
-    return body
-
-
 def _quantity_text(amounts: ResourceAmounts) -> dict[str, str]:
     gpus = f"{amounts.gpus:.4f}".rstrip("0").rstrip(".")
     return {"cpu": f"{amounts.cpu_millis}m", "memory": str(amounts.memory_bytes), GPU_RESOURCE: gpus or "0"}
@@ -650,17 +583,12 @@ def _quantity_text(amounts: ResourceAmounts) -> dict[str, str]:
 
 
 def _spec_differences(db: QueueSpec, cluster: QueueSpec) -> list[str]:
-    out = []
-    for label, a, b in (("parentQueue", db.parent, cluster.parent), ("priority", db.priority, cluster.priority),
-                        ("displayName", db.display_name, cluster.display_name)):
-        if a != b:
-            out.append(f"{label} {b!r} → {a!r}")
-    for resource in ("cpu", "memory", "gpu"):
-        ra, rb = getattr(db, resource), getattr(cluster, resource)
-        for label, attr in (("quota", "quota"), ("limit", "limit"), ("overQuotaWeight", "over_quota_weight")):
-            if getattr(ra, attr) != getattr(rb, attr):
-                out.append(f"resources.{resource}.{label} {getattr(rb, attr):g} → {getattr(ra, attr):g}")
-    return out
+    return [f"{path.removeprefix('spec.')} {_shown(was)} → {_shown(now)}"
+            for path, (now, was) in queue_crd.differences(db, cluster).items()]
+
+
+def _shown(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) and not isinstance(value, bool) else repr(value)
 
 
 def _depth(name: str, parents: Mapping[str, str | None]) -> int:
@@ -709,9 +637,9 @@ def diff_queues(
             continue
         changes = _spec_differences(spec, seen[name].spec)
         before = (base or {}).get(name)
-        if changes and before is not None and before != seen[name].spec:
+        if changes and before is not None and queue_crd.differences(before, seen[name].spec):
             detail = "; ".join(_spec_differences(seen[name].spec, spec))
-            if before == spec:
+            if not queue_crd.differences(before, spec):
                 message = f"Queue {name} was changed in the cluster: its values replace the database's: {detail}."
             else:
                 message = (f"Queue {name} was changed in both the cluster and the database; the cluster wins, "
@@ -1251,8 +1179,7 @@ class KubernetesGateway:
                 if err.status != 404:
                     raise
                 raw = None
-            body: dict[str, Any] = {"apiVersion": f"{QUEUE_GROUP}/{QUEUE_VERSION}", "kind": "Queue",
-                                    "metadata": {"name": spec.name}, "spec": queue_crd_spec(spec)}
+            body = queue_crd.write(spec)
             try:
                 if raw is None:
                     created = self._json(operation, self.custom.create_cluster_custom_object,

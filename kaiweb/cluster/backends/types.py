@@ -5,8 +5,8 @@ These frozen dataclasses are what the scheduling cycle reads from, and hands to,
 Kubernetes backend produce the same shapes.
 
 Units follow KAI (KAI-SEMANTICS §1.1): CPU in millicores, memory in bytes for pods and nodes,
-GPUs in devices (fractions allowed). Queue specs keep the CRD's units (CPU millicores, memory
-MB = 10^6 bytes, GPU devices), with -1 meaning unlimited.
+GPUs in devices (fractions allowed). Queue specs are the engine's ``QueueSpec`` (memory in bytes,
+-1 unlimited), read and written by ``scheduler_core.queue_crd``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from scheduler_core.model import PodState
+from scheduler_core.model import PodState, QueueSpec, TopologyConstraint
 
-__all__ = ["PodState"]  # observed pod states are the engine's vocabulary
+# Observed pod states, topology constraints and queue specs are the engine's own types (one model,
+# one unit per quantity); the backends convert the cluster's units at their border.
+__all__ = ["PodState", "QueueSpec", "TopologyConstraint"]
 
 T = TypeVar("T")
 
@@ -193,13 +195,6 @@ class SubGroup:
 
 
 @dataclass(frozen=True)
-class TopologyConstraint:
-    topology: str
-    required_level: str | None
-    preferred_level: str | None
-
-
-@dataclass(frozen=True)
 class ObservedPodGroup:
     namespace: str
     name: str
@@ -218,29 +213,6 @@ class ObservedPodGroup:
     preemption_delay_s: float | None = None  # spec.preemptionDelay
     staleness_grace_s: float | None = None  # spec.stalenessGracePeriod
     owner: Mapping[str, str] | None = None  # the controlling ownerReference (kind, name, uid), if any
-
-
-@dataclass(frozen=True)
-class QueueResource:
-    """One resource of a Queue spec, in CRD units; unset fields take KAI's meaning:
-    quota 0 (no guarantee), limit 0 (cap of zero), overQuotaWeight 0 (no surplus)."""
-
-    quota: float = 0.0
-    limit: float = 0.0
-    over_quota_weight: float = 0.0
-
-
-@dataclass(frozen=True)
-class QueueSpec:
-    """A Queue as the database and the CRD describe it (``scheduling.run.ai/v2`` spec)."""
-
-    name: str
-    parent: str | None = None
-    priority: int = 100
-    display_name: str | None = None
-    cpu: QueueResource = QueueResource()
-    memory: QueueResource = QueueResource()
-    gpu: QueueResource = QueueResource()
 
 
 @dataclass(frozen=True)

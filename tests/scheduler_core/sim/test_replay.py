@@ -137,12 +137,17 @@ def test_demo_queue_file_parses_into_the_tree_and_bad_documents_name_the_field()
     assert leaf_queues(queues) == ["team-inference", "team-research-a", "team-research-b", "team-training"]
     inference = next(q for q in queues if q.name == "team-inference")
     assert (inference.parent, inference.priority, inference.gpu.quota, inference.gpu.limit) == ("department-a", 200, 8, 16)
+    head = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "x"}}
     with pytest.raises(ValueError, match=r"q\[x\]\.spec\.parentQueue: unknown queue 'ghost'"):
-        queues_from_documents([{"kind": "Queue", "metadata": {"name": "x"}, "spec": {"parentQueue": "ghost"}}], "q")
-    with pytest.raises(ValueError, match=r"q\[x\]\.spec\.resources\.gpu\.quota: expected a number"):
-        queues_from_documents([{"kind": "Queue", "metadata": {"name": "x"}, "spec": {"resources": {"gpu": {"quota": "a"}}}}], "q")
+        queues_from_documents([{**head, "spec": {"parentQueue": "ghost", "resources": {}}}], "q")
+    with pytest.raises(ValueError, match=r"q\[x\]\.spec\.resources\.gpu\.quota: must be a finite number"):
+        queues_from_documents([{**head, "spec": {"resources": {"gpu": {"quota": "a"}}}}], "q")
+    with pytest.raises(ValueError, match=r"q\[x\]\.spec\.resources\.gpu\.limit: limit 2 is below the quota 4"):
+        queues_from_documents([{**head, "spec": {"resources": {"gpu": {"quota": 4, "limit": 2}}}}], "q")
+    with pytest.raises(ValueError, match=r"q\[x\]\.spec\.gpus: is not a Queue field"):
+        queues_from_documents([{**head, "spec": {"resources": {}, "gpus": 4}}], "q")
     with pytest.raises(ValueError, match=r"q\[0\]\.metadata\.name"):
-        queues_from_documents([{"kind": "Queue", "metadata": {}}], "q")
+        queues_from_documents([{**head, "metadata": {}, "spec": {"resources": {}}}], "q")
 
 
 def test_what_if_runs_the_same_jobs_under_two_trees_side_by_side():
