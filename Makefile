@@ -55,7 +55,7 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 scenarios: $(STAMP)
-	$(PY) -m scheduler_core.scenarios ../shared/corpus/kai
+	$(PY) -m harness.decisions ../shared/corpus/kai
 
 schema: $(STAMP)
 	$(PY) manage.py spectacular --file deploy/openapi.yaml --validate --fail-on-warn

@@ -96,6 +96,19 @@ def test_the_cluster_gateway_and_its_users_form_no_import_cycle():
     assert _cycle({m: graph[m] & modules for m in modules}) == []
 
 
+def test_the_engine_imports_no_harness():
+    """The decision-scenario harness sits above the engine: nothing in scheduler_core imports it."""
+    import ast
+
+    wrong = []
+    for path in (ROOT / "scheduler_core").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            wrong += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in ("harness", "tests", "kaiweb")]
+    assert wrong == []
+
+
 def test_models_import_only_models_choices_validators_and_the_engine():
     """No model reaches up into scheduling, services, views or the UI."""
     graph = _module_graph()
@@ -117,7 +130,7 @@ def test_every_type_ignore_names_its_code_and_says_why():
     import re
 
     bare = []
-    for package in ("kaiweb", "scheduler_core"):
+    for package in ("kaiweb", "scheduler_core", "harness"):
         for path in (ROOT / package).rglob("*.py"):
             if "migrations" in path.parts:
                 continue

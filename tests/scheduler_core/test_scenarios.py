@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_core import scenarios
+from harness import decisions as scenarios
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT.parent / "shared" / "corpus" / "kai"
