@@ -1009,6 +1009,7 @@ def run_allocate(s: Session, placer: Placer) -> None:
                     pipelined = True
             if not had_alloc and not pipelined and job.allocated_count() > 0:
                 job.last_start = s.now
+                s.reads_clock()  # the result reports this start time
             s.pending_reasons.pop(job.uid, None)
             if job.has_pending() and tasks_to_allocate(job):
                 order.push(job)

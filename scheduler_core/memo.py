@@ -38,6 +38,24 @@ full evaluation, which the property tests compare against):
    shard in its worker. The engine never bounds a search by queue depth (as KAI's
    ``queueDepthPerAction`` does), so no decision is given up and there is no cut to report.
 
+3. **A quiet cycle's whole result** (``CycleMemo.reusable`` / ``keep``). A saturated cluster's
+   cycle usually binds, pipelines and evicts nothing, and the next snapshot is the same one a few
+   seconds later. Such a result is reused, without a session, when the next cycle has
+
+   * the same config and the same snapshot apart from ``now`` (nodes, queues, jobs, topologies,
+     usage, capacity compared by value; an incremental snapshot builder that keeps unchanged
+     objects makes the comparison an identity check per object), and
+   * a ``now`` in ``[previous now, valid_until)``. The engine reads the clock only through
+     ``Session.before(t)`` ("now < t": a minimum runtime, a preemption delay, a staleness grace
+     period), which lowers ``valid_until`` to ``t`` while it answers yes, and through
+     ``Session.reads_clock()`` when the result itself holds a time (a start time, a reason saying
+     how long is left), which makes the result hold for its own instant only. A "no" stays "no"
+     as time goes on, so every comparison the cycle made gives the same answer at any ``now`` in
+     the window, and the cycle would decide and explain exactly the same.
+
+   The reused result is a copy with this cycle's timings and ``counts["reused"] = 1``. Anything
+   else (one changed job, a node, a config, a clock crossing a threshold) runs the cycle in full.
+
 Determinism: the memo holds only values of pure functions, keyed on all their inputs, so a cycle
 with a memo (fresh, warm, or warmed by other snapshots) decides exactly what ``run_cycle`` without
 one decides.
@@ -45,15 +63,21 @@ one decides.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable
 from typing import Any
+
+from scheduler_core import model as m
+
+#: the snapshot's fields a quiet result depends on (everything but ``now``)
+_SNAPSHOT_FIELDS = tuple(f.name for f in dataclasses.fields(m.ClusterSnapshot) if f.name != "now")
 
 
 class CycleMemo:
     """Pure verdicts remembered across cycles, keyed on all their inputs (see the module
     docstring). Create one and pass it to every ``run_cycle`` of one scheduling shard."""
 
-    __slots__ = ("max_entries", "_verdicts", "hits", "misses")
+    __slots__ = ("max_entries", "_verdicts", "hits", "misses", "_last")
 
     def __init__(self, max_entries: int = 100_000) -> None:
         if max_entries <= 0:
@@ -62,6 +86,8 @@ class CycleMemo:
         self._verdicts: dict[Hashable, Any] = {}
         self.hits = 0
         self.misses = 0
+        # the last quiet cycle: (snapshot, config, result, valid_until)
+        self._last: tuple[m.ClusterSnapshot, m.CycleConfig, m.CycleResult, float] | None = None
 
     def verdict(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         """The value of ``compute()``, remembered under ``key`` (which must name every input of
@@ -77,8 +103,33 @@ class CycleMemo:
         self._verdicts[key] = value
         return value
 
+    def keep(self, snapshot: m.ClusterSnapshot, config: m.CycleConfig, result: m.CycleResult,
+             valid_until: float) -> None:
+        """Remember a cycle's result for reuse if it was quiet (nothing bound, pipelined or evicted)."""
+        quiet = not (result.binds or result.pipelined or result.evictions) and valid_until > snapshot.now
+        self._last = (snapshot, config, copy_result(result), valid_until) if quiet else None
+
+    def reusable(self, snapshot: m.ClusterSnapshot, config: m.CycleConfig) -> m.CycleResult | None:
+        """The remembered quiet result, when it is this cycle's result too (module docstring, 3)."""
+        if self._last is None:
+            return None
+        last, last_config, result, valid_until = self._last
+        if not last.now <= snapshot.now < valid_until or config != last_config:
+            return None
+        if snapshot is not last and any(getattr(snapshot, f) != getattr(last, f) for f in _SNAPSHOT_FIELDS):
+            return None
+        return copy_result(result)
+
     def __len__(self) -> int:
         return len(self._verdicts)
+
+
+def copy_result(result: m.CycleResult) -> m.CycleResult:
+    """A result whose dicts are its own (the caller may change what it is given)."""
+    return dataclasses.replace(result, queues=dict(result.queues), pending=dict(result.pending),
+                               nodes=dict(result.nodes), last_start=dict(result.last_start),
+                               stale_since=dict(result.stale_since), counts=dict(result.counts),
+                               timings_ms=dict(result.timings_ms))
 
 
 _MISSING = object()

@@ -474,6 +474,7 @@ def reclaim_min_runtime(
     return MinRuntime(float(default), "default")
 
 
-def is_min_runtime_protected(last_start: float | None, now: float, min_runtime: float) -> bool:
-    """A victim is protected while `now < last_start + min_runtime` (never when it has not started)."""
-    return last_start is not None and now < last_start + min_runtime
+def min_runtime_end(last_start: float | None, min_runtime: float) -> float | None:
+    """When a victim's minimum runtime ends: it is protected while `now < last_start + min_runtime`,
+    never when it has not started (None)."""
+    return None if last_start is None else last_start + min_runtime

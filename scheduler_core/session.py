@@ -51,6 +51,9 @@ class Session:
         self.snapshot = snapshot
         self.config = config
         self.now = snapshot.now
+        # The clock is read only through ``before`` and ``reads_clock``: the result holds for any
+        # later ``now`` below ``valid_until`` (memo.py's quiet-cycle reuse relies on it).
+        self.valid_until = math.inf
         self.errors: list[m.ObjectError] = []
         self.pending_reasons: dict[str, m.Reason] = {}
         self.eviction_reasons: dict[int, tuple[str, str | None, m.Reason]] = {}
@@ -335,6 +338,20 @@ class Session:
         for j in self.jobs:
             if j.last_start is None and j.allocated_count() > 0:
                 j.last_start = self.now - 60.0
+                self.reads_clock()  # the result reports this start time
+
+    def before(self, t: float) -> bool:
+        """Whether ``now < t``. While true, the answer holds until ``t`` only, so the cycle's
+        result does too; once false it stays false as time goes on."""
+        if self.now < t:
+            self.valid_until = min(self.valid_until, t)
+            return True
+        return False
+
+    def reads_clock(self) -> None:
+        """The result itself depends on ``now`` (a duration in a reason, a start time): it holds
+        for this instant only."""
+        self.valid_until = self.now
 
     def _compute_requests(self) -> None:
         """Queue ``request`` = allocated + pending requests (GPU memory via the smallest node)."""

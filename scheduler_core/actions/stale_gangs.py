@@ -31,11 +31,13 @@ def run_stale_gangs(s: Session, placer: Placer) -> None:
             continue
         if job.stale_since is None:
             job.stale_since = s.now
+            s.reads_clock()  # the result reports when the job became stale
         grace = job.spec.staleness_grace_s
         if grace is None:
             grace = s.config.default_staleness_grace_s
-        if grace < 0 or s.now - job.stale_since < grace:
+        if grace < 0 or s.before(job.stale_since + grace):
             continue
+        s.reads_clock()  # the eviction's reason says for how long the job has been stale
         stmt = Statement(s)
         victims = [t for t in job.tasks if t.status in m.ACTIVE_ALLOCATED_STATES]
         short = [f"{ps.name}: {ps.active_used} of {ps.min_available}" for ps in job.pod_sets.values()

@@ -461,7 +461,7 @@ def within_preemption_delay(s: Session, job: JobState) -> bool:
     if not d or d <= 0:
         return False
     start = max(job.spec.creation, job.spec.last_eviction or job.spec.creation)
-    return s.now < start + d
+    return s.before(start + d)
 
 def trigger_jobs(s: Session) -> list[JobState]:
     out = []
@@ -471,6 +471,7 @@ def trigger_jobs(s: Session) -> list[JobState]:
         if within_preemption_delay(s, j):
             d = j.spec.preemption_delay_s or 0.0
             end = max(j.spec.creation, j.spec.last_eviction or j.spec.creation) + d
+            s.reads_clock()  # the reason says how long is left
             note_attempt(s, j, m.Reason(reasons.PREEMPTION_DELAY, f"job may not evict others until its preemption delay of "
                                  f"{fmt_amount(d)}s has passed ({fmt_amount(end - s.now)}s left)", {"delay_s": d, "end": end}))
             continue
@@ -564,7 +565,8 @@ class Signatures:
             self.failed[key] = new
 
 def is_protected(s: Session, victim: JobState, minrt: float) -> bool:
-    return rc.is_min_runtime_protected(victim.last_start, s.now, minrt)
+    end = rc.min_runtime_end(victim.last_start, minrt)
+    return end is not None and s.before(end)
 
 def min_runtime_violation(s: Session, chunks: list[list[TaskState]], minrt_of: Callable[[JobState], float]) -> str | None:
     """Protected elastic victims must keep their minimum in every pod set (§4.4)."""

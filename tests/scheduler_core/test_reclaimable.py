@@ -12,9 +12,9 @@ from scheduler_core.reclaimable import (
     check_saturation,
     filter_victim_queue,
     fits_reclaim_strategy,
-    is_min_runtime_protected,
     leveled_queues,
     lowest_common_ancestor,
+    min_runtime_end,
     path_to_root,
     preempt_min_runtime,
     reclaim_min_runtime,
@@ -301,9 +301,8 @@ def test_preempt_min_runtime_first_value_up_from_victim_leaf():
 
 
 def test_min_runtime_protection_window():
-    assert is_min_runtime_protected(100.0, 150.0, 60.0)
-    assert not is_min_runtime_protected(100.0, 160.0, 60.0)
-    assert not is_min_runtime_protected(None, 150.0, 60.0)
+    assert min_runtime_end(100.0, 60.0) == 160.0
+    assert min_runtime_end(None, 60.0) is None
 
 
 def test_infinite_saturation_is_reported_json_safe():

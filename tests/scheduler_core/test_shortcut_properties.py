@@ -128,9 +128,13 @@ def test_the_memo_remembers_verdicts_and_reports_its_hits():
     snap = build(4, 64)
     memo = CycleMemo()
     first = run_cycle(snap, memo=memo)
+    # one pending job renamed: the cycle runs in full (no quiet result to reuse) and looks verdicts up
+    last = snap.jobs[-1]
+    snap = dataclasses.replace(snap, jobs=(*snap.jobs[:-1], dataclasses.replace(last, name=last.name + "-b")))
     second = run_cycle(snap, memo=memo)
     # four leaf queues, one request shape each: four verdicts computed once, then only looked up
     assert first.counts["memo_misses"] == 4
+    assert "reused" not in second.counts
     assert second.counts["memo_misses"] == 0
     assert second.counts["memo_hits"] == 4
     assert decisions(second) == decisions(run_cycle(snap, PLAIN))
@@ -142,3 +146,74 @@ def test_a_memo_refuses_a_size_that_cannot_hold_anything():
 
     with pytest.raises(ValueError, match="max_entries"):
         CycleMemo(max_entries=0)
+
+
+@st.composite
+def clocked(draw):
+    """A crowded cluster whose outcome depends on the clock: running jobs that started recently
+    (minimum runtimes of 60–600 s protect them for a while), pending jobs with preemption delays,
+    and gangs below their minimum with staleness grace periods."""
+    snap = draw(crowded())
+    queues = tuple(dataclasses.replace(q, reclaim_min_runtime_s=draw(st.sampled_from([None, 60.0, 600.0])),
+                                       preempt_min_runtime_s=draw(st.sampled_from([None, 60.0, 600.0])))
+                   for q in snap.queues)
+    jobs = []
+    for j in snap.jobs:
+        if j.last_start is not None:
+            j = dataclasses.replace(j, last_start=NOW - draw(st.sampled_from([10.0, 100.0, 400.0, 3600.0])),
+                                    min_available=draw(st.sampled_from([None, None, len(j.tasks) + 1])),
+                                    staleness_grace_s=draw(st.sampled_from([None, 30.0])),
+                                    stale_since=draw(st.sampled_from([None, NOW - 20.0])))
+        else:
+            j = dataclasses.replace(j, preemption_delay_s=draw(st.sampled_from([None, None, 30.0, 300.0])))
+        jobs.append(j)
+    return dataclasses.replace(snap, queues=queues, jobs=tuple(jobs))
+
+
+@SETTINGS
+@given(clocked(), st.lists(st.sampled_from([0.0, 1.0, 15.0, 45.0, 200.0, 700.0, 4000.0]), min_size=2, max_size=6))
+def test_a_reused_quiet_result_is_what_the_full_cycle_decides_as_the_clock_moves(snap, steps):
+    from benchmarks.b6_steady_state import advance
+    from scheduler_core import CycleMemo
+
+    memo = CycleMemo()
+    for i, dt in enumerate(steps):
+        snap = dataclasses.replace(snap, now=snap.now + dt)
+        with_memo = run_cycle(snap, memo=memo)
+        plain = run_cycle(snap, PLAIN)
+        assert decisions(with_memo) == decisions(plain)
+        assert with_memo.stale_since == plain.stale_since
+        assert with_memo.last_start == plain.last_start
+        if i % 2:  # every other step the decisions are applied (binds run, evicted pods wait), so
+            # the cluster settles into quiet cycles; in between only the clock moves
+            snap = advance(snap, plain, random.Random(i), i, churn=0.0, leaves=tuple(q.name for q in snap.queues))
+
+
+def test_a_quiet_result_is_reused_until_the_clock_or_the_cluster_changes_what_it_would_say():
+    from benchmarks.b6_steady_state import build
+    from scheduler_core import CycleMemo
+
+    snap = build(4, 64)
+    # every running job started a minute ago: a backlog of higher priority may preempt them once
+    # their minimum runtime of 120 s has passed, which is when the quiet result stops holding
+    queues = tuple(dataclasses.replace(q, preempt_min_runtime_s=120.0) for q in snap.queues)
+    jobs = tuple(dataclasses.replace(j, last_start=snap.now - 60.0, priority=10) if j.name.startswith("run-")
+                 else dataclasses.replace(j, priority=200) for j in snap.jobs)
+    snap = dataclasses.replace(snap, queues=queues, jobs=jobs)
+    memo = CycleMemo()
+    first = run_cycle(snap, memo=memo)
+    assert "reused" not in first.counts
+    assert (first.binds, first.evictions) == ((), ())
+    later = dataclasses.replace(snap, now=snap.now + 30.0)
+    again = run_cycle(later, memo=memo)
+    assert again.counts["reused"] == 1
+    assert decisions(again) == decisions(run_cycle(later, PLAIN))
+    # a change of one job, or a clock past the protection, runs the cycle in full
+    changed = dataclasses.replace(later, jobs=later.jobs[:-1])
+    assert "reused" not in run_cycle(changed, memo=memo).counts
+    run_cycle(later, memo=memo)
+    past = dataclasses.replace(snap, now=snap.now + 61.0)
+    full = run_cycle(past, memo=memo)
+    assert "reused" not in full.counts
+    assert decisions(full) == decisions(run_cycle(past, PLAIN))
+    assert full.evictions, "past the minimum runtime, the high-priority backlog preempts"
