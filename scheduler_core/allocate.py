@@ -408,6 +408,8 @@ class Placer:
                 and not r.extended
                 and not self.anti_holders):
             key = (t.shape_id, pipeline_only) if t.shape_id >= 0 else (t.shape, pipeline_only)
+            if self._failed.get(key) == s.node_version:
+                return False  # the same shape found no node and nothing changed since
             last = self._last.get(key) if t.status == m.PENDING else None
             if last is not None and last[4] == s.node_version:
                 # Walk the previous order from the last choice. Nodes after it are unchanged; the
@@ -437,8 +439,6 @@ class Placer:
                         self._last[key] = (nodes, fits_idle, fits_any, p, s.node_version, moved_down)
                         return True
                     p += 1
-        if key is not None and self._failed.get(key) == s.node_version:
-            return False  # the same shape found no node and nothing changed since
         static = self._static_mask(t)[cand]
         vec = t.vec
         cols = vec > 0
