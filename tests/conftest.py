@@ -35,6 +35,16 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cycle_memory():
+    """Each test's database starts empty (and may reuse ids): the worker's per-shard memory of
+    earlier cycles (engine memo, last recorded cycle) starts empty too."""
+    from kaiweb.scheduling import cycle
+
+    cycle._MEMOS.clear()
+    cycle._RECORDED.clear()
+
+
 @pytest.fixture
 def platform_admin(db):
     """A platform admin (member of platform-admins, not a superuser)."""

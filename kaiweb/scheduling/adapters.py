@@ -13,13 +13,17 @@ CRD's MB (10^6 bytes, as KAI's proportion plugin converts them).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import json
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 from kaiweb.cluster.models import MIG_PREFIX, Node, SchedulingShard, Topology
 from kaiweb.queues.models import PriorityClass, Queue
@@ -275,6 +279,25 @@ def workload_uid(workload: Workload) -> str:
     return f"{workload.namespace}/{workload.name}" if workload.namespace else workload.name
 
 
+# JSON columns are read as their text and decoded once per distinct text: across thousands of pods
+# and workloads the same few values repeat ({} and a handful of labels, constraints and gang
+# shapes), and decoding every row every cycle was most of the snapshot's time. What these return
+# is shared between rows and cycles, and read only.
+@functools.lru_cache(maxsize=4096)
+def _json_text(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _constraints_text(text: str | None) -> dict[str, Any]:
+    return task_constraints(_json_text(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _gang_text(subgroups: str | None, min_subgroup: int | None, constraint: str | None) -> m.SubGroupSpec | None:
+    return gang_tree(_json_text(subgroups), min_subgroup, _json_text(constraint))
+
+
 def build_snapshot(
     shard: SchedulingShard | None, now: float, usage: dict[str, tuple[float, float, float]] | None = None
 ) -> tuple[m.ClusterSnapshot, SnapshotIndex]:
@@ -323,17 +346,19 @@ def build_snapshot(
         workload_qs = workload_qs.filter(cluster_id=shard.cluster_id)
         pod_qs = pod_qs.filter(workload__cluster_id=shard.cluster_id)
     pods_of: dict[int, list[dict[str, Any]]] = {}
-    for p in pod_qs.values("id", "workload_id", "name", "uid", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices",
-                           "cpu", "memory", "state", "node_id", "gpu_group", "subgroup", "task_priority",
-                           "mig_profile", "constraints"):
+    for p in pod_qs.annotate(constraints_text=Cast("constraints", TextField())).values(
+            "id", "workload_id", "name", "uid", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices", "cpu", "memory",
+            "state", "node_id", "gpu_group", "subgroup", "task_priority", "mig_profile", "constraints_text"):
         pods_of.setdefault(p["workload_id"], []).append(p)
     jobs: list[m.JobSpec] = []
-    rows = workload_qs.values("id", "namespace", "name", "labels", "queue_id", "queue__name", "priority_class__name",
-                              "preemptibility", "min_member", "submitted_at", "last_start_at", "last_eviction_at",
-                              "stale_since", "min_subgroup", "subgroups", "topology_constraint",
-                              "preemption_delay_seconds", "staleness_grace_seconds")
+    rows = workload_qs.annotate(
+        labels_text=Cast("labels", TextField()), subgroups_text=Cast("subgroups", TextField()),
+        topology_text=Cast("topology_constraint", TextField()),
+    ).values("id", "namespace", "name", "labels_text", "queue_id", "queue__name", "priority_class__name",
+             "preemptibility", "min_member", "submitted_at", "last_start_at", "last_eviction_at", "stale_since",
+             "min_subgroup", "subgroups_text", "topology_text", "preemption_delay_seconds", "staleness_grace_seconds")
     for order, w in enumerate(rows):
-        if shard is not None and not shard.matches(w["labels"]):
+        if shard is not None and not shard.matches(_json_text(w["labels_text"])):
             continue
         uid = f"{w['namespace']}/{w['name']}" if w["namespace"] else w["name"]
         class_name = w["priority_class__name"] or default_class
@@ -344,7 +369,7 @@ def build_snapshot(
         tasks = []
         for p in pods_of.get(w["id"], ()):
             request = request_from(p)
-            constraints = task_constraints(p["constraints"])
+            constraints = _constraints_text(p["constraints_text"])
             if restricted:
                 constraints = worker_role_constraint(constraints, request)
             tasks.append(m.TaskSpec(
@@ -372,7 +397,7 @@ def build_snapshot(
             creation=to_epoch(w["submitted_at"]) or 0.0,
             build_order=order,
             min_available=min_available,  # more than exist: not ready (pending) or stale (running)
-            subgroups=gang_tree(w["subgroups"], w["min_subgroup"], w["topology_constraint"]),
+            subgroups=_gang_text(w["subgroups_text"], w["min_subgroup"], w["topology_text"]),
             preemption_delay_s=w["preemption_delay_seconds"],
             staleness_grace_s=w["staleness_grace_seconds"],
             last_start=to_epoch(w["last_start_at"]),
@@ -461,12 +486,18 @@ def persist_result(
     *,
     dry_run: bool = False,
     at: datetime | None = None,
+    repeats: int | None = None,
 ) -> list[Decision]:
     """Record everything `result` decided, in one transaction, with a bounded number of queries.
 
     Decisions are written as PLANNED (DRY_RUN for a dry run) with their idempotency keys before
     anything is applied, so that a worker that dies while applying leaves an intent log the next
     cycle reconciles. Returns the Decision rows to apply (binds and evictions, in engine order).
+
+    ``repeats``: the id of the cycle that recorded this very result for the same workloads (the
+    engine reused a quiet result and nothing was recorded since; the caller checks both). Its
+    current why-pending rows are then this cycle's as they are: one UPDATE moves their "as of"
+    to this cycle instead of reading and comparing every reason.
     """
     at = at or datetime.now(tz=UTC)
     job_queue = _job_queue(snapshot)
@@ -577,7 +608,10 @@ def persist_result(
                 bucket = index.pending_workloads if job.uid in result.pending else index.running_workloads
                 bucket[job.queue] = bucket.get(job.queue, 0) + 1
             _record_queue_status(cycle, result, index, at)
-            _record_pending_reasons(cycle, result, index, at)
+            if repeats is not None:
+                PendingReason.objects.filter(is_current=True, cycle_id=repeats).update(cycle=cycle, recorded_at=at)
+            else:
+                _record_pending_reasons(cycle, result, index, at)
             _record_staleness(result, snapshot, index)
 
         cycle.jobs_considered = len(snapshot.jobs)

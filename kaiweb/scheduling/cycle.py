@@ -78,6 +78,9 @@ class CycleOutcome:
 # One engine memo per shard, kept by the worker process across that shard's cycles: what it
 # remembers cannot change a decision (scheduler_core.memo; property-tested against the stateless cycle).
 _MEMOS: dict[int, CycleMemo] = {}
+# Per shard, the last cycle this process recorded and the workloads it recorded them for: a quiet
+# result the memo reuses repeats that cycle's record when no other cycle recorded since.
+_RECORDED: dict[int, tuple[int, dict[str, int]]] = {}
 
 
 def engine_run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig,
@@ -85,6 +88,18 @@ def engine_run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig,
     """The engine's entry point, with the shard's memo when a shard is given."""
     memo = _MEMOS.setdefault(shard_id, CycleMemo()) if shard_id is not None else None
     return run_cycle(snapshot, config, memo=memo)
+
+
+def _repeats(shard: SchedulingShard, cycle: SchedulingCycle, result: m.CycleResult,
+             index: adapters.SnapshotIndex) -> int | None:
+    """The cycle whose record ``result`` repeats: the engine reused a quiet result, the last cycle
+    of the shard that succeeded is the one this process recorded, for the same workload rows."""
+    recorded = _RECORDED.get(shard.pk)
+    if not result.counts.get("reused") or recorded is None or recorded[1] != index.workloads:
+        return None
+    latest = (SchedulingCycle.objects.filter(shard=shard).exclude(pk=cycle.pk)
+              .exclude(status=CycleStatus.RUNNING).order_by("-pk").values_list("pk", "status").first())
+    return recorded[0] if latest == (recorded[0], CycleStatus.SUCCEEDED) else None
 
 
 def resolve_shard(shard: SchedulingShard | int | str | None) -> SchedulingShard:
@@ -255,7 +270,7 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         cycle_step.send(sender=SchedulingCycle, point="after-decide", cycle=cycle)
 
         t = time.perf_counter()
-        to_apply = adapters.persist_result(cycle, result, snapshot, index)
+        to_apply = adapters.persist_result(cycle, result, snapshot, index, repeats=_repeats(shard, cycle, result, index))
         phases["record"] = _ms(t)
         cycle_step.send(sender=SchedulingCycle, point="after-record", cycle=cycle)
 
@@ -277,8 +292,10 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
                 log.exception("cycle %s: writing status back to the cluster failed", cycle.pk)
             phases["write_back"] = _ms(t)
     except Exception as exc:
+        _RECORDED.pop(shard.pk, None)
         _fail(cycle, exc, phases, t0)
         raise
+    _RECORDED[shard.pk] = (cycle.pk, dict(index.workloads))
     t = time.perf_counter()
     try:
         cycle.free_gpus, cycle.stranded_gpus = shard_fragmentation(shard)

@@ -316,3 +316,53 @@ def test_a_backend_without_its_own_check_is_reconciled_from_the_database_mirror(
     assert set(Decision.objects.filter(kind=DecisionKind.BIND).values_list("status", flat=True)) == {
         DecisionStatus.APPLIED}
     assert len(running_pods(sc)) == 2
+
+
+def _current_reasons(sc) -> dict[int, tuple]:
+    return {r.workload_id: (r.reason, r.message, r.details, r.cycle_id)
+            for r in PendingReason.objects.filter(is_current=True, workload__queue__in=sc.queues.values())}
+
+
+def test_a_quiet_cycle_repeats_the_last_record_and_says_so_as_of_this_cycle():
+    sc = small_cluster(nodes=1)
+    submit(sc, "team-a", "fits", pods=1, gpus_per_pod=8)
+    waiting = [submit(sc, "team-b", f"w{i}", pods=1, gpus_per_pod=16) for i in range(3)]  # never fit
+    cycle.run_and_record_cycle(sc.shard, advance=False)  # binds "fits": not quiet
+    second = cycle.run_and_record_cycle(sc.shard, advance=False)  # quiet, runs in full
+    assert "reused" not in second.result.counts
+    before = _current_reasons(sc)
+    assert set(before) == {w.pk for w in waiting}
+    assert {v[3] for v in before.values()} == {second.cycle_id}
+
+    with CaptureQueriesContext(connection) as ctx:
+        third = cycle.run_and_record_cycle(sc.shard, advance=False)
+
+    assert third.result.counts["reused"] == 1
+    reason_table = PendingReason._meta.db_table
+    # the repeat is one UPDATE; the reasons are not read back and compared
+    assert [q["sql"].split()[0] for q in ctx.captured_queries if reason_table in q["sql"]] == ["UPDATE"]
+    after = _current_reasons(sc)
+    # the same reasons, word for word, now as of the third cycle, and no history row added
+    assert {k: v[:3] for k, v in after.items()} == {k: v[:3] for k, v in before.items()}
+    assert {v[3] for v in after.values()} == {third.cycle_id}
+    assert PendingReason.objects.count() == 3
+    assert PendingReason.objects.filter(cycle_id=third.cycle_id).count() == 3
+
+
+def test_a_quiet_cycle_records_in_full_when_another_cycle_recorded_since():
+    sc = small_cluster(nodes=1)
+    submit(sc, "team-a", "fits", pods=1, gpus_per_pod=8)
+    waiting = submit(sc, "team-b", "w", pods=1, gpus_per_pod=16)
+    cycle.run_and_record_cycle(sc.shard, advance=False)
+    cycle.run_and_record_cycle(sc.shard, advance=False)
+    # another worker's cycle recorded a different reason for the waiting job meanwhile
+    other = SchedulingCycle.objects.create(shard=sc.shard, started_at=adapters.from_epoch(0),
+                                           status=CycleStatus.SUCCEEDED)
+    PendingReason.objects.filter(workload=waiting, is_current=True).update(message="stale words", cycle=other)
+
+    third = cycle.run_and_record_cycle(sc.shard, advance=False)
+
+    assert third.result.counts["reused"] == 1
+    current = PendingReason.objects.get(workload=waiting, is_current=True)
+    assert current.message != "stale words"
+    assert current.cycle_id == third.cycle_id
