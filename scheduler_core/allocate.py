@@ -29,8 +29,7 @@ from scheduler_core.ordering import (
 from scheduler_core.session import Session
 from scheduler_core.state import CPU, GPU, MEM, PODS, JobState, PodSet, SubGroupSet, TaskState
 from scheduler_core.statement import Statement
-from scheduler_core.units import RESOURCE_TITLES
-from scheduler_core.units import amount as fmt_amount
+from scheduler_core.units import RESOURCE_TITLES, amount
 
 _EPS = 1e-9
 
@@ -58,8 +57,8 @@ def queue_capacity_problem(s: Session, job: JobState, tasks: list[TaskState]) ->
             if req[r] > 0 and q.limit[r] != m.UNLIMITED and q.allocated[r] + req[r] > q.limit[r] + _EPS:
                 return m.Reason(
                     reasons.QUEUE_OVER_LIMIT,
-                    f"queue {q.name} would exceed its {RESOURCE_TITLES[r]} limit of {fmt_amount(r, q.limit[r])}: "
-                    f"{fmt_amount(r, q.allocated[r])} allocated + {fmt_amount(r, req[r])} requested",
+                    f"queue {q.name} would exceed its {RESOURCE_TITLES[r]} limit of {amount(r, q.limit[r])}: "
+                    f"{amount(r, q.allocated[r])} allocated + {amount(r, req[r])} requested",
                     {"queue": q.name, "resource": ("cpu", "memory", "gpu")[r], "limit": q.limit[r],
                      "allocated": q.allocated[r], "requested": req[r]},
                 )
@@ -69,8 +68,8 @@ def queue_capacity_problem(s: Session, job: JobState, tasks: list[TaskState]) ->
                     return m.Reason(
                         reasons.NON_PREEMPTIBLE_OVER_QUOTA,
                         f"non-preemptible job would take queue {q.name} over its {RESOURCE_TITLES[r]} quota of "
-                        f"{fmt_amount(r, q.deserved[r])}: {fmt_amount(r, q.allocated_np[r])} already used by "
-                        f"non-preemptible jobs + {fmt_amount(r, req[r])} requested",
+                        f"{amount(r, q.deserved[r])}: {amount(r, q.allocated_np[r])} already used by "
+                        f"non-preemptible jobs + {amount(r, req[r])} requested",
                         {"queue": q.name, "resource": ("cpu", "memory", "gpu")[r], "quota": q.deserved[r],
                          "allocated_non_preemptible": q.allocated_np[r], "requested": req[r]},
                     )
@@ -279,11 +278,11 @@ class Placer:
         ext = t.request.extended
         for k in np.flatnonzero(fit_any).tolist():
             ns = self.s.nodes[int(cand[k])]
-            for name, amount in ext.items():
+            for name, wanted in ext.items():
                 idle = ns.ext_idle.get(name, 0.0)
-                if idle + _EPS < amount:
+                if idle + _EPS < wanted:
                     fit_idle[k] = False
-                if idle + ns.ext_releasing.get(name, 0.0) + _EPS < amount:
+                if idle + ns.ext_releasing.get(name, 0.0) + _EPS < wanted:
                     fit_any[k] = False
                     break
 
@@ -954,9 +953,9 @@ def fit_failure_reason(s: Session, job: JobState, tasks: list[TaskState], failed
         free = s.idle[:, GPU] + s.rel[:, GPU]
         fitting = int((free + _EPS >= per).sum())
         if n > 1:
-            msg = f"gang of {n} × {fmt_amount(GPU, per)}: only {fitting} nodes have {fmt_amount(GPU, per)} free"
+            msg = f"gang of {n} × {amount(GPU, per)}: only {fitting} nodes have {amount(GPU, per)} free"
         else:
-            msg = f"{fmt_amount(GPU, per)} requested: no node has {fmt_amount(GPU, per)} free ({fitting} nodes fit)"
+            msg = f"{amount(GPU, per)} requested: no node has {amount(GPU, per)} free ({fitting} nodes fit)"
         return m.Reason(reasons.NO_NODE_FITS, msg, {"pods": n, "gpus_per_pod": per, "nodes_with_room": fitting})
     if failed.shared:
         what = f"{r.gpu_fraction:.2f} of a GPU" if r.gpu_kind == m.GPU_FRACTION else f"{r.gpu_memory_mib} MiB of GPU memory"
@@ -966,7 +965,7 @@ def fit_failure_reason(s: Session, job: JobState, tasks: list[TaskState], failed
         return m.Reason(reasons.NO_NODE_FITS, f"{n} pod(s) asking MIG {dict(r.mig)}: no node has these instances free",
                         {"pods": n, "mig": dict(r.mig)})
     return m.Reason(reasons.NO_NODE_FITS,
-                    f"{n} pod(s) of {fmt_amount(0, r.cpu_millis)} and {fmt_amount(1, r.memory_bytes)}: "
+                    f"{n} pod(s) of {amount(0, r.cpu_millis)} and {amount(1, r.memory_bytes)}: "
                     f"no node has room for task {failed.name}", {"pods": n})
 
 

@@ -22,6 +22,15 @@ def shown(value: object) -> str:
     return f"{text[:SHOWN_CHARS]}… ({len(text)} characters)"
 
 
+def number(x: float) -> str:
+    """A plain number as reasons show it: -1 reads "unlimited", the rest as ``_fixed``.
+
+    >>> number(-1), number(3), number(0.255)
+    ('unlimited', '3', '0.26')
+    """
+    return "unlimited" if x == -1 else _fixed(x)
+
+
 def _fixed(x: float) -> str:
     """A whole number as it is, anything else with two decimals: 8, 7.50, 0.25."""
     if abs(x - round(x)) < 1e-9:

@@ -318,3 +318,18 @@ def build_dataset(
 
     return Built(cluster=cluster, shard=shard, queues=queues, nodes=len(node_objs), workloads=len(wl_objs),
                  cycles=len(cycle_objs), preemptions=len(events))
+
+
+def query_counts_before_and_after_more_data(client: Any, url: str, **more: Any) -> tuple[int, int]:
+    """The queries of one GET of ``url`` before and after ``build_dataset(**more)`` adds data
+    (tagged "more-"); a first GET, not counted, warms the session and the user's role cache."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.get(url)
+    with CaptureQueriesContext(connection) as small:
+        client.get(url)
+    build_dataset(tag="more-", **more)
+    with CaptureQueriesContext(connection) as large:
+        client.get(url)
+    return len(small.captured_queries), len(large.captured_queries)

@@ -794,8 +794,7 @@ def sync_queues(gateway: Any, cluster: Cluster, listing: Listing[ObservedQueue] 
                                      f"{exc}", deferred=False))
             continue
         if action.op == "update" and action.spec is not None:
-            changes = {path: (was, now) for path, (now, was) in
-                       queue_crd.differences(action.spec, observed[action.name].spec).items()}
+            changes = queue_crd.differences(observed[action.name].spec, action.spec)  # (cluster, database)
             for path, (was, now) in changes.items():
                 log.warning("Queue %s: %s %r in the cluster overridden by the database's %r", action.name, path, was,
                             now)

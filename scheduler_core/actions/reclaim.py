@@ -18,7 +18,6 @@ from scheduler_core.actions.victims import (
     Signatures,
     commit_attempt,
     demand_vector,
-    fmt_amount,
     has_evictable,
     held_gpus,
     is_protected,
@@ -37,6 +36,7 @@ from scheduler_core.proportion import QueueAttrs, allocatable_share
 from scheduler_core.session import Session
 from scheduler_core.state import GPU, JobState, TaskState
 from scheduler_core.statement import Statement
+from scheduler_core.units import number
 
 
 def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[JobState],
@@ -111,11 +111,11 @@ def _reclaim_bound(s: Session, job: JobState, req: list[float], victims: list[Jo
         else:
             give = min(gsum, vq.allocated[GPU] - thr[GPU] + largest[v_name] - 1e-6)
         bound += give
-        parts.append(f"queue {v_name} may give up at most {fmt_amount(math.floor(give))} GPUs "
-                     f"(holds {fmt_amount(vq.allocated[GPU])}, protected up to {fmt_amount(thr[GPU])})")
+        parts.append(f"queue {v_name} may give up at most {number(math.floor(give))} GPUs "
+                     f"(holds {number(vq.allocated[GPU])}, protected up to {number(thr[GPU])})")
     if free + bound < need - 1e-9:
-        return (f"cannot free {fmt_amount(need)} GPUs: {fmt_amount(free)} free and " + "; ".join(parts)
-                if parts else f"cannot free {fmt_amount(need)} GPUs")
+        return (f"cannot free {number(need)} GPUs: {number(free)} free and " + "; ".join(parts)
+                if parts else f"cannot free {number(need)} GPUs")
     return None
 
 def _can_reclaim(s: Session, job: JobState, req: list[float]) -> rc.Verdict:
@@ -333,7 +333,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                 runtime = minrts[v.queue] = rc.reclaim_min_runtime(s.queues, job.queue, v.queue,
                                                                    s.config.default_reclaim_min_runtime_s)
             if runtime.seconds > 0 and not v.is_elastic() and is_protected(s, v, runtime.seconds):
-                refused = f"job {v.uid} is within its minimum runtime of {fmt_amount(runtime.seconds)}s"
+                refused = f"job {v.uid} is within its minimum runtime of {number(runtime.seconds)}s"
                 continue
             victims.append(v)
         if everyone:
@@ -387,8 +387,8 @@ def run_reclaim(s: Session, placer: Placer) -> None:
                 vq = start_queues[t.job.queue]
                 return m.Reason(
                     reasons.RECLAIM,
-                    f"reclaimed for job {job.uid} of queue {rq.name} (allocated {fmt_amount(rq.allocated[2])} of fair share "
-                    f"{fmt_amount(rq.fair[2])} GPUs, quota {fmt_amount(rq.deserved[2])}): {checks.get(t.index, '')}".rstrip(": "),
+                    f"reclaimed for job {job.uid} of queue {rq.name} (allocated {number(rq.allocated[2])} of fair share "
+                    f"{number(rq.fair[2])} GPUs, quota {number(rq.deserved[2])}): {checks.get(t.index, '')}".rstrip(": "),
                     {"reclaimer": queue_numbers(rq), "victim": queue_numbers(vq),
                      "preemptor_priority": job.priority, "victim_priority": t.job.priority})
 

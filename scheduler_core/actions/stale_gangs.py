@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from scheduler_core import model as m
 from scheduler_core import reasons
-from scheduler_core.actions.victims import fmt_amount
 from scheduler_core.allocate import Placer
 from scheduler_core.session import Session
 from scheduler_core.state import JobState
 from scheduler_core.statement import Statement
+from scheduler_core.units import number
 
 
 def is_stale(job: JobState) -> bool:
@@ -53,6 +53,6 @@ def run_stale_gangs(s: Session, placer: Placer) -> None:
         for t in victims:
             s.eviction_reasons[t.index] = ("stalegangeviction", None, m.Reason(
                 reasons.STALE_GANG, f"job {job.uid} has been below its gang minimum ({', '.join(short)}) for "
-                f"{fmt_amount(s.now - job.stale_since)}s, longer than its grace period of {fmt_amount(grace)}s",
+                f"{number(s.now - job.stale_since)}s, longer than its grace period of {number(grace)}s",
                 {"stale_for_s": s.now - job.stale_since, "grace_s": grace}))
         stmt.commit()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -28,15 +28,9 @@ from scheduler_core.proportion import QueueAttrs, compare_victim_queues
 from scheduler_core.session import Session
 from scheduler_core.state import GPU, JobState, PodSet, SubGroupSet, TaskState
 from scheduler_core.statement import Statement
+from scheduler_core.units import number
 
 EPS = 1e-9
-
-def fmt_amount(x: float) -> str:
-    if x == m.UNLIMITED:
-        return "unlimited"
-    if abs(x - round(x)) < 1e-9:
-        return str(int(round(x)))
-    return f"{x:.2f}"
 
 def _evictable(t: TaskState) -> bool:
     """A pod an eviction may take: active (allocated, bound, running or pipelined), including
@@ -393,19 +387,25 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
         attempt.scenarios += 1
         return _simulate(s, placer, stmt, job, chunks, validate, attempt, move_all, replace_victims)
 
+    def collect(acc: list[list[TaskState]], order: Iterable[tuple[VictimJob, list[TaskState]]]) -> Iterator[int]:
+        """Victim chunks in eviction order, appended to ``acc`` (each one's index yielded), while
+        the scenario budget and the cap on victim jobs allow."""
+        jobs_seen: set[int] = set()
+        for v, chunk in order:
+            if attempt.scenarios >= budget:
+                return
+            jobs_seen.add(v.job.index)
+            if max_victim_jobs is not None and len(jobs_seen) > max_victim_jobs:
+                return
+            acc.append(chunk)
+            yield len(acc) - 1
+
     # generator 1: node-local greedy: for each node of the newest victim, the victims on that node
     acc: list[list[TaskState]] = []
     local: dict[int, list[int]] = {}
-    jobs_seen: set[int] = set()
-    for v, chunk in (VictimOrder(s, victims, victim_heaps) if not _local_hopeless(s, victims, base_free, need_total)
-                     else ()):
-        if attempt.scenarios >= budget:
-            break
-        jobs_seen.add(v.job.index)
-        if max_victim_jobs is not None and len(jobs_seen) > max_victim_jobs:
-            break
-        ci = len(acc)
-        acc.append(chunk)
+    hopeless = _local_hopeless(s, victims, base_free, need_total)
+    for ci in collect(acc, () if hopeless else VictimOrder(s, victims, victim_heaps)):
+        chunk = acc[ci]
         nodes_of = sorted({t.node for t in chunk if t.node is not None})
         for node in nodes_of:
             local.setdefault(node, []).append(ci)
@@ -415,19 +415,10 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
                 return attempt
     # generator 2: multi-node gang (smallest node prefix by capacity after eviction, then growing)
     acc = []
-    jobs_seen = set()
     freed = np.zeros(n_nodes)
     by_node: dict[int, list[int]] = {}
-    need = sum(demand)
-    for v, chunk in VictimOrder(s, victims, victim_heaps):
-        if attempt.scenarios >= budget:
-            break
-        jobs_seen.add(v.job.index)
-        if max_victim_jobs is not None and len(jobs_seen) > max_victim_jobs:
-            break
-        ci = len(acc)
-        acc.append(chunk)
-        for t in chunk:
+    for ci in collect(acc, VictimOrder(s, victims, victim_heaps)):
+        for t in acc[ci]:
             if t.node is not None:
                 freed[t.node] += t.freed_gpus
                 lst = by_node.setdefault(t.node, [])
@@ -440,7 +431,7 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
         for i in nodes:
             size += 1
             have += s.idle[i, GPU] + s.rel[i, GPU] + freed[i]
-            if have + EPS >= need:
+            if have + EPS >= need_total:
                 break
         size = max(size, 1)
         while True:
@@ -473,7 +464,7 @@ def trigger_jobs(s: Session) -> list[JobState]:
             end = max(j.spec.creation, j.spec.last_eviction or j.spec.creation) + d
             s.reads_clock()  # the reason says how long is left
             note_attempt(s, j, m.Reason(reasons.PREEMPTION_DELAY, f"job may not evict others until its preemption delay of "
-                                 f"{fmt_amount(d)}s has passed ({fmt_amount(end - s.now)}s left)", {"delay_s": d, "end": end}))
+                                 f"{number(d)}s has passed ({number(end - s.now)}s left)", {"delay_s": d, "end": end}))
             continue
         out.append(j)
     return out
@@ -588,7 +579,7 @@ def min_runtime_violation(s: Session, chunks: list[list[TaskState]], minrt_of: C
             ps = job.pod_sets[name]
             # counters already reflect the eviction: active_used still counts releasing pods
             if ps.active_allocated < ps.min_available:
-                return (f"job {job.uid} has run less than its minimum runtime of {fmt_amount(minrt_of(job))}s and "
+                return (f"job {job.uid} has run less than its minimum runtime of {number(minrt_of(job))}s and "
                         f"would drop below its minimum of {ps.min_available} pods")
     return None
 

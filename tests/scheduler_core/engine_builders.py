@@ -6,6 +6,8 @@ from scheduler_core import model as m
 
 GIB = 1024**3
 NOW = 1_000_000.0
+#: a cycle that only allocates
+ALLOCATE_ONLY = m.CycleConfig(actions=("allocate",))
 
 
 def node(name: str, gpus: int = 8, cpu: float = 64000, mem: float = 512 * GIB, **kw) -> m.NodeSpec:

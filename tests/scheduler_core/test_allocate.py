@@ -8,6 +8,7 @@ from scheduler_core import model as m
 from scheduler_core import run_cycle
 from scheduler_core.state import GPU
 from tests.scheduler_core.engine_builders import (
+    ALLOCATE_ONLY,
     NOW,
     fraction_task,
     gpu_task,
@@ -17,9 +18,6 @@ from tests.scheduler_core.engine_builders import (
     snapshot,
     status_of,
 )
-
-ALLOCATE_ONLY = m.CycleConfig(actions=("allocate",))
-
 
 
 def test_binpack_places_on_the_fullest_node_and_spread_on_the_emptiest():

@@ -12,9 +12,6 @@ from tests.scheduler_core.engine_builders import (
     status_of,
 )
 
-ALLOCATE_ONLY = m.CycleConfig(actions=("allocate",))
-
-
 
 def test_consolidation_moves_a_pod_to_open_a_whole_node():
     qs = [queue("q", gpu_quota=16)]

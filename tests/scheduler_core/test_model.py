@@ -21,9 +21,6 @@ from tests.scheduler_core.engine_builders import (
     status_of,
 )
 
-ALLOCATE_ONLY = m.CycleConfig(actions=("allocate",))
-
-
 
 def test_snapshot_and_result_round_trip_through_json():
     snap = snapshot([node("n1", 4, labels={"zone": "a"})], [queue("q", gpu_quota=2)],

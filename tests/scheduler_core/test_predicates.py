@@ -14,9 +14,17 @@ from scheduler_core import model as m
 from scheduler_core import predicates as pr
 from scheduler_core import run_cycle
 from scheduler_core.cycle import open_session
-from tests.scheduler_core.engine_builders import GIB, gpu_task, job, node, queue, snapshot, status_of
+from tests.scheduler_core.engine_builders import (
+    ALLOCATE_ONLY,
+    GIB,
+    gpu_task,
+    job,
+    node,
+    queue,
+    snapshot,
+    status_of,
+)
 
-ALLOCATE_ONLY = m.CycleConfig(actions=("allocate",))
 Q = [queue("q", gpu_quota=64)]
 
 

@@ -12,9 +12,6 @@ from tests.scheduler_core.engine_builders import (
     status_of,
 )
 
-ALLOCATE_ONLY = m.CycleConfig(actions=("allocate",))
-
-
 
 def test_preempt_evicts_only_lower_priority_jobs_of_the_same_queue():
     qs = [queue("q", gpu_quota=8), queue("other", gpu_quota=0, creation=1)]

@@ -15,10 +15,6 @@ from tests.scheduler_core.engine_builders import (
     status_of,
 )
 
-ALLOCATE_ONLY = m.CycleConfig(actions=("allocate",))
-
-
-
 
 def test_reclaim_takes_the_newest_jobs_of_the_queue_over_its_share_on_one_node():
     result = run_cycle(reclaim_example())

@@ -12,9 +12,6 @@ from tests.scheduler_core.engine_builders import (
     snapshot,
 )
 
-ALLOCATE_ONLY = m.CycleConfig(actions=("allocate",))
-
-
 
 def test_stale_gang_is_evicted_after_its_grace_period_only():
     def snap(stale_for: float) -> m.ClusterSnapshot:

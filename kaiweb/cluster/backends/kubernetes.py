@@ -583,8 +583,9 @@ def _quantity_text(amounts: ResourceAmounts) -> dict[str, str]:
 
 
 def _spec_differences(db: QueueSpec, cluster: QueueSpec) -> list[str]:
+    """Each CRD field that differs, as "field cluster's value → database's value"."""
     return [f"{path.removeprefix('spec.')} {_shown(was)} → {_shown(now)}"
-            for path, (now, was) in queue_crd.differences(db, cluster).items()]
+            for path, (was, now) in queue_crd.differences(cluster, db).items()]
 
 
 def _shown(value: Any) -> str:

@@ -16,10 +16,10 @@ from kaiweb.workloads.models import Pod
 from scheduler_core import model as m
 from scheduler_core import run_cycle
 from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
+from tests.scheduler_core.engine_builders import ALLOCATE_ONLY
 
 pytestmark = pytest.mark.django_db
 
-ALLOCATE = m.CycleConfig(actions=("allocate",))
 QUEUE = {"priority": 100, "resources": {
     "gpu": {"quota": 16, "limit": -1, "overQuotaWeight": 1},
     "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
@@ -129,7 +129,7 @@ def add_pod(server: FakeKubeApiServer, name: str, spec: dict[str, Any] | None = 
 def cycle(gateway: KubernetesGateway, cluster: Cluster) -> m.CycleResult:
     mirror.sync_full(gateway, cluster)
     snapshot, _ = build_snapshot(None, now=1_000_000.0)
-    return run_cycle(snapshot, ALLOCATE)
+    return run_cycle(snapshot, ALLOCATE_ONLY)
 
 
 def bound(result: m.CycleResult) -> dict[str, str | None]:

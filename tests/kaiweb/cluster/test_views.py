@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from kaiweb.cluster.models import GpuDevice, Node
 from kaiweb.ui.charts import queue_colour
 from kaiweb.workloads.models import Pod
-from tests.sample_data import build_dataset
+from tests.sample_data import build_dataset, query_counts_before_and_after_more_data
 
 
 @pytest.fixture
@@ -79,13 +77,8 @@ def test_unknown_shard_says_so(client, viewer, ui_data):
 
 def test_map_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
     client.force_login(viewer)
-    client.get("/nodes/")
-    with CaptureQueriesContext(connection) as small:
-        client.get("/nodes/")
-    build_dataset(nodes=40, workloads=100, cycles=2, seed=22, tag="more-")
-    with CaptureQueriesContext(connection) as large:
-        client.get("/nodes/")
-    assert len(large) == len(small)
+    small, large = query_counts_before_and_after_more_data(client, "/nodes/", nodes=40, workloads=100, cycles=2, seed=22)
+    assert large == small
     with django_assert_max_num_queries(12):  # +2: the typical pods behind the stranded GPUs
         client.get("/nodes/")
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from kaiweb.audit.models import AuditEntry
 from kaiweb.queues.models import Queue
 from kaiweb.scheduling.models import QueueStatus
-from tests.sample_data import build_dataset
+from tests.sample_data import build_dataset, query_counts_before_and_after_more_data
 
 
 @pytest.fixture
@@ -97,13 +95,8 @@ def test_edit_buttons_follow_the_role(client, viewer, queue_admin, platform_admi
 
 def test_tree_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
     client.force_login(viewer)
-    client.get("/queues/")
-    with CaptureQueriesContext(connection) as small:
-        client.get("/queues/")
-    build_dataset(nodes=16, workloads=120, cycles=10, seed=6, tag="more-", extra_departments=3)
-    with CaptureQueriesContext(connection) as large:
-        client.get("/queues/")
-    assert len(large) == len(small)
+    small, large = query_counts_before_and_after_more_data(client, "/queues/", nodes=16, workloads=120, cycles=10, seed=6, extra_departments=3)
+    assert large == small
     with django_assert_max_num_queries(10):
         client.get("/queues/")
 

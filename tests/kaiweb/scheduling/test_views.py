@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from kaiweb.scheduling.models import Decision, PreemptionEvent, SchedulingCycle
-from tests.sample_data import build_dataset
+from tests.sample_data import build_dataset, query_counts_before_and_after_more_data
 
 
 @pytest.fixture
@@ -109,13 +109,8 @@ def test_preemption_detail_shows_both_queues_figures(client, viewer, ui_data):
 
 def test_preemptions_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
     client.force_login(viewer)
-    client.get("/preemptions/")
-    with CaptureQueriesContext(connection) as small:
-        client.get("/preemptions/")
-    build_dataset(nodes=8, workloads=120, cycles=60, seed=13, tag="more-")
-    with CaptureQueriesContext(connection) as large:
-        client.get("/preemptions/")
-    assert len(large) == len(small)
+    small, large = query_counts_before_and_after_more_data(client, "/preemptions/", nodes=8, workloads=120, cycles=60, seed=13)
+    assert large == small
     with django_assert_max_num_queries(10):
         client.get("/preemptions/")
 
@@ -137,13 +132,8 @@ def test_cycles_filter_by_status(client, viewer, ui_data):
 
 def test_cycles_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
     client.force_login(viewer)
-    client.get("/cycles/")
-    with CaptureQueriesContext(connection) as small:
-        client.get("/cycles/")
-    build_dataset(nodes=4, workloads=20, cycles=80, seed=14, tag="more-")
-    with CaptureQueriesContext(connection) as large:
-        client.get("/cycles/")
-    assert len(large) == len(small)
+    small, large = query_counts_before_and_after_more_data(client, "/cycles/", nodes=4, workloads=20, cycles=80, seed=14)
+    assert large == small
     with django_assert_max_num_queries(10):
         client.get("/cycles/")
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
-from tests.sample_data import build_dataset
+from tests.sample_data import build_dataset, query_counts_before_and_after_more_data
 
 PAGES = ["/", "/queues/", "/queues/?view=table", "/workloads/", "/nodes/", "/preemptions/", "/cycles/", "/usage/",
          "/audit/"]
@@ -74,13 +72,8 @@ def test_overview_htmx_refresh_returns_only_the_panels(client, viewer, ui_data):
 
 def test_overview_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
     client.force_login(viewer)
-    client.get("/")  # warm the session and the user's role cache
-    with CaptureQueriesContext(connection) as small:
-        client.get("/")
-    build_dataset(nodes=24, workloads=160, cycles=20, seed=4, tag="more-")
-    with CaptureQueriesContext(connection) as large:
-        client.get("/")
-    assert len(large) == len(small)
+    small, large = query_counts_before_and_after_more_data(client, "/", nodes=24, workloads=160, cycles=20, seed=4)
+    assert large == small
     with django_assert_max_num_queries(17):
         client.get("/")
 

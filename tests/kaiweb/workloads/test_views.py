@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from kaiweb.scheduling.models import PendingReason
 from kaiweb.workloads.models import Pod, Workload
-from tests.sample_data import build_dataset
+from tests.sample_data import build_dataset, query_counts_before_and_after_more_data
 
 
 @pytest.fixture
@@ -73,13 +71,8 @@ def test_list_is_paginated(client, viewer, ui_data):
 
 def test_list_query_count_does_not_grow_with_the_data(client, viewer, ui_data, django_assert_max_num_queries):
     client.force_login(viewer)
-    client.get("/workloads/")
-    with CaptureQueriesContext(connection) as small:
-        client.get("/workloads/")
-    build_dataset(nodes=8, workloads=150, cycles=4, seed=9, tag="more-")
-    with CaptureQueriesContext(connection) as large:
-        client.get("/workloads/")
-    assert len(large) == len(small)
+    small, large = query_counts_before_and_after_more_data(client, "/workloads/", nodes=8, workloads=150, cycles=4, seed=9)
+    assert large == small
     with django_assert_max_num_queries(12):
         client.get("/workloads/")
 
