@@ -7,7 +7,8 @@ snapshot → engine → record → apply), through a real Celery worker against 
 is given (the default when Postgres and Redis are both reachable), otherwise in this process
 (the same service the task calls). One extra cycle runs in-process to count its queries.
 Finally `--clients` concurrent clients call the queue-tree and workloads endpoints for
-`--api-seconds` against a web server started on the same database.
+`--api-seconds` against a web server started on the same database (after 3 s of unmeasured calls
+that open each server thread's database connection).
 
 With `--saturated`, the workloads run for days (none finishes while it is measured) and ask for
 more than twice the cluster's GPUs; warm-up cycles run in this process until a cycle binds nothing
@@ -38,6 +39,7 @@ from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("observe", "snapshot", "engine", "record", "apply")
+WARM_UP_SECONDS = 3.0
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -219,9 +221,13 @@ def api_latency(env: dict[str, str], seconds: float, clients: int, tmp: Path) ->
 
         def client(n: int) -> None:
             names = list(endpoints)
-            end = time.time() + seconds
+            # Every client first calls for WARM_UP_SECONDS unmeasured: each server thread's first
+            # request opens its database connection and each process's first one loads the views.
+            start = time.time() + WARM_UP_SECONDS
+            end = start + seconds
             i = n
             while time.time() < end:
+                measured = time.time() >= start
                 name = names[i % len(names)]
                 i += 1
                 req = urllib.request.Request(base + endpoints[name], headers={"Authorization": f"Token {token.key}"})
@@ -235,6 +241,8 @@ def api_latency(env: dict[str, str], seconds: float, clients: int, tmp: Path) ->
                 except OSError:
                     code = 0
                 elapsed = (time.perf_counter() - t) * 1000
+                if not measured:
+                    continue
                 with lock:
                     samples[name].append(elapsed)
                     statuses[name][code] = statuses[name].get(code, 0) + 1

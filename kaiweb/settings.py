@@ -161,6 +161,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 elif DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql"):
     # An unreachable server fails a connection in seconds instead of hanging a worker or a probe.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
+# A connection is kept for this many seconds and reused by the requests (and tasks) of its thread:
+# opening one costs a Postgres handshake and its password exchange, more than most API calls.
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("KAI_DB_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # ---------------------------------------------------------------- auth

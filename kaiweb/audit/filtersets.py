@@ -12,8 +12,8 @@ class AuditEntryFilterSet(django_filters.FilterSet):
     """Audit entries by actor, object, action, source and time."""
 
     actor = django_filters.CharFilter(field_name="actor_name")
-    action = django_filters.MultipleChoiceFilter(choices=AuditAction.choices)
-    source = django_filters.MultipleChoiceFilter(choices=AuditSource.choices)
+    action = django_filters.MultipleChoiceFilter(choices=AuditAction.choices, distinct=False)
+    source = django_filters.MultipleChoiceFilter(choices=AuditSource.choices, distinct=False)
     since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
     until = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
     object_repr = django_filters.CharFilter(lookup_expr="icontains")

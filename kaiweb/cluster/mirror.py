@@ -1236,8 +1236,7 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
 
     # Why pending: each pending pod of a workload the cycle left pending, and each unreadable pod.
     wanted: dict[tuple[str, str], tuple[str, str, str]] = {}  # (ns, pod) → (uid, reason, message)
-    reasons = {pr.workload_id: pr for pr in PendingReason.objects.filter(
-        cycle=cycle, is_current=True, workload__cluster=cluster)}
+    reasons = {pr.workload_id: pr for pr in PendingReason.objects.current_of(cycle.shard)}
     for p in Pod.objects.filter(workload_id__in=list(reasons), state=PodState.PENDING).select_related("workload"):
         pr = reasons[p.workload_id]
         # KAI's event reason for a pod left pending is Kubernetes' own "Unschedulable".

@@ -130,7 +130,7 @@ def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[s
 
     report = StatusReport()
     cluster = cycle.shard.cluster
-    reasons = {pr.workload_id: pr for pr in PendingReason.objects.filter(cycle=cycle, is_current=True)}
+    reasons = {pr.workload_id: pr for pr in PendingReason.objects.current_of(cycle.shard)}
     workloads = {w.pk: w for w in Workload.objects.filter(cluster=cluster, namespace__in={ns for ns, _ in pod_groups},
                                                           name__in={n for _, n in pod_groups})}
     pods: dict[int, list[tuple[str, str]]] = {}

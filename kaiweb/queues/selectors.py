@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
+from django.core.cache import cache
+from django.db.models import Count, Max, OuterRef, Prefetch, QuerySet, Subquery
 
 from kaiweb.core.choices import RESOURCES
 from kaiweb.core.queries import related_count
@@ -94,6 +95,26 @@ def queue_tree() -> list[TreeNode]:
         else:
             roots.append(node)
     return roots
+
+
+def tree_version() -> str:
+    """What the tree's figures are as of: the queues (how many, the last change) and the latest
+    recorded status (two queries on indexes). It changes when a cycle records or a queue changes."""
+    row = Queue.objects.aggregate(n=Count("id"), last=Max("id"), changed=Max("updated"))
+    status = QueueStatus.objects.aggregate(last=Max("id"))["last"]
+    changed = row["changed"].isoformat() if row["changed"] else ""
+    return f"{row['n']}:{row['last']}:{changed}:{status}"
+
+
+def queue_tree_data() -> list[dict[str, Any]]:
+    """The tree as the API serves it (``TreeNode.as_dict``), computed once per recorded cycle or
+    queue change and then served from the cache, whatever the number of requests."""
+    key = f"queues:tree:{tree_version()}"
+    data: list[dict[str, Any]] | None = cache.get(key)
+    if data is None:
+        data = [node.as_dict() for node in queue_tree()]
+        cache.set(key, data, timeout=3600)
+    return data
 
 
 def subtree_ids(queue: Queue) -> set[int]:

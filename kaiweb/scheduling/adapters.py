@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import transaction
-from django.db.models import TextField
+from django.db import connection, transaction
+from django.db.models import FloatField, Func, TextField
 from django.db.models.functions import Cast
 
 from kaiweb.cluster.models import MIG_PREFIX, Node, SchedulingShard, Topology
@@ -298,14 +298,112 @@ def _gang_text(subgroups: str | None, min_subgroup: int | None, constraint: str 
     return gang_tree(_json_text(subgroups), min_subgroup, _json_text(constraint))
 
 
+class _Epoch(Func):
+    """A timestamp as epoch seconds, computed by Postgres (exactly: numeric, then the nearest double,
+    as ``datetime.timestamp()`` rounds): turning thousands of datetimes into floats in Python every
+    cycle cost more than reading the rest of the row."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)::double precision"
+    output_field = FloatField()
+
+
+def _epoch_value(value: datetime | float | None) -> float | None:
+    return value.timestamp() if isinstance(value, datetime) else value
+
+
+POD_COLUMNS = ("id", "workload_id", "name", "uid", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices", "cpu",
+               "memory", "state", "node_id", "gpu_group", "subgroup", "task_priority", "mig_profile",
+               "constraints_text")
+WORKLOAD_COLUMNS = ("id", "namespace", "name", "labels_text", "queue_id", "queue__name", "priority_class__name",
+                    "preemptibility", "min_member", "submitted_at", "last_start_at", "last_eviction_at",
+                    "stale_since", "min_subgroup", "subgroups_text", "topology_text", "preemption_delay_seconds",
+                    "staleness_grace_seconds")
+_WORKLOAD_TIMES = ("submitted_at", "last_start_at", "last_eviction_at", "stale_since")
+
+
+@dataclasses.dataclass(slots=True)
+class _Built:
+    """What the last build of a shard made of each pod and workload row, with the row it was made of.
+
+    A TaskSpec is a function of its pod row and the build's context (the node names, whether the
+    shard restricts nodes by role); a JobSpec of its workload row, its place in the order, its
+    tasks and the context (the priority classes). A row read again with equal values, in an equal
+    context, gives the object made last time (the same object: the engine's memo then sees an
+    unchanged job by identity), so a cycle builds only what changed since the last one. The
+    property test in ``tests/kaiweb/scheduling/test_snapshot_reuse.py`` compares it with a plain
+    build over random sequences of changes."""
+
+    context: tuple[Any, ...]
+    tasks: dict[int, tuple[tuple[Any, ...], m.TaskSpec]]
+    jobs: dict[int, tuple[tuple[Any, ...], m.JobSpec]]
+
+
+#: Per shard id, the objects of its last build in this process (one entry per shard, each holding
+#: only the rows of that build).
+_BUILT: dict[int | None, _Built] = {}
+
+
+def forget_built_snapshots() -> None:
+    """Drop what earlier builds made (the next build makes every object anew)."""
+    _BUILT.clear()
+
+
+def _task_spec(row: tuple[Any, ...], restricted: bool, node_names: dict[int, str]) -> m.TaskSpec:
+    p = dict(zip(POD_COLUMNS, row, strict=True))
+    request = request_from(p)
+    constraints = _constraints_text(p["constraints_text"])
+    if restricted:
+        constraints = worker_role_constraint(constraints, request)
+    return m.TaskSpec(
+        name=p["name"],
+        request=request,
+        state=POD_STATE_TO_ENGINE.get(p["state"], m.PENDING),
+        node=node_names.get(p["node_id"]) if p["node_id"] else None,
+        gpu_groups=(p["gpu_group"],) if p["gpu_group"] else (),
+        subgroup=p["subgroup"] or None,
+        task_order_priority=p["task_priority"],
+        **constraints,
+    )
+
+
+def _job_spec(row: tuple[Any, ...], order: int, tasks: tuple[m.TaskSpec, ...],
+              classes: dict[str, m.PriorityClass], default_class: str | None) -> m.JobSpec:
+    w = dict(zip(WORKLOAD_COLUMNS, row, strict=True))
+    class_name = w["priority_class__name"] or default_class
+    try:
+        priority, preemptible = m.resolve_priority(class_name, classes, w["preemptibility"] or None)
+    except ValueError:
+        priority, preemptible = m.resolve_priority(class_name, classes)
+    return m.JobSpec(
+        name=w["name"],
+        namespace=w["namespace"],
+        queue=w["queue__name"],
+        tasks=tasks,
+        priority=priority,
+        preemptible=preemptible,
+        creation=_epoch_value(w["submitted_at"]) or 0.0,
+        build_order=order,
+        min_available=1 if w["min_member"] is None else w["min_member"],  # more than exist: not ready or stale
+        subgroups=_gang_text(w["subgroups_text"], w["min_subgroup"], w["topology_text"]),
+        preemption_delay_s=w["preemption_delay_seconds"],
+        staleness_grace_s=w["staleness_grace_seconds"],
+        last_start=_epoch_value(w["last_start_at"]),
+        last_eviction=_epoch_value(w["last_eviction_at"]),
+        stale_since=_epoch_value(w["stale_since"]),
+    )
+
+
 def build_snapshot(
-    shard: SchedulingShard | None, now: float, usage: dict[str, tuple[float, float, float]] | None = None
+    shard: SchedulingShard | None, now: float, usage: dict[str, tuple[float, float, float]] | None = None,
+    *, reuse: bool = True,
 ) -> tuple[m.ClusterSnapshot, SnapshotIndex]:
     """Read one shard's queues, nodes and active workloads into an engine snapshot.
 
     `now` is the cluster's clock (the simulated clock for the simulated backend) in epoch
     seconds; `usage` is the normalised historical usage per queue (see usage.accounting).
-    Six queries whatever the size of the cluster.
+    Six queries whatever the size of the cluster. With `reuse` (the default) the pods and
+    workloads whose rows are as the last build of this shard read them keep the objects made
+    then (see ``_Built``); without it every object is made anew, and nothing is remembered.
     """
     index = SnapshotIndex(shard_id=shard.pk if shard else None)
     classes = {
@@ -338,6 +436,13 @@ def build_snapshot(
             index.nodes[n.name] = n.pk
     node_names = {pk: name for name, pk in index.nodes.items()}
 
+    key = shard.pk if shard is not None else None
+    context = (restricted, node_names, classes, default_class)
+    last = _BUILT.get(key) if reuse else None
+    if last is not None and last.context != context:
+        last = None
+    built = _Built(context, {}, {})
+
     # Plain rows, not model instances: thousands of workloads and pods are read every cycle.
     workload_qs = Workload.objects.filter(state__in=ACTIVE_WORKLOAD_STATES).order_by("submitted_at", "namespace", "name")
     pod_qs = (Pod.objects.filter(workload__state__in=ACTIVE_WORKLOAD_STATES)
@@ -345,67 +450,49 @@ def build_snapshot(
     if shard is not None:
         workload_qs = workload_qs.filter(cluster_id=shard.cluster_id)
         pod_qs = pod_qs.filter(workload__cluster_id=shard.cluster_id)
-    pods_of: dict[int, list[dict[str, Any]]] = {}
-    for p in pod_qs.annotate(constraints_text=Cast("constraints", TextField())).values(
-            "id", "workload_id", "name", "uid", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices", "cpu", "memory",
-            "state", "node_id", "gpu_group", "subgroup", "task_priority", "mig_profile", "constraints_text"):
-        pods_of.setdefault(p["workload_id"], []).append(p)
-    jobs: list[m.JobSpec] = []
+    tasks_of: dict[int, list[m.TaskSpec]] = {}
+    pod_refs: dict[int, list[tuple[str, int, str]]] = {}
+    old_tasks = last.tasks if last is not None else {}
+    for row in pod_qs.annotate(constraints_text=Cast("constraints", TextField())).values_list(*POD_COLUMNS):
+        pod_id = row[0]
+        seen = old_tasks.get(pod_id)
+        task = seen[1] if seen is not None and seen[0] == row else _task_spec(row, restricted, node_names)
+        built.tasks[pod_id] = (row, task)
+        tasks_of.setdefault(row[1], []).append(task)
+        pod_refs.setdefault(row[1], []).append((row[2], pod_id, row[3]))
+
+    times: dict[str, Any] = ({f"{f}_epoch": _Epoch(f) for f in _WORKLOAD_TIMES}
+                             if connection.vendor == "postgresql" else {})
+    columns = tuple(f"{c}_epoch" if times and c in _WORKLOAD_TIMES else c for c in WORKLOAD_COLUMNS)
     rows = workload_qs.annotate(
         labels_text=Cast("labels", TextField()), subgroups_text=Cast("subgroups", TextField()),
-        topology_text=Cast("topology_constraint", TextField()),
-    ).values("id", "namespace", "name", "labels_text", "queue_id", "queue__name", "priority_class__name",
-             "preemptibility", "min_member", "submitted_at", "last_start_at", "last_eviction_at", "stale_since",
-             "min_subgroup", "subgroups_text", "topology_text", "preemption_delay_seconds", "staleness_grace_seconds")
-    for order, w in enumerate(rows):
-        if shard is not None and not shard.matches(_json_text(w["labels_text"])):
+        topology_text=Cast("topology_constraint", TextField()), **times,
+    ).values_list(*columns)
+    jobs: list[m.JobSpec] = []
+    old_jobs = last.jobs if last is not None else {}
+    for order, row in enumerate(rows):
+        wid, namespace, name, labels_text = row[0], row[1], row[2], row[3]
+        if shard is not None and not shard.matches(_json_text(labels_text)):
             continue
-        uid = f"{w['namespace']}/{w['name']}" if w["namespace"] else w["name"]
-        class_name = w["priority_class__name"] or default_class
-        try:
-            priority, preemptible = m.resolve_priority(class_name, classes, w["preemptibility"] or None)
-        except ValueError:
-            priority, preemptible = m.resolve_priority(class_name, classes)
-        tasks = []
-        for p in pods_of.get(w["id"], ()):
-            request = request_from(p)
-            constraints = _constraints_text(p["constraints_text"])
-            if restricted:
-                constraints = worker_role_constraint(constraints, request)
-            tasks.append(m.TaskSpec(
-                name=p["name"],
-                request=request,
-                state=POD_STATE_TO_ENGINE.get(p["state"], m.PENDING),
-                node=node_names.get(p["node_id"]) if p["node_id"] else None,
-                gpu_groups=(p["gpu_group"],) if p["gpu_group"] else (),
-                subgroup=p["subgroup"] or None,
-                task_order_priority=p["task_priority"],
-                **constraints,
-            ))
-            index.pods[(uid, p["name"])] = p["id"]
-            index.pod_uids[p["id"]] = p["uid"]
+        tasks = tuple(tasks_of.get(wid, ()))
         if not tasks:
             continue
-        min_available = 1 if w["min_member"] is None else w["min_member"]
-        jobs.append(m.JobSpec(
-            name=w["name"],
-            namespace=w["namespace"],
-            queue=w["queue__name"],
-            tasks=tuple(tasks),
-            priority=priority,
-            preemptible=preemptible,
-            creation=to_epoch(w["submitted_at"]) or 0.0,
-            build_order=order,
-            min_available=min_available,  # more than exist: not ready (pending) or stale (running)
-            subgroups=_gang_text(w["subgroups_text"], w["min_subgroup"], w["topology_text"]),
-            preemption_delay_s=w["preemption_delay_seconds"],
-            staleness_grace_s=w["staleness_grace_seconds"],
-            last_start=to_epoch(w["last_start_at"]),
-            last_eviction=to_epoch(w["last_eviction_at"]),
-            stale_since=to_epoch(w["stale_since"]),
-        ))
-        index.workloads[uid] = w["id"]
-        index.workload_queue[uid] = w["queue_id"]
+        uid = f"{namespace}/{name}" if namespace else name
+        seen_job = old_jobs.get(wid)
+        if (seen_job is not None and seen_job[0] == (row, order) and len(seen_job[1].tasks) == len(tasks)
+                and all(a is b for a, b in zip(seen_job[1].tasks, tasks))):
+            job = seen_job[1]
+        else:
+            job = _job_spec(row, order, tasks, classes, default_class)
+        built.jobs[wid] = ((row, order), job)
+        jobs.append(job)
+        for task_name, pod_id, pod_uid in pod_refs[wid]:
+            index.pods[(uid, task_name)] = pod_id
+            index.pod_uids[pod_id] = pod_uid
+        index.workloads[uid] = wid
+        index.workload_queue[uid] = row[4]
+    if reuse:
+        _BUILT[key] = built
 
     topologies = Topology.objects.order_by("name")
     if shard is not None:
@@ -495,9 +582,8 @@ def persist_result(
     cycle reconciles. Returns the Decision rows to apply (binds and evictions, in engine order).
 
     ``repeats``: the id of the cycle that recorded this very result for the same workloads (the
-    engine reused a quiet result and nothing was recorded since; the caller checks both). Its
-    current why-pending rows are then this cycle's as they are: one UPDATE moves their "as of"
-    to this cycle instead of reading and comparing every reason.
+    engine reused a quiet result and nothing was recorded since; the caller checks both). The
+    current why-pending rows then say what this cycle would write, and are not read back.
     """
     at = at or datetime.now(tz=UTC)
     job_queue = _job_queue(snapshot)
@@ -608,9 +694,7 @@ def persist_result(
                 bucket = index.pending_workloads if job.uid in result.pending else index.running_workloads
                 bucket[job.queue] = bucket.get(job.queue, 0) + 1
             _record_queue_status(cycle, result, index, at)
-            if repeats is not None:
-                PendingReason.objects.filter(is_current=True, cycle_id=repeats).update(cycle=cycle, recorded_at=at)
-            else:
+            if repeats is None:
                 _record_pending_reasons(cycle, result, index, at)
             _record_staleness(result, snapshot, index)
 
@@ -685,7 +769,10 @@ def _subtree_count(queue: str, counts: dict[str, int], index: SnapshotIndex) -> 
 
 
 def _record_pending_reasons(cycle: SchedulingCycle, result: m.CycleResult, index: SnapshotIndex, at: datetime) -> None:
-    """The current why-pending per workload; a history row only when the reason changes."""
+    """The current why-pending per workload, written only where it changed: a new row (and the old
+    one retired to history) when the reason changes, the words and numbers updated in place when
+    only they change, nothing when they are the same. A row's ``cycle`` and ``recorded_at`` say
+    since when it is so; the current rows of a shard hold as of its latest cycle."""
     reasons: dict[int, m.Reason] = {}
     for job, reason in result.pending.items():
         wid = index.workloads.get(job)
@@ -705,16 +792,13 @@ def _record_pending_reasons(cycle: SchedulingCycle, result: m.CycleResult, index
         .values("id", "workload_id", "reason", "message", "details")
     }
     to_update: list[PendingReason] = []
-    to_touch: list[int] = []
     to_retire: list[int] = []
     to_create: list[PendingReason] = []
     for wid, reason in reasons.items():
         old = current.get(wid)
         if old is not None and old["reason"] == reason.code[:64]:
             details = _jsonable(reason.details)
-            if old["message"] == reason.message and old["details"] == details:
-                to_touch.append(old["id"])  # same words and numbers: only "as of this cycle" moves
-            else:
+            if old["message"] != reason.message or old["details"] != details:
                 to_update.append(PendingReason(pk=old["id"], message=reason.message, details=details, cycle=cycle,
                                                recorded_at=at))
             continue
@@ -726,8 +810,6 @@ def _record_pending_reasons(cycle: SchedulingCycle, result: m.CycleResult, index
     to_retire.extend(row["id"] for wid, row in current.items() if wid not in reasons)
     if to_retire:
         PendingReason.objects.filter(pk__in=to_retire).update(is_current=False)
-    if to_touch:
-        PendingReason.objects.filter(pk__in=to_touch).update(cycle=cycle, recorded_at=at)
     if to_update:
         PendingReason.objects.bulk_update(to_update, ["message", "details", "cycle", "recorded_at"], batch_size=500)
     PendingReason.objects.bulk_create(to_create)

@@ -10,7 +10,7 @@ from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, Q
 
 
 class SchedulingCycleFilterSet(django_filters.FilterSet):
-    status = django_filters.MultipleChoiceFilter(choices=CycleStatus.choices)
+    status = django_filters.MultipleChoiceFilter(choices=CycleStatus.choices, distinct=False)
     shard = django_filters.CharFilter(field_name="shard__name")
     started_after = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
     started_before = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
@@ -27,7 +27,7 @@ class SchedulingCycleFilterSet(django_filters.FilterSet):
 
 
 class DecisionFilterSet(django_filters.FilterSet):
-    kind = django_filters.MultipleChoiceFilter(choices=DecisionKind.choices)
+    kind = django_filters.MultipleChoiceFilter(choices=DecisionKind.choices, distinct=False)
     workload = django_filters.NumberFilter(field_name="workload_id")
     node = django_filters.CharFilter(field_name="node_name")
 
@@ -39,7 +39,7 @@ class DecisionFilterSet(django_filters.FilterSet):
 class PreemptionEventFilterSet(django_filters.FilterSet):
     """Preemptions by action, queue (either side), workload (either side), time."""
 
-    action = django_filters.MultipleChoiceFilter(choices=PreemptionAction.choices)
+    action = django_filters.MultipleChoiceFilter(choices=PreemptionAction.choices, distinct=False)
     queue = django_filters.CharFilter(method="filter_queue", label="Queue name (preemptor or victim side)")
     victim_queue = django_filters.CharFilter(field_name="victim_queue__name")
     preemptor_queue = django_filters.CharFilter(field_name="preemptor_queue__name")

@@ -105,8 +105,16 @@ class PreemptionEvent(models.Model):
         return f"{self.action}: {self.victim_ref} for {self.preemptor_ref or '-'}"
 
 
+class PendingReasonQuerySet(models.QuerySet["PendingReason"]):
+    def current_of(self, shard: Any) -> PendingReasonQuerySet:
+        """The current why-pending of the shard's workloads: what its latest cycle holds."""
+        return self.filter(shard.label_q("workload__labels"), is_current=True, workload__cluster_id=shard.cluster_id)
+
+
 class PendingReason(models.Model):
-    """Why a workload stayed pending after a cycle; the one marked current is the latest."""
+    """Why a workload stays pending, since ``recorded_at`` (given by ``cycle``); the row marked
+    current holds as of the latest cycle of the workload's shard, the others are its history.
+    A row is written only when the reason or its words change, not by every cycle that finds it so."""
 
     workload = models.ForeignKey("workloads.Workload", on_delete=models.CASCADE, related_name="pending_reasons")
     cycle = models.ForeignKey(
@@ -118,8 +126,12 @@ class PendingReason(models.Model):
     details = models.JSONField(default=dict, blank=True)
     is_current = models.BooleanField(default=True)
 
+    objects = PendingReasonQuerySet.as_manager()
+
     class Meta:
         ordering = ("-recorded_at", "-id")
+        # the listing's order: one cycle writes thousands of rows at the same instant
+        indexes = [models.Index(fields=("-recorded_at", "-id"), name="scheduling_reason_newest_first")]
         constraints = [
             models.UniqueConstraint(
                 fields=("workload",), condition=models.Q(is_current=True),

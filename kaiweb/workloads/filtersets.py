@@ -18,7 +18,7 @@ class WorkloadFilterSet(django_filters.FilterSet):
     q = django_filters.CharFilter(method="search", label="Search namespace/name")
     queue = django_filters.CharFilter(field_name="queue__name")
     queue_tree = django_filters.CharFilter(method="filter_queue_tree", label="Queue name, with its subtree")
-    state = django_filters.MultipleChoiceFilter(choices=WorkloadState.choices)
+    state = django_filters.MultipleChoiceFilter(choices=WorkloadState.choices, distinct=False)  # one column: no duplicates to remove
     priority_class = django_filters.CharFilter(field_name="priority_class__name")
     cluster = django_filters.CharFilter(field_name="cluster__name")
     pending_reason = django_filters.CharFilter(method="filter_pending_reason", label="Current why-pending code")

@@ -51,7 +51,11 @@ class Workload(TimeStampedModel):
 
     class Meta:
         ordering = ("-submitted_at", "namespace", "name")
-        indexes = [models.Index(fields=("queue", "state"), name="workloads_queue_state")]
+        indexes = [
+            models.Index(fields=("queue", "state"), name="workloads_queue_state"),
+            # the listing's order: its first page is read from the index, not sorted out of every row
+            models.Index(fields=("-submitted_at", "namespace", "name"), name="workloads_newest_first"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=("cluster", "namespace", "name"), name="%(app_label)s_%(class)s_unique_cluster_ns_name"

@@ -8,10 +8,18 @@ from kaiweb.core.queries import related_count
 from kaiweb.scheduling.models import PendingReason
 from kaiweb.workloads.models import Pod, Workload
 
+#: What a listing shows of a workload and of the rows it names (the rest is not read).
+LISTED_COLUMNS = (
+    "id", "cluster__name", "namespace", "name", "queue__name", "priority_class__name", "preemptibility",
+    "min_member", "min_subgroup", "subgroups", "topology_constraint", "labels", "state", "submitted_at",
+    "last_start_at", "last_eviction_at", "finished_at",
+)
 
-def workloads(with_pods: bool = False) -> QuerySet[Workload]:
+
+def workloads(with_pods: bool = False, listing: bool = False) -> QuerySet[Workload]:
     """Workloads with queue, priority class, cluster, pod count and the current pending reason
-    (as `current_pending`, a list of 0 or 1) loaded in a fixed number of queries."""
+    (as `current_pending`, a list of 0 or 1) loaded in a fixed number of queries. A `listing`
+    reads only the columns a listing shows (``LISTED_COLUMNS``): not for rows to change."""
     qs = (
         Workload.objects.select_related("queue", "priority_class", "cluster")
         .annotate(pod_count=related_count(Pod.objects.all(), "workload"))
@@ -24,6 +32,8 @@ def workloads(with_pods: bool = False) -> QuerySet[Workload]:
     )
     if with_pods:
         qs = qs.prefetch_related(Prefetch("pods", queryset=Pod.objects.select_related("node").order_by("name")))
+    if listing:
+        qs = qs.only(*LISTED_COLUMNS)
     return qs
 
 

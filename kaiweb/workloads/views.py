@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 
-from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE
+from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE, CycleStatus
 from kaiweb.ui.pages import (
     active_filters,
     configure_table,
@@ -83,13 +83,17 @@ def workload_list(request: HttpRequest) -> HttpResponse:
 
 def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One workload: pods and where they run, why it is pending (in words, with the numbers), history."""
-    from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent
+    from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, SchedulingCycle
 
     workload = get_object_or_404(Workload.objects.select_related("queue", "priority_class", "cluster"), pk=pk)
     pods = list(workload.pods.select_related("node").order_by("name"))
     reasons = list(PendingReason.objects.filter(workload=workload).select_related("cycle")
                    .order_by("-recorded_at", "-id")[:50])
     current = next((r for r in reasons if r.is_current), None)
+    # A current reason is written when it changes; the latest cycle is when it was last found so.
+    latest_cycle = (SchedulingCycle.objects.filter(shard__cluster_id=workload.cluster_id,
+                                                   status=CycleStatus.SUCCEEDED).order_by("-pk").first()
+                    if current is not None else None)
     decisions = list(Decision.objects.filter(workload=workload).select_related("cycle").order_by("-cycle__started_at", "-id")[:50])
     preemptions = list(
         PreemptionEvent.objects.filter(Q(victim=workload) | Q(preemptor=workload))
@@ -106,6 +110,7 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "workload": workload,
         "pods": pods,
         "current_reason": current if workload.state in ("pending", "partial") else None,
+        "latest_cycle": latest_cycle,
         "stale_reason": current if workload.state not in ("pending", "partial") else None,
         "explanation": explain(current, workload) if current else None,
         "placement": sorted(placement.values(), key=lambda s: s["node"].name),

@@ -148,18 +148,15 @@ class SimulatedGateway:
         return sim
 
     def _complete(self, now: float) -> tuple[int, int]:
-        running = list(
-            Pod.objects.filter(workload__cluster=self.cluster, state__in=ALLOCATED_POD_STATES,
-                               duration_seconds__isnull=False, started_at__isnull=False)
-            .only("id", "started_at", "duration_seconds", "workload_id")
-        )
+        # Plain rows: every running pod is looked at each step, and only the finished become rows to write.
+        running = (Pod.objects.filter(workload__cluster=self.cluster, state__in=ALLOCATED_POD_STATES,
+                                      duration_seconds__isnull=False, started_at__isnull=False)
+                   .values_list("id", "started_at", "duration_seconds", "workload_id"))
         done = []
-        for pod in running:
-            end = pod.started_at + timedelta(seconds=pod.duration_seconds)
+        for pk, started_at, duration, workload_id in running:
+            end = started_at + timedelta(seconds=duration)
             if end.timestamp() <= now:
-                pod.state = PodState.SUCCEEDED
-                pod.finished_at = end
-                done.append(pod)
+                done.append(Pod(pk=pk, workload_id=workload_id, state=PodState.SUCCEEDED, finished_at=end))
         if not done:
             return 0, 0
         Pod.objects.bulk_update(done, ["state", "finished_at"], batch_size=500)

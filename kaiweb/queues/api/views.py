@@ -72,7 +72,7 @@ class QueueViewSet(ByNameLookupMixin, ServiceModelViewSet):
     @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
     def tree(self, request: Request) -> Response:
         """The whole tree in one call, with allocated / fair share / pending per resource (latest cycle)."""
-        return Response([node.as_dict() for node in selectors.queue_tree()])
+        return Response(selectors.queue_tree_data())
 
     @extend_schema(
         responses={200: s.QueueListingRowSerializer(many=True), (200, "text/plain"): OpenApiTypes.STR}, filters=False

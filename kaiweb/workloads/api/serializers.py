@@ -14,7 +14,8 @@ from kaiweb.workloads.models import Pod, Workload
 
 
 class PendingReasonSerializer(serializers.ModelSerializer):
-    """Why a workload stayed pending after a cycle."""
+    """Why a workload stays pending: since `recorded_at`, given by `cycle` (written again only when the
+    reason or its words change); `is_current` marks the one that holds now, the others are its history."""
 
     class Meta:
         model = PendingReason

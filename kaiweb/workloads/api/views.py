@@ -37,7 +37,7 @@ class WorkloadViewSet(
         return s.WorkloadDetailSerializer if self.action in ("retrieve", "create") else s.WorkloadSerializer
 
     def get_queryset(self) -> Any:
-        return selectors.workloads(with_pods=self.action == "retrieve")
+        return selectors.workloads(with_pods=self.action == "retrieve", listing=self.action == "list")
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)

@@ -125,7 +125,7 @@ def test_tree_has_figures_from_the_latest_status(viewer_api, queue_tree, django_
         allocated={"cpu": 8000, "memory": 0, "gpu": 6}, fair_share={"gpu": 9.5}, pending={"gpu": 2},
         pending_workloads=1, running_workloads=3,
     )
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(8):  # the tree and its version (computed: the cache is empty)
         response = viewer_api.get("/api/v1/queues/tree/")
     roots = response.json()
     assert [r["name"] for r in roots] == ["department-a", "department-b"]
@@ -209,7 +209,7 @@ def test_tree_query_count_does_not_grow_with_the_tree(viewer_api, queue_tree, dj
         queue = Queue.objects.create(name=f"leaf-{i}", parent=queue_tree["team-research-a"] if i < 10 else None)
         QueueStatusFactory(queue=queue)
         QueueStatusFactory(queue=queue)
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(8):
         roots = viewer_api.get("/api/v1/queues/tree/").json()
     assert len(roots) == 22
 
@@ -230,3 +230,35 @@ def test_a_queue_is_addressed_by_its_name_as_well_as_its_id(admin_api, viewer_ap
     assert viewer_api.patch("/api/v1/queues/team-training/", {"gpu_quota": 1}, format="json").status_code == 403
     assert viewer_api.get("/api/v1/queues/no-such-queue/").status_code == 404
     assert viewer_api.get("/api/v1/queues/99999999999999999999999/").status_code == 404
+
+
+def test_the_tree_is_computed_once_per_recorded_cycle_or_queue_change(viewer_api, queue_tree,
+                                                                        django_assert_max_num_queries):
+    from kaiweb.queues.models import Queue
+    from tests.factories import QueueStatusFactory, SchedulingCycleFactory
+
+    first = viewer_api.get("/api/v1/queues/tree/").json()
+    with django_assert_max_num_queries(4):  # the caller's token, then the tree's version: served as computed
+        again = viewer_api.get("/api/v1/queues/tree/").json()
+    assert again == first
+
+    leaf = Queue.objects.filter(children__isnull=True).order_by("name").first()
+    QueueStatusFactory(queue=leaf, cycle=SchedulingCycleFactory(), allocated={"cpu": 0, "memory": 0, "gpu": 3},
+                       running_workloads=2)
+    recorded = viewer_api.get("/api/v1/queues/tree/").json()
+
+    def find(nodes, name):
+        for n in nodes:
+            if n["name"] == name:
+                return n
+            found = find(n["children"], name)
+            if found:
+                return found
+        return None
+
+    assert find(recorded, leaf.name)["resources"]["gpu"]["allocated"] == 3
+    assert find(recorded, leaf.name)["running_workloads"] == 2
+
+    leaf.display_name = "Renamed leaf"
+    leaf.save()
+    assert find(viewer_api.get("/api/v1/queues/tree/").json(), leaf.name)["display_name"] == "Renamed leaf"

@@ -323,30 +323,39 @@ def _current_reasons(sc) -> dict[int, tuple]:
             for r in PendingReason.objects.filter(is_current=True, workload__queue__in=sc.queues.values())}
 
 
-def test_a_quiet_cycle_repeats_the_last_record_and_says_so_as_of_this_cycle():
+def test_a_quiet_cycle_repeats_the_last_record_and_writes_no_reason(monkeypatch):
     sc = small_cluster(nodes=1)
     submit(sc, "team-a", "fits", pods=1, gpus_per_pod=8)
     waiting = [submit(sc, "team-b", f"w{i}", pods=1, gpus_per_pod=16) for i in range(3)]  # never fit
-    cycle.run_and_record_cycle(sc.shard, advance=False)  # binds "fits": not quiet
-    second = cycle.run_and_record_cycle(sc.shard, advance=False)  # quiet, runs in full
+    first = cycle.run_and_record_cycle(sc.shard, advance=False)  # binds "fits": not quiet
+    with CaptureQueriesContext(connection) as full:
+        second = cycle.run_and_record_cycle(sc.shard, advance=False)  # quiet, runs in full
     assert "reused" not in second.result.counts
     before = _current_reasons(sc)
     assert set(before) == {w.pk for w in waiting}
-    assert {v[3] for v in before.values()} == {second.cycle_id}
+    # the same reasons in the same words: read and compared, not written again
+    reason_table = PendingReason._meta.db_table
+    assert [q["sql"].split()[0] for q in full.captured_queries if reason_table in q["sql"]] == ["SELECT"]
+    assert {v[3] for v in before.values()} == {first.cycle_id}
 
+    measured: list[object] = []
+    monkeypatch.setattr(cycle, "shard_fragmentation", lambda shard: measured.append(shard) or (0.0, 0.0))
     with CaptureQueriesContext(connection) as ctx:
         third = cycle.run_and_record_cycle(sc.shard, advance=False)
 
     assert third.result.counts["reused"] == 1
-    reason_table = PendingReason._meta.db_table
-    # the repeat is one UPDATE; the reasons are not read back and compared
-    assert [q["sql"].split()[0] for q in ctx.captured_queries if reason_table in q["sql"]] == ["UPDATE"]
-    after = _current_reasons(sc)
-    # the same reasons, word for word, now as of the third cycle, and no history row added
-    assert {k: v[:3] for k, v in after.items()} == {k: v[:3] for k, v in before.items()}
-    assert {v[3] for v in after.values()} == {third.cycle_id}
+    # the same nodes and pods as the cycle it repeats: its fragmentation figures, not measured again
+    assert measured == []
+    figures = SchedulingCycle.objects.filter(pk__in=(second.cycle_id, third.cycle_id)).order_by("pk")
+    (free, stranded), again = list(figures.values_list("free_gpus", "stranded_gpus"))
+    assert free is not None
+    assert again == (free, stranded)
+    # the repeat neither reads nor writes a reason: they hold as they are, as of the third cycle
+    assert [q for q in ctx.captured_queries if reason_table in q["sql"]] == []
+    assert _current_reasons(sc) == before
     assert PendingReason.objects.count() == 3
-    assert PendingReason.objects.filter(cycle_id=third.cycle_id).count() == 3
+    assert list(PendingReason.objects.current_of(sc.shard).order_by("workload_id").values_list(
+        "workload_id", flat=True)) == sorted(before)
 
 
 def test_a_quiet_cycle_records_in_full_when_another_cycle_recorded_since():
