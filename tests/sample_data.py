@@ -290,6 +290,27 @@ def build_dataset(
                 pending={"gpu": round(req - alloc, 2), "cpu": 0, "memory": 0},
                 pending_workloads=rng.randint(0, 6), running_workloads=rng.randint(0, 12),
             ))
+    # A cycle counts a queue's whole subtree: a parent's workloads are its leaves' (the draws above
+    # are kept, so the rest of the data is what the seed always gave).
+    kids: dict[int, list[int]] = {}
+    for q in all_queues:
+        if q.parent_id is not None:
+            kids.setdefault(q.parent_id, []).append(q.pk)
+    per_cycle = len(all_queues)
+    for start in range(0, len(status_rows), per_cycle or 1):
+        rows = {r.queue.pk: r for r in status_rows[start:start + per_cycle]}
+
+        def subtree(pk: int, rows: dict[int, QueueStatus] = rows) -> tuple[int, int]:
+            if pk not in kids:
+                return rows[pk].pending_workloads, rows[pk].running_workloads
+            counts = [subtree(child) for child in kids[pk] if child in rows]
+            rows[pk].pending_workloads = sum(c[0] for c in counts)
+            rows[pk].running_workloads = sum(c[1] for c in counts)
+            return rows[pk].pending_workloads, rows[pk].running_workloads
+
+        for q in all_queues:
+            if q.parent_id is None or q.parent_id not in rows:
+                subtree(q.pk)
     QueueStatus.objects.bulk_create(status_rows, batch_size=2000)
 
     last = cycle_objs[-1] if cycle_objs else None

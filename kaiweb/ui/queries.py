@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, Q, Sum
 
 from kaiweb.core.choices import RESOURCES
+from scheduler_core.units import MB
 
 
 @dataclass
@@ -48,27 +49,15 @@ def latest_statuses(queue_ids: list[int] | None = None) -> dict[int, Any]:
     return select_latest(queue_ids)
 
 
-def live_workload_counts() -> dict[int, dict[str, int]]:
-    """Pending and running workloads per (leaf) queue, counted from the workloads themselves."""
-    from kaiweb.workloads.models import Workload
-
-    out: dict[int, dict[str, int]] = {}
-    rows = (Workload.objects.filter(state__in=("pending", "running", "partial"))
-            .values("queue_id", "state").annotate(n=Count("id")))
-    for row in rows:
-        slot = out.setdefault(row["queue_id"], {"pending": 0, "running": 0})
-        slot["pending" if row["state"] == "pending" else "running"] += row["n"]
-    return out
-
-
 def queue_tree(user: Any = None) -> list[QueueRow]:
-    """Every queue in depth-first order (siblings by name) with figures; four queries in all."""
+    """Every queue in depth-first order (siblings by name) with its figures as of the latest cycle
+    that recorded it (workloads pending and running in its subtree too): three queries in all,
+    whatever the number of workloads."""
     from kaiweb.queues.models import Queue
     from kaiweb.ui.access import editable_queue_ids
 
     queues = list(Queue.objects.order_by("name"))
     statuses = latest_statuses()
-    counts = live_workload_counts()
     editable = editable_queue_ids(user) if user is not None else frozenset()
     kids: dict[int | None, list[Any]] = {}
     by_id = {q.pk: q for q in queues}
@@ -78,9 +67,9 @@ def queue_tree(user: Any = None) -> list[QueueRow]:
 
     rows: list[QueueRow] = []
 
-    def walk(q: Any, depth: int, prefix: str, seen: set[int]) -> tuple[int, int]:
+    def walk(q: Any, depth: int, prefix: str, seen: set[int]) -> None:
         if q.pk in seen:  # a cycle cannot be saved, but never loop on bad data
-            return 0, 0
+            return
         seen.add(q.pk)
         path = f"{prefix}{q.name}/"
         row = QueueRow(queue=q, depth=depth, path=path, children=len(kids.get(q.pk, [])),
@@ -88,14 +77,11 @@ def queue_tree(user: Any = None) -> list[QueueRow]:
                        editable=editable is None or q.pk in (editable or ()),
                        parent_name=by_id[q.parent_id].name if q.parent_id in by_id else "")
         row.resources = queue_resources(q, row.status)
+        if row.status is not None:  # the cycle counted the queue's subtree
+            row.pending_workloads, row.running_workloads = row.status.pending_workloads, row.status.running_workloads
         rows.append(row)
-        own = counts.get(q.pk, {"pending": 0, "running": 0})
-        pending, running = own["pending"], own["running"]
         for child in kids.get(q.pk, []):
-            p, r = walk(child, depth + 1, path, seen)
-            pending, running = pending + p, running + r
-        row.pending_workloads, row.running_workloads = pending, running
-        return pending, running
+            walk(child, depth + 1, path, seen)
 
     seen: set[int] = set()
     for top in kids.get(None, []):
@@ -142,25 +128,30 @@ class ClusterTotals:
         return 100.0 * self.cpu_allocated / self.cpu_total if self.cpu_total else 0.0
 
 
-def cluster_totals() -> ClusterTotals:
-    """Capacity of ready, schedulable nodes and what pods hold now; two aggregate queries."""
+def cluster_totals(statuses: dict[int, Any] | None = None) -> ClusterTotals:
+    """Capacity of ready nodes (one aggregate over the nodes) and what the queues hold, as the
+    latest cycle recorded it for each top-level queue (queue units: memory in MB): the figures do
+    not grow with the number of pods. ``statuses`` (``latest_statuses()``) saves its queries."""
     from kaiweb.cluster.models import Node
-    from kaiweb.workloads.choices import ALLOCATED_POD_STATES
-    from kaiweb.workloads.models import Pod
+    from kaiweb.queues.models import Queue
 
     cap = Node.objects.aggregate(
         node_count=Count("id"), ready_count=Count("id", filter=Q(ready=True)),
         gpu=Sum("allocatable_gpu", filter=Q(ready=True)), cpu=Sum("allocatable_cpu", filter=Q(ready=True)),
         memory=Sum("allocatable_memory", filter=Q(ready=True)),
     )
-    used = Pod.objects.filter(state__in=ALLOCATED_POD_STATES).aggregate(
-        gpu=Sum("gpu"), frac=Sum(F("gpu_fraction") * F("gpu_devices")), cpu=Sum("cpu"), memory=Sum("memory"),
-    )
+    roots = list(Queue.objects.filter(parent__isnull=True).values_list("pk", flat=True))
+    if statuses is None:
+        statuses = latest_statuses(roots)
+    used = dict.fromkeys(RESOURCES, 0.0)
+    for pk in roots:
+        status = statuses.get(pk)
+        for r in RESOURCES:
+            used[r] += float(((status.allocated or {}) if status is not None else {}).get(r) or 0)
     return ClusterTotals(
         nodes=cap["node_count"] or 0, ready_nodes=cap["ready_count"] or 0, gpu_total=float(cap["gpu"] or 0),
         cpu_total=float(cap["cpu"] or 0), memory_total=float(cap["memory"] or 0),
-        gpu_allocated=float(used["gpu"] or 0) + float(used["frac"] or 0),
-        cpu_allocated=float(used["cpu"] or 0), memory_allocated=float(used["memory"] or 0),
+        gpu_allocated=used["gpu"], cpu_allocated=used["cpu"], memory_allocated=used["memory"] * MB,
     )
 
 

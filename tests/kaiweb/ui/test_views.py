@@ -185,3 +185,32 @@ def test_ago_says_just_now_under_a_minute_instead_of_zero_minutes():
     assert ago(now - timedelta(minutes=5, seconds=10), now) == "5\xa0minutes ago"
     assert ago(now - timedelta(hours=2, minutes=3), now) == "2\xa0hours, 3\xa0minutes ago"
     assert ago(None, now) == "never"
+
+
+def test_overview_figures_are_the_latest_cycles_and_read_no_workload(client, viewer, queue_tree):
+    """The tree's workload counts and the allocated totals come from the latest recorded status of
+    each queue (the cycle counted them); the page reads no workload or pod, however many there are."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.factories import QueueStatusFactory, SchedulingCycleFactory, WorkloadFactory
+
+    cycle = SchedulingCycleFactory()
+    roots = [q for q in queue_tree.values() if q.parent_id is None]
+    for i, root in enumerate(roots):
+        QueueStatusFactory(queue=root, cycle=cycle, allocated={"cpu": 1000, "memory": 2000, "gpu": 3 + i},
+                           pending_workloads=7, running_workloads=2)
+    WorkloadFactory.create_batch(3, queue=queue_tree["team-training"])  # after the cycle: not counted yet
+    client.force_login(viewer)
+
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get("/")
+
+    totals = response.context["totals"]
+    assert totals.gpu_allocated == sum(3 + i for i in range(len(roots)))
+    assert totals.cpu_allocated == 1000 * len(roots)
+    assert totals.memory_allocated == 2000 * 10**6 * len(roots)  # the status's MB, in bytes
+    assert response.context["pending_total"] == 7 * len(roots)
+    assert response.context["running_total"] == 2 * len(roots)
+    touched = [q["sql"] for q in ctx.captured_queries if '"workloads_workload"' in q["sql"] or '"workloads_pod"' in q["sql"]]
+    assert touched == []
