@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+from django.core.cache import cache
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -12,10 +14,15 @@ from rest_framework.response import Response
 
 from kaiweb.audit.choices import AuditSource
 from kaiweb.core.api.base import ServiceErrorsMixin
+from kaiweb.core.changes import listing_version
 from kaiweb.workloads import selectors, services
 from kaiweb.workloads.api import serializers as s
 from kaiweb.workloads.filtersets import PodFilterSet, WorkloadFilterSet
 from kaiweb.workloads.models import Pod
+
+#: How long a cached page is kept: a new state of the data gets a new key at once; this only ages
+#: out the pages of states nobody asks for any more.
+LISTING_CACHE_SECONDS = 300
 
 
 class WorkloadViewSet(
@@ -38,6 +45,22 @@ class WorkloadViewSet(
 
     def get_queryset(self) -> Any:
         return selectors.workloads(with_pods=self.action == "retrieve", listing=self.action == "list")
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        # A page is computed once per state of the data (core.changes.listing_version) and then
+        # served from the cache to every caller asking for the same URL. (No docstring: the
+        # schema describes the listing with the viewset's.)
+        version = listing_version("workloads")
+        if version is None:
+            return super().list(request, *args, **kwargs)
+        key = "api:workloads:" + hashlib.sha256(f"{version} {request.build_absolute_uri()}".encode()).hexdigest()
+        data = cache.get(key)
+        if data is None:
+            response = super().list(request, *args, **kwargs)
+            if response.status_code == status.HTTP_200_OK:
+                cache.set(key, response.data, timeout=LISTING_CACHE_SECONDS)
+            return response
+        return Response(data)
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)
