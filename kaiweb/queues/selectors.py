@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import Count, Max, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
+from kaiweb.core.changes import listing_version
 from kaiweb.core.choices import RESOURCES
 from kaiweb.core.queries import related_count
 from kaiweb.queues.choices import PRIORITY_NAMES
@@ -97,19 +98,14 @@ def queue_tree() -> list[TreeNode]:
     return roots
 
 
-def tree_version() -> str:
-    """What the tree's figures are as of: the queues (how many, the last change) and the latest
-    recorded status (two queries on indexes). It changes when a cycle records or a queue changes."""
-    row = Queue.objects.aggregate(n=Count("id"), last=Max("id"), changed=Max("updated"))
-    status = QueueStatus.objects.aggregate(last=Max("id"))["last"]
-    changed = row["changed"].isoformat() if row["changed"] else ""
-    return f"{row['n']}:{row['last']}:{changed}:{status}"
-
-
 def queue_tree_data() -> list[dict[str, Any]]:
-    """The tree as the API serves it (``TreeNode.as_dict``), computed once per recorded cycle or
-    queue change and then served from the cache, whatever the number of requests."""
-    key = f"queues:tree:{tree_version()}"
+    """The tree as the API serves it (``TreeNode.as_dict``), computed once per committed change of
+    the queues or their recorded status (``core.changes.listing_version("queues")``: once per
+    cycle) and then served from the cache, whatever the number of requests."""
+    version = listing_version("queues")
+    if version is None:
+        return [node.as_dict() for node in queue_tree()]
+    key = f"queues:tree:{version}"
     data: list[dict[str, Any]] | None = cache.get(key)
     if data is None:
         data = [node.as_dict() for node in queue_tree()]

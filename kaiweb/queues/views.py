@@ -37,7 +37,7 @@ def tree(request: HttpRequest) -> HttpResponse:
     if view not in VIEWS:
         view = "tree"
     rows = queries.queue_tree(request.user)
-    totals = queries.cluster_totals({r.queue.pk: r.status for r in rows if r.status is not None})
+    totals = queries.cluster_totals(rows)
     context = {
         "rows": rows,
         "view": view,

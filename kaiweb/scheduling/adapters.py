@@ -78,8 +78,9 @@ class SnapshotIndex:
     parents: dict[str, str | None] = dataclasses.field(default_factory=dict)  # queue -> parent queue
 
 
-def to_epoch(value: datetime | None) -> float | None:
-    return None if value is None else value.timestamp()
+def to_epoch(value: datetime | float | None) -> float | None:
+    """Epoch seconds of a timestamp (one read as epoch seconds already is returned as it is)."""
+    return value.timestamp() if isinstance(value, datetime) else value
 
 
 def from_epoch(value: float) -> datetime:
@@ -307,10 +308,6 @@ class _Epoch(Func):
     output_field = FloatField()
 
 
-def _epoch_value(value: datetime | float | None) -> float | None:
-    return value.timestamp() if isinstance(value, datetime) else value
-
-
 POD_COLUMNS = ("id", "workload_id", "name", "uid", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices", "cpu",
                "memory", "state", "node_id", "gpu_group", "subgroup", "task_priority", "mig_profile",
                "constraints_text")
@@ -381,15 +378,15 @@ def _job_spec(row: tuple[Any, ...], order: int, tasks: tuple[m.TaskSpec, ...],
         tasks=tasks,
         priority=priority,
         preemptible=preemptible,
-        creation=_epoch_value(w["submitted_at"]) or 0.0,
+        creation=to_epoch(w["submitted_at"]) or 0.0,
         build_order=order,
         min_available=1 if w["min_member"] is None else w["min_member"],  # more than exist: not ready or stale
         subgroups=_gang_text(w["subgroups_text"], w["min_subgroup"], w["topology_text"]),
         preemption_delay_s=w["preemption_delay_seconds"],
         staleness_grace_s=w["staleness_grace_seconds"],
-        last_start=_epoch_value(w["last_start_at"]),
-        last_eviction=_epoch_value(w["last_eviction_at"]),
-        stale_since=_epoch_value(w["stale_since"]),
+        last_start=to_epoch(w["last_start_at"]),
+        last_eviction=to_epoch(w["last_eviction_at"]),
+        stale_since=to_epoch(w["stale_since"]),
     )
 
 

@@ -128,26 +128,22 @@ class ClusterTotals:
         return 100.0 * self.cpu_allocated / self.cpu_total if self.cpu_total else 0.0
 
 
-def cluster_totals(statuses: dict[int, Any] | None = None) -> ClusterTotals:
-    """Capacity of ready nodes (one aggregate over the nodes) and what the queues hold, as the
-    latest cycle recorded it for each top-level queue (queue units: memory in MB): the figures do
-    not grow with the number of pods. ``statuses`` (``latest_statuses()``) saves its queries."""
+def cluster_totals(tree: list[QueueRow]) -> ClusterTotals:
+    """Capacity of ready nodes (one aggregate over the nodes) and what the queues hold: the sum of
+    the top-level rows of ``tree`` (``queue_tree()``), as the latest cycle recorded each (queue
+    units: memory in MB). Nothing here grows with the number of pods."""
     from kaiweb.cluster.models import Node
-    from kaiweb.queues.models import Queue
 
     cap = Node.objects.aggregate(
         node_count=Count("id"), ready_count=Count("id", filter=Q(ready=True)),
         gpu=Sum("allocatable_gpu", filter=Q(ready=True)), cpu=Sum("allocatable_cpu", filter=Q(ready=True)),
         memory=Sum("allocatable_memory", filter=Q(ready=True)),
     )
-    roots = list(Queue.objects.filter(parent__isnull=True).values_list("pk", flat=True))
-    if statuses is None:
-        statuses = latest_statuses(roots)
     used = dict.fromkeys(RESOURCES, 0.0)
-    for pk in roots:
-        status = statuses.get(pk)
-        for r in RESOURCES:
-            used[r] += float(((status.allocated or {}) if status is not None else {}).get(r) or 0)
+    for row in tree:
+        if row.depth == 0:
+            for r in RESOURCES:
+                used[r] += float(row.resources[r]["allocated"] or 0)
     return ClusterTotals(
         nodes=cap["node_count"] or 0, ready_nodes=cap["ready_count"] or 0, gpu_total=float(cap["gpu"] or 0),
         cpu_total=float(cap["cpu"] or 0), memory_total=float(cap["memory"] or 0),

@@ -38,7 +38,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     day_ago = now - timedelta(hours=24)
     tree = queries.queue_tree(request.user)
-    totals = queries.cluster_totals({row.queue.pk: row.status for row in tree if row.status is not None})
+    totals = queries.cluster_totals(tree)
     leaves = [row for row in tree if row.is_leaf]
     cycles = list(SchedulingCycle.objects.select_related("shard").order_by("-started_at", "-id")[:10])
     preemptions = group_preemptions(list(PreemptionEvent.objects.select_related("preemptor_queue", "victim_queue")

@@ -174,6 +174,16 @@ def test_a_list_page_is_capped(viewer_api, settings):
     assert data["count"] == 5
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(("query", "field"), [("limit=abc", "limit"), ("limit=0", "limit"), ("limit=-5", "limit"),
+                                               ("offset=-1", "offset"), ("offset=1.5", "offset")])
+def test_a_bad_page_parameter_is_a_400_naming_it(viewer_api, query, field):
+    for path in ("/api/v1/queues/", "/api/v1/workloads/", "/api/v1/pending-reasons/"):
+        response = viewer_api.get(f"{path}?{query}")
+        assert response.status_code == 400, (path, response.content)
+        assert "whole number" in response.json()[field][0]
+
+
 # ------------------------------------------------------------------------------------------ what-if
 
 NOW = timezone.now().replace(microsecond=0)

@@ -129,7 +129,7 @@ def test_panels_poll_only_while_the_tab_is_visible(client, viewer, ui_data):
 def test_a_failing_page_is_an_error_page_not_a_traceback(client, viewer, db, settings, monkeypatch):
     from kaiweb.ui import queries
 
-    def broken() -> None:
+    def broken(*args: object) -> None:
         raise RuntimeError("database went away")
 
     monkeypatch.setattr(queries, "cluster_totals", broken)
