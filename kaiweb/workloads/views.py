@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 
-from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE, CycleStatus
+from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE, CycleStatus, DecisionKind
 from kaiweb.ui.pages import (
     active_filters,
     configure_table,
@@ -111,6 +111,8 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "pods": pods,
         "current_reason": current if workload.state in ("pending", "partial") else None,
         "latest_cycle": latest_cycle,
+        # pipelined by the newest cycle that decided on it: waiting for what is being released
+        "pipelined": decisions[0] if decisions and decisions[0].kind == DecisionKind.PIPELINE else None,
         "stale_reason": current if workload.state not in ("pending", "partial") else None,
         "explanation": explain(current, workload) if current else None,
         "placement": sorted(placement.values(), key=lambda s: s["node"].name),

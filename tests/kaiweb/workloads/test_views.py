@@ -129,6 +129,21 @@ def test_detail_of_a_pending_workload_without_a_cycle_says_so(client, viewer, qu
     assert "No cycle has looked at this workload yet" in html
 
 
+def test_detail_of_a_pipelined_workload_says_what_it_waits_for(client, viewer, queue_tree):
+    from kaiweb.cluster.models import Cluster
+    from tests.factories import DecisionFactory
+
+    w = Workload.objects.create(cluster=Cluster.objects.get(name="default"), namespace="ns", name="waiting",
+                                queue=queue_tree["team-training"], submitted_at=timezone.now())
+    decision = DecisionFactory(workload=w, kind="pipeline", node_name="gpu-node-7", reason="Pipelined")
+    client.force_login(viewer)
+    html = client.get(f"/workloads/{w.pk}/").content.decode()
+    assert "No cycle has looked at this workload yet" not in html
+    assert "Waiting for resources being released" in html
+    assert f"/cycles/{decision.cycle_id}/" in html
+    assert "gpu-node-7" in html
+
+
 def test_detail_query_budget(client, viewer, ui_data, django_assert_max_num_queries):
     w = Workload.objects.filter(state="running").first()
     client.force_login(viewer)
