@@ -978,7 +978,14 @@ def eligible_for_allocation(job: JobState) -> bool:
 
 
 def run_allocate(s: Session, placer: Placer) -> None:
-    """Allocate pending jobs in queue/job order; commit each success, re-queue elastic jobs."""
+    """Allocate pending jobs in queue/job order; commit each success, re-queue elastic jobs.
+
+    Shortcut (``CycleConfig.shortcuts``, exact): once no job left in the order can be placed,
+    the rest of the walk only writes pending reasons, so it is replaced by ``_fail_rest``. "Can
+    not be placed" is proven by whole GPUs alone: every pending pod of the job asks for more whole
+    GPUs than any node has free (idle + releasing). Placing pods only takes room, so the proof
+    holds for the rest of the walk, and a failed attempt changes nothing another attempt reads,
+    so the order of the remaining attempts does not matter."""
     # only the popped job's queues change between pops here (see JobsOrder)
     order = JobsOrder(s, [j for j in s.jobs if eligible_for_allocation(j)], local_changes=True)
     for j in s.jobs:
@@ -987,10 +994,16 @@ def run_allocate(s: Session, placer: Placer) -> None:
             s.pending_reasons[j.uid] = m.Reason(
                 reasons.NOT_READY, f"job is not ready for scheduling: fewer pods exist than its gang minimum "
                 f"({need} member(s) required)", {})
+    needs = _GpuNeeds(s, order) if s.config.shortcuts else None
     while True:
+        if needs is not None and needs.none_fits():
+            _fail_rest(s, placer, order)
+            break
         job = order.pop()
         if job is None:
             break
+        if needs is not None:
+            needs.popped(job)
         stmt = Statement(s)
         had_alloc = job.allocated_count() > 0
         if allocate_job(s, placer, stmt, job, pipeline_only=False):
@@ -1012,8 +1025,111 @@ def run_allocate(s: Session, placer: Placer) -> None:
             s.pending_reasons.pop(job.uid, None)
             if job.has_pending() and tasks_to_allocate(job):
                 order.push(job)
+                if needs is not None:
+                    needs.pushed(job)
+            if needs is not None:
+                needs.changed()
         else:
             stmt.discard()
+
+
+class _GpuNeeds:
+    """The jobs left in an allocation order by the fewest whole GPUs each of their pending pods
+    asks for (0: some pod asks for none, or for a share of one; such a job is never proven
+    hopeless), and the most whole GPUs free on one node (idle + releasing, as placement counts)."""
+
+    __slots__ = ("s", "count", "by_shape", "free", "_least")
+
+    def __init__(self, s: Session, order: JobsOrder) -> None:
+        self.s = s
+        self.count: dict[float, int] = {}
+        self.by_shape: dict[int, float] = {}
+        self._least: float | None = None
+        for node in order.nodes.values():
+            for _, _, job in node.heap:
+                self.pushed(job)
+        self.changed()
+
+    def need(self, job: JobState) -> float:
+        least = math.inf
+        by_shape = self.by_shape
+        for t in job.tasks:
+            if t.status != m.PENDING:
+                continue
+            got = by_shape.get(t.shape_id)
+            if got is None:
+                r = t.request
+                got = by_shape[t.shape_id] = float(r.gpus) if r.gpu_kind == m.GPU_WHOLE and r.gpus > 0 else 0.0
+            if got < least:
+                least = got
+        return 0.0 if least == math.inf else least
+
+    def pushed(self, job: JobState) -> None:
+        n = self.need(job)
+        self.count[n] = self.count.get(n, 0) + 1
+        self._least = None
+
+    def popped(self, job: JobState) -> None:
+        # the need a job was counted with: its pending pods have not changed since it was pushed
+        n = self.need(job)
+        left = self.count[n] - 1
+        if left:
+            self.count[n] = left
+        else:
+            del self.count[n]
+        self._least = None
+
+    def changed(self) -> None:
+        """Node usage changed: read the most free whole GPUs on one node again."""
+        s = self.s
+        self.free = float((s.idle[:, GPU] + s.rel[:, GPU]).max()) if len(s.nodes) else -math.inf
+
+    def none_fits(self) -> bool:
+        if not self.count:
+            return False
+        if self._least is None:
+            self._least = min(self.count)
+        # a node's free whole GPUs can be below 0 (a shared device over a full node), so a
+        # job asking for none is never proven hopeless by them
+        return self._least > 0 and self.free + _EPS < self._least
+
+
+def _fail_rest(s: Session, placer: Placer, order: JobsOrder) -> None:
+    """Write what the attempts of every job left in ``order`` would write, knowing that each of
+    them fails (``run_allocate``'s shortcut). An attempt whose outcome cannot name a pod (the
+    queue's limit or quota, or "no node has N GPUs free" with every node passing the job's static
+    predicates) is computed once per (queue, preemptible, pod shapes); any other runs as the
+    walk would run it."""
+    same: dict[Key, tuple[m.Reason, bool]] = {}
+    stmt = Statement(s)
+    simple_nodes: dict[int, bool] = {}
+    for node in order.nodes.values():
+        for _, _, job in node.heap:
+            tasks = tasks_to_allocate(job)
+            if not tasks:
+                continue
+            first = tasks[0]
+            simple = simple_nodes.get(first.shape_id)
+            if simple is None:
+                simple = simple_nodes[first.shape_id] = bool(
+                    placer._static_mask(first).all() and not first.dynamic and not first.request.extended)
+            if job.has_topology or not simple or placer.anti_holders:
+                allocate_job(s, placer, stmt, job, pipeline_only=False)
+                stmt.discard()
+                continue
+            key = (job.queue, job.preemptible, tuple(t.shape_id for t in tasks))
+            got = same.get(key)
+            if got is None:
+                # as allocate_job: the queue's figures first, then the room (no pod is placed)
+                over = queue_capacity_problem(s, job, tasks)
+                got = same[key] = (over, False) if over is not None else (fit_failure_reason(s, job, tasks, first), True)
+            s.pending_reasons[job.uid] = got[0]
+            if got[1]:
+                for t in tasks:
+                    if t.spec.node is not None:
+                        t.was_cleared = True
+        node.heap.clear()
+
 
 
 def job_batch_request(job: JobState) -> list[float]:

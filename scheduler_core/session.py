@@ -56,6 +56,8 @@ class Session:
         self.valid_until = math.inf
         self.errors: list[m.ObjectError] = []
         self.pending_reasons: dict[str, m.Reason] = {}
+        # (reason, note, combined) per pair of reason objects (actions.victims.note_attempt)
+        self.notes: dict[tuple[int, int], tuple[m.Reason, m.Reason, m.Reason]] = {}
         self.eviction_reasons: dict[int, tuple[str, str | None, m.Reason]] = {}
         self.pipeline_actions: dict[int, str] = {}
         self.counts = {"binds": 0, "pipelined": 0, "evictions": 0}

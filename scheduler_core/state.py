@@ -200,7 +200,7 @@ class JobState:
 
     __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
                  "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending", "victim_key", "has_topology", "elastic",
-                 "version")
+                 "version", "_ready")
 
     def __init__(self, index: int, spec: m.JobSpec) -> None:
         self.index = index
@@ -222,6 +222,7 @@ class JobState:
         self.has_topology = False  # some member of the gang tree has a topology constraint
         self.elastic: bool | None = None  # cached by is_elastic()
         self.version = 0  # bumped on every change of one of its tasks (caches of derived state key on it)
+        self._ready: tuple[int, bool] = (-1, False)  # (version, ready()) when last asked
 
     # ---- gang state -------------------------------------------------------------------------
     def pending_tasks(self) -> list[TaskState]:
@@ -262,7 +263,16 @@ class JobState:
         return self.elastic
 
     def ready(self) -> bool:
-        """KAI readiness: enough alive (non-gated) pods for the root's requirement (§1.3)."""
+        """KAI readiness: enough alive (non-gated) pods for the root's requirement (§1.3). It
+        reads only task states, so it is kept until the job's ``version`` moves."""
+        at, value = self._ready
+        if at == self.version:
+            return value
+        value = self._readiness()
+        self._ready = (self.version, value)
+        return value
+
+    def _readiness(self) -> bool:
         alive = ALIVE_STATES
         members = self.root.members
         if len(members) == 1 and isinstance(members[0], PodSet):

@@ -14,11 +14,8 @@ duplicated task never binds or evicts twice.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +37,7 @@ from kaiweb.scheduling.signals import cycle_step
 from kaiweb.scheduling.typical_pods import shard_typical_pods
 from scheduler_core import model as m
 from scheduler_core import run_cycle
+from scheduler_core.cycle import collector_paused
 from scheduler_core.memo import CycleMemo
 
 log = logging.getLogger(__name__)
@@ -227,29 +225,14 @@ def run_and_record_cycle(
     """Run one full cycle of a shard; returns its outcome (`skipped` if another holds the lock)."""
     shard = resolve_shard(shard)
     if not lock:
-        with _collector_paused():
+        with collector_paused():
             return _run_locked(shard, trigger=trigger, advance=advance)
     with advisory_lock("scheduling-cycle", str(shard.pk), wait=False) as got:
         if not got:
             log.info("cycle of shard %s skipped: another worker holds its lock", shard)
             return CycleOutcome(cycle_id=None, status=CycleStatus.SKIPPED, skipped=True)
-        with _collector_paused():
+        with collector_paused():
             return _run_locked(shard, trigger=trigger, advance=advance)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """A cycle makes and drops hundreds of thousands of small objects without cycles among them
-    (rows, specs, the engine's state), which reference counting frees; Python's cyclic collector
-    would meanwhile walk the whole heap again and again (a third of the snapshot's time at 20,000
-    workloads). It is off while the cycle runs and on again after, as it was."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _ms(start: float) -> float:

@@ -58,6 +58,12 @@ def _preempt_without_victims(s: Session, job: JobState, sigs: Signatures) -> boo
             return True
     return None
 
+def _no_victims(job: JobState) -> m.Reason:
+    return m.Reason(reasons.PREEMPT_NO_VICTIMS,
+                    f"preempt: no preemptible job of queue {job.queue} has a priority below {job.priority}",
+                    {"priority": job.priority})
+
+
 def _preempt_hopeless(s: Session, triggers: list[JobState], sigs: Signatures) -> bool:
     """Preempt's no-op proof (``memo.py``): when no pending job has a same-queue victim of lower
     priority, the walk only writes notes and records signatures, and a signature's scope is the
@@ -75,13 +81,15 @@ def _preempt_hopeless(s: Session, triggers: list[JobState], sigs: Signatures) ->
         if low is not None and low < job.priority and tasks_to_allocate(job):
             return False
         by_leaf.setdefault(job.queue, []).append((job.order_key(), k, job))
+    notes: dict[tuple[str, int], m.Reason] = {}  # one note object per (queue, priority)
     for leaf in sorted(by_leaf):
         for _, _, job in sorted(by_leaf[leaf], key=lambda e: (e[0], e[1])):
             if _preempt_without_victims(s, job, sigs) is not None:
                 continue
-            note_attempt(s, job, m.Reason(reasons.PREEMPT_NO_VICTIMS,
-                                   f"preempt: no preemptible job of queue {job.queue} has a priority below {job.priority}",
-                                   {"priority": job.priority}))
+            why = notes.get((job.queue, job.priority))
+            if why is None:
+                why = notes[(job.queue, job.priority)] = _no_victims(job)
+            note_attempt(s, job, why)
             sigs.fail(job.queue, job)
     return True
 
@@ -105,9 +113,7 @@ def run_preempt(s: Session, placer: Placer) -> None:
                 continue
             victims.append(v)
         if not victims:
-            note_attempt(s, job, m.Reason(reasons.PREEMPT_NO_VICTIMS,
-                                   f"preempt: no preemptible job of queue {job.queue} has a priority below {job.priority}",
-                                   {"priority": job.priority}))
+            note_attempt(s, job, _no_victims(job))
             sigs.fail(job.queue, job)
             continue
 

@@ -470,14 +470,23 @@ def trigger_jobs(s: Session) -> list[JobState]:
     return out
 
 def note_attempt(s: Session, job: JobState, why: m.Reason) -> None:
-    """Add why evictions could not help to the job's pending reason."""
+    """Add why evictions could not help to the job's pending reason.
+
+    Reasons are never changed once made, so many jobs may hold the same one (the no-op passes
+    give every job of one kind the same object); the combination of two given reasons is then
+    made once per session (``Session.notes``, keyed on both objects, which it keeps alive)."""
     base = s.pending_reasons.get(job.uid)
     if base is None:
         s.pending_reasons[job.uid] = why
         return
-    details = dict(base.details)
-    details.setdefault("evictions", []).append({"code": why.code, "message": why.message, **why.details})
-    s.pending_reasons[job.uid] = m.Reason(base.code, f"{base.message}; {why.message}", details)
+    key = (id(base), id(why))
+    got = s.notes.get(key)
+    if got is None:
+        details = dict(base.details)
+        details["evictions"] = [*base.details.get("evictions", ()),
+                                {"code": why.code, "message": why.message, **why.details}]
+        got = s.notes[key] = (base, why, m.Reason(base.code, f"{base.message}; {why.message}", details))
+    s.pending_reasons[job.uid] = got[2]
 
 def queue_numbers(q: QueueAttrs) -> dict[str, float | int | str]:
     return {"queue": q.name, "allocated_gpu": q.allocated[2], "fair_share_gpu": q.fair[2],
@@ -512,20 +521,27 @@ class Signatures:
 
     def __init__(self) -> None:
         self.failed: dict[Key, tuple[int, list[tuple[float, float, float]]]] = {}
+        self.constraints: dict[int, Key] = {}  # per pod shape id: the constraints of the key
 
-    @staticmethod
-    def _key(scope: str, job: JobState) -> Key:
+    def _key(self, scope: str, job: JobState) -> Key:
         cons = []
+        known = self.constraints
         for t in job.tasks:
             if t.status != m.PENDING:
                 continue
-            r = t.spec.request
-            sp = t.spec
-            cons.append((r.gpu_kind, tuple(sorted(r.mig)), sp.node_affinity or (),
-                         tuple(sorted(sp.node_selector.items())), repr(sp.tolerations),
-                         repr(sp.required_node_affinity), sp.host_ports, repr(sp.pod_affinity),
-                         repr(sp.pod_anti_affinity), tuple(sorted(r.extended.items()))))
-        return (scope, job.priority, job.preemptible, tuple(sorted(cons)))
+            # a pod's constraints are part of its placement shape, so equal shapes share them
+            c = known.get(t.shape_id) if t.shape_id >= 0 else None
+            if c is None:
+                r = t.spec.request
+                sp = t.spec
+                c = (r.gpu_kind, tuple(sorted(r.mig)), sp.node_affinity or (),
+                     tuple(sorted(sp.node_selector.items())), repr(sp.tolerations),
+                     repr(sp.required_node_affinity), sp.host_ports, repr(sp.pod_affinity),
+                     repr(sp.pod_anti_affinity), tuple(sorted(r.extended.items())))
+                if t.shape_id >= 0:
+                    known[t.shape_id] = c
+            cons.append(c)
+        return (scope, job.priority, job.preemptible, tuple(sorted(cons)) if len(cons) > 1 else tuple(cons))
 
     @staticmethod
     def _requests(job: JobState) -> list[tuple[float, float, float]]:

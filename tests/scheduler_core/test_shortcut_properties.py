@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from benchmarks.b6_steady_state import decisions
 from scheduler_core import model as m
 from scheduler_core import run_cycle
-from tests.scheduler_core.engine_builders import NOW, fraction_task, gpu_task, node, queue
+from tests.scheduler_core.engine_builders import GIB, NOW, fraction_task, gpu_task, node, queue
 from tests.scheduler_core.test_invariants import clusters
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -217,3 +217,90 @@ def test_a_quiet_result_is_reused_until_the_clock_or_the_cluster_changes_what_it
     assert "reused" not in full.counts
     assert decisions(full) == decisions(run_cycle(past, PLAIN))
     assert full.evictions, "past the minimum runtime, the high-priority backlog preempts"
+
+
+@st.composite
+def filling(draw):
+    """A cluster that the allocate action fills part way through its walk: a few free GPUs and
+    many pending jobs of every kind behind them (whole-GPU pods and gangs, CPU-only and
+    fractional pods, pods that still name a node, non-preemptible jobs, queue limits, a tainted
+    node and pods that tolerate it), so the walk reaches the point where no job left can be
+    placed, or never reaches it."""
+    n_nodes = draw(st.integers(1, 4))
+    taint = m.Taint("gpu", "true", "NoSchedule")
+    nodes = [node(f"n{i}", draw(st.sampled_from([2, 4, 8])),
+                  taints=(taint,) if i == 0 and draw(st.booleans()) else ()) for i in range(n_nodes)]
+    queues = [queue(f"q{k}", gpu_quota=draw(st.integers(0, 8)), gpu_limit=draw(st.sampled_from([-1, -1, 6, 12])),
+                    creation=k) for k in range(draw(st.integers(1, 3)))]
+    jobs: list[m.JobSpec] = []
+    for i, n in enumerate(nodes):
+        busy = max(0, n.gpus - draw(st.integers(0, 3)))
+        for g in range(busy):
+            jobs.append(m.JobSpec(f"r{i}-{g}", queues[g % len(queues)].name, creation=NOW - 500 + g,
+                                  last_start=NOW - 3600, tasks=(gpu_task(f"r{i}-{g}-0", 1, m.RUNNING, n.name),)))
+    tolerate = (m.Toleration("gpu", "Equal", "true", "NoSchedule"),)
+    for j in range(draw(st.integers(1, 14))):
+        kind = draw(st.sampled_from(["whole", "whole", "whole", "gang", "cpu", "fraction", "hinted", "tolerating"]))
+        if kind == "cpu":
+            req = m.TaskRequest(cpu_millis=draw(st.sampled_from([1000, 200000])), memory_bytes=GIB)
+            tasks: tuple[m.TaskSpec, ...] = (m.TaskSpec(f"p{j}-0", req),)
+        elif kind == "fraction":
+            tasks = (fraction_task(f"p{j}-0", 0.5),)
+        elif kind == "gang":
+            tasks = tuple(gpu_task(f"p{j}-{p}", draw(st.sampled_from([1, 2]))) for p in range(draw(st.integers(2, 3))))
+        else:
+            tasks = (gpu_task(f"p{j}-0", draw(st.sampled_from([1, 1, 2, 4, 8])),
+                              node_name=f"n{draw(st.integers(0, n_nodes - 1))}" if kind == "hinted" else None,
+                              tolerations=tolerate if kind == "tolerating" else ()),)
+        jobs.append(m.JobSpec(f"p{j}", f"q{draw(st.integers(0, len(queues) - 1))}", tasks=tasks,
+                              priority=draw(st.sampled_from([50, 100, 125])), preemptible=draw(st.booleans()),
+                              creation=NOW - 100 + j))
+    return m.ClusterSnapshot(nodes=tuple(nodes), queues=tuple(queues), jobs=tuple(jobs), now=NOW)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(filling())
+def test_allocation_that_stops_walking_once_nothing_fits_decides_and_explains_the_same(snap):
+    for config in (m.CycleConfig(), m.CycleConfig(actions=("allocate",))):
+        fast = run_cycle(snap, config)
+        plain = run_cycle(snap, dataclasses.replace(config, shortcuts=False))
+        assert decisions(fast) == decisions(plain)
+
+
+def test_allocation_stops_walking_when_no_job_left_can_be_placed(monkeypatch):
+    """Two free GPUs and twenty one-GPU jobs: the walk places two and explains the rest without
+    trying them one by one; a CPU-only job among them keeps the walk going."""
+    from scheduler_core import ordering
+
+    nodes = [node("n0", 4)]
+    jobs = [m.JobSpec(f"r{g}", "q0", tasks=(gpu_task(f"r{g}-0", 1, m.RUNNING, "n0"),), last_start=NOW - 60)
+            for g in range(2)]
+    jobs += [m.JobSpec(f"p{j:02d}", "q0", tasks=(gpu_task(f"p{j:02d}-0", 1),), creation=NOW - 100 + j) for j in range(20)]
+    snap = m.ClusterSnapshot(nodes=tuple(nodes), queues=(queue("q0", gpu_quota=4),), jobs=tuple(jobs), now=NOW)
+    config = m.CycleConfig(actions=("allocate",))
+    popped: list[str] = []
+    original = ordering.JobsOrder.pop
+
+    def counting(self):
+        job = original(self)
+        if job is not None:
+            popped.append(job.uid)
+        return job
+
+    monkeypatch.setattr(ordering.JobsOrder, "pop", counting)
+
+    def pops(snapshot, cfg):
+        popped.clear()
+        return run_cycle(snapshot, cfg), list(popped)
+
+    fast, fast_pops = pops(snap, config)
+    plain, plain_pops = pops(snap, dataclasses.replace(config, shortcuts=False))
+    cpu = m.JobSpec("cpu", "q0", tasks=(m.TaskSpec("cpu-0", m.TaskRequest(cpu_millis=1000, memory_bytes=GIB)),),
+                    creation=NOW)
+    _, with_cpu_pops = pops(dataclasses.replace(snap, jobs=snap.jobs + (cpu,)), config)
+    assert [b.job for b in fast.binds] == ["p00", "p01"]
+    assert decisions(fast) == decisions(plain)
+    assert fast.pending["p19"].code == "no-node-fits"
+    assert fast_pops == ["p00", "p01"]
+    assert len(plain_pops) == 20
+    assert len(with_cpu_pops) == 21
