@@ -187,6 +187,7 @@ def _run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig, memo: CycleMe
         result.counts["memo_misses"] = memo.misses - misses0
         if config.shortcuts:
             memo.keep(snapshot, config, result, s.valid_until)
+    s.release()
     result.timings_ms["close_session"] = (time.perf_counter() - t2) * 1000
     result.timings_ms["total"] = (time.perf_counter() - t0) * 1000
     return result

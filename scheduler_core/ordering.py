@@ -66,7 +66,20 @@ def _collect(x: PodSet | SubGroupSet, simulation: bool, elastic: bool) -> list[T
 
 
 def tasks_to_allocate(job: JobState, simulation: bool = False) -> list[TaskState]:
-    """The next batch of a job (§2.5): the gang minimum while unsatisfied, else one pod."""
+    """The next batch of a job (§2.5): the gang minimum while unsatisfied, else one pod.
+
+    It reads only the job's task states and pod-set counters, so outside simulations the batch
+    is kept until the job's ``version`` moves. Callers read the list and never change it."""
+    if simulation:
+        return _batch(job, True)
+    at, batch = job.batch
+    if at != job.version:
+        batch = _batch(job, False)
+        job.batch = (job.version, batch)
+    return batch
+
+
+def _batch(job: JobState, simulation: bool) -> list[TaskState]:
     members = job.root.members
     if len(members) == 1 and isinstance(members[0], PodSet) and job.root.need == 1:
         # the common shape: one pod set (its tasks are kept in task order)

@@ -547,10 +547,33 @@ class Session:
         self.ghosts.append(g)
         return g
 
+    def release(self) -> None:
+        """Break the references between the session's objects (a job and its tasks, a pod set
+        and its gang tree), so they are freed the moment the cycle lets go of the session instead
+        of waiting for Python's cyclic collector (``cycle.collector_paused``). The session is not
+        used after this."""
+        for j in self.jobs:
+            j.tasks.clear()
+            for ps in j.pod_sets.values():
+                ps.tasks.clear()
+            j.pod_sets.clear()
+            _clear_tree(j.root)
+        self.jobs.clear()
+        self.tasks.clear()
+        self.ghosts.clear()
+        self.job_by_uid = {}
+
     # ---- results helpers --------------------------------------------------------------------
     def node_gpu_counts(self, i: int) -> tuple[float, float]:
         """(idle, releasing) whole GPUs of a node as the harness counts them (A.10)."""
         return float(self.idle[i, GPU]), float(self.rel[i, GPU])
+
+def _clear_tree(sg: SubGroupSet) -> None:
+    for x in sg.members:
+        if isinstance(x, SubGroupSet):
+            _clear_tree(x)
+    sg.members.clear()
+
 
 def _tree_has_topology(sg: m.SubGroupSpec) -> bool:
     if sg.topology_constraint is not None or any(p.topology_constraint is not None for p in sg.pod_sets):

@@ -200,7 +200,7 @@ class JobState:
 
     __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
                  "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending", "victim_key", "has_topology", "elastic",
-                 "version", "_ready")
+                 "version", "_ready", "batch")
 
     def __init__(self, index: int, spec: m.JobSpec) -> None:
         self.index = index
@@ -223,6 +223,7 @@ class JobState:
         self.elastic: bool | None = None  # cached by is_elastic()
         self.version = 0  # bumped on every change of one of its tasks (caches of derived state key on it)
         self._ready: tuple[int, bool] = (-1, False)  # (version, ready()) when last asked
+        self.batch: tuple[int, list[TaskState]] = (-1, [])  # (version, ordering.tasks_to_allocate)
 
     # ---- gang state -------------------------------------------------------------------------
     def pending_tasks(self) -> list[TaskState]:
