@@ -12,6 +12,10 @@ full evaluation, which the property tests compare against):
    job's pending reason, so when every attempt is certain to fail the action is replaced by one
    pass that writes the reasons the walk would have written:
 
+   * allocation: once every job left in the walk asks, for each of its pending pods, for more
+     whole GPUs than any node has free (idle + releasing), none of them can be placed; the walk
+     stops there and the rest get the reasons their attempts would give, computed once per
+     (queue, preemptible, pod shapes) where the reason names no pod (``allocate.run_allocate``);
    * consolidation: every pending job needs more GPUs than the cluster has free, and moving
      pods creates none (nothing to write: such jobs are skipped silently);
    * reclaim: every pending job's queue would exceed its fair share with the job
@@ -19,6 +23,10 @@ full evaluation, which the property tests compare against):
    * preempt: no pending job has a same-queue preemptible victim of lower priority. The walk's
      signature skips depend on the order of jobs inside each leaf queue only (the scope of a
      signature is the queue), which is the job order the pass replays.
+
+   These passes give every job of one kind the same reason object, and a note is added to a
+   reason once per pair of objects (``actions.victims.note_attempt``), so their cost per job is
+   a few lookups. Reasons are never changed once made.
 
    If one job could succeed, the action runs in full, unchanged.
 
