@@ -995,10 +995,12 @@ def run_allocate(s: Session, placer: Placer) -> None:
                 reasons.NOT_READY, f"job is not ready for scheduling: fewer pods exist than its gang minimum "
                 f"({need} member(s) required)", {})
     needs = _GpuNeeds(s, order) if s.config.shortcuts else None
+    check = True  # at the start and after each failed attempt (successes do not need the proof)
     while True:
-        if needs is not None and needs.none_fits():
+        if check and needs is not None and needs.none_fits():
             _fail_rest(s, placer, order)
             break
+        check = False
         job = order.pop()
         if job is None:
             break
@@ -1027,10 +1029,9 @@ def run_allocate(s: Session, placer: Placer) -> None:
                 order.push(job)
                 if needs is not None:
                     needs.pushed(job)
-            if needs is not None:
-                needs.changed()
         else:
             stmt.discard()
+            check = True
 
 
 class _GpuNeeds:
@@ -1038,17 +1039,17 @@ class _GpuNeeds:
     asks for (0: some pod asks for none, or for a share of one; such a job is never proven
     hopeless), and the most whole GPUs free on one node (idle + releasing, as placement counts)."""
 
-    __slots__ = ("s", "count", "by_shape", "free", "_least")
+    __slots__ = ("s", "count", "by_shape", "_free", "_least")
 
     def __init__(self, s: Session, order: JobsOrder) -> None:
         self.s = s
         self.count: dict[float, int] = {}
         self.by_shape: dict[int, float] = {}
         self._least: float | None = None
+        self._free: tuple[int, float] = (-1, 0.0)  # (node version, most free whole GPUs on a node)
         for node in order.nodes.values():
             for _, _, job in node.heap:
                 self.pushed(job)
-        self.changed()
 
     def need(self, job: JobState) -> float:
         least = math.inf
@@ -1079,10 +1080,14 @@ class _GpuNeeds:
             del self.count[n]
         self._least = None
 
-    def changed(self) -> None:
-        """Node usage changed: read the most free whole GPUs on one node again."""
+    def free(self) -> float:
+        """The most whole GPUs free on one node (read again when node usage has changed)."""
         s = self.s
-        self.free = float((s.idle[:, GPU] + s.rel[:, GPU]).max()) if len(s.nodes) else -math.inf
+        at, value = self._free
+        if at != s.node_version:
+            value = float((s.idle[:, GPU] + s.rel[:, GPU]).max()) if len(s.nodes) else -math.inf
+            self._free = (s.node_version, value)
+        return value
 
     def none_fits(self) -> bool:
         if not self.count:
@@ -1091,7 +1096,7 @@ class _GpuNeeds:
             self._least = min(self.count)
         # a node's free whole GPUs can be below 0 (a shared device over a full node), so a
         # job asking for none is never proven hopeless by them
-        return self._least > 0 and self.free + _EPS < self._least
+        return self._least > 0 and self.free() + _EPS < self._least
 
 
 def _fail_rest(s: Session, placer: Placer, order: JobsOrder) -> None:

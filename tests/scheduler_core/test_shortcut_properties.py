@@ -268,7 +268,8 @@ def test_allocation_that_stops_walking_once_nothing_fits_decides_and_explains_th
 
 
 def test_allocation_stops_walking_when_no_job_left_can_be_placed(monkeypatch):
-    """Two free GPUs and twenty one-GPU jobs: the walk places two and explains the rest without
+    """Two free GPUs and twenty one-GPU jobs: the walk places two, fails on the third (the
+    first failure is where it looks for the proof) and explains the other seventeen without
     trying them one by one; a CPU-only job among them keeps the walk going."""
     from scheduler_core import ordering
 
@@ -301,6 +302,6 @@ def test_allocation_stops_walking_when_no_job_left_can_be_placed(monkeypatch):
     assert [b.job for b in fast.binds] == ["p00", "p01"]
     assert decisions(fast) == decisions(plain)
     assert fast.pending["p19"].code == "no-node-fits"
-    assert fast_pops == ["p00", "p01"]
+    assert fast_pops == ["p00", "p01", "p02"]
     assert len(plain_pops) == 20
     assert len(with_cpu_pops) == 21
