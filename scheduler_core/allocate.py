@@ -982,10 +982,11 @@ def run_allocate(s: Session, placer: Placer) -> None:
 
     Shortcut (``CycleConfig.shortcuts``, exact): once no job left in the order can be placed,
     the rest of the walk only writes pending reasons, so it is replaced by ``_fail_rest``. "Can
-    not be placed" is proven by whole GPUs alone: every pending pod of the job asks for more whole
-    GPUs than any node has free (idle + releasing). Placing pods only takes room, so the proof
-    holds for the rest of the walk, and a failed attempt changes nothing another attempt reads,
-    so the order of the remaining attempts does not matter."""
+    not be placed" is proven by whole GPUs alone (``_GpuNeeds``): every pending pod of the job
+    asks for more than any node has free (idle + releasing), or its batch for more than all nodes
+    have together. Placing pods only takes room, so the proof holds for the rest of the walk, and
+    a failed attempt changes nothing another attempt reads, so the order of the remaining
+    attempts does not matter."""
     # only the popped job's queues change between pops here (see JobsOrder)
     order = JobsOrder(s, [j for j in s.jobs if eligible_for_allocation(j)], local_changes=True)
     for j in s.jobs:
@@ -998,7 +999,7 @@ def run_allocate(s: Session, placer: Placer) -> None:
     check = True  # at the start and after each failed attempt (successes do not need the proof)
     while True:
         if check and needs is not None and needs.none_fits():
-            _fail_rest(s, placer, order)
+            _fail_rest(s, placer, order, needs.free()[0])
             break
         check = False
         job = order.pop()
@@ -1035,71 +1036,85 @@ def run_allocate(s: Session, placer: Placer) -> None:
 
 
 class _GpuNeeds:
-    """The jobs left in an allocation order by the fewest whole GPUs each of their pending pods
-    asks for (0: some pod asks for none, or for a share of one; such a job is never proven
-    hopeless), and the most whole GPUs free on one node (idle + releasing, as placement counts)."""
+    """What the jobs left in an allocation order ask for in whole GPUs, counted per kind: (the
+    fewest one pending pod asks for, what the next batch asks for in all), 0 where some pod
+    asks for none or for a share of one (such a figure proves nothing); and the free whole GPUs
+    (idle + releasing, as placement counts them) on the freest node and on all nodes.
 
-    __slots__ = ("s", "count", "by_shape", "_free", "_least")
+    A job is certain to fail while its smallest pod asks for more than the freest node has, or
+    its batch for more than all nodes have: a pod takes its GPUs from one node's free count,
+    which never goes below what it took (free counts are whole numbers)."""
+
+    __slots__ = ("s", "count", "by_shape", "_free")
 
     def __init__(self, s: Session, order: JobsOrder) -> None:
         self.s = s
-        self.count: dict[float, int] = {}
+        self.count: dict[tuple[float, float], int] = {}
         self.by_shape: dict[int, float] = {}
-        self._least: float | None = None
-        self._free: tuple[int, float] = (-1, 0.0)  # (node version, most free whole GPUs on a node)
+        self._free: tuple[int, float, float] = (-1, 0.0, 0.0)  # (node version, freest node, all nodes)
         for node in order.nodes.values():
             for _, _, job in node.heap:
                 self.pushed(job)
 
-    def need(self, job: JobState) -> float:
+    def _gpus(self, t: TaskState) -> float:
+        got = self.by_shape.get(t.shape_id)
+        if got is None:
+            r = t.request
+            got = self.by_shape[t.shape_id] = float(r.gpus) if r.gpu_kind == m.GPU_WHOLE and r.gpus > 0 else 0.0
+        return got
+
+    def need(self, job: JobState) -> tuple[float, float]:
         least = math.inf
-        by_shape = self.by_shape
         for t in job.tasks:
-            if t.status != m.PENDING:
-                continue
-            got = by_shape.get(t.shape_id)
-            if got is None:
-                r = t.request
-                got = by_shape[t.shape_id] = float(r.gpus) if r.gpu_kind == m.GPU_WHOLE and r.gpus > 0 else 0.0
-            if got < least:
-                least = got
-        return 0.0 if least == math.inf else least
+            if t.status == m.PENDING:
+                g = self._gpus(t)
+                if g < least:
+                    least = g
+        batch = 0.0
+        for t in tasks_to_allocate(job):
+            g = self._gpus(t)
+            if g == 0.0:
+                batch = 0.0
+                break
+            batch += g
+        return (0.0 if least == math.inf else least, batch)
 
     def pushed(self, job: JobState) -> None:
         n = self.need(job)
         self.count[n] = self.count.get(n, 0) + 1
-        self._least = None
 
     def popped(self, job: JobState) -> None:
-        # the need a job was counted with: its pending pods have not changed since it was pushed
+        # the figures a job was counted with: its pending pods have not changed since it was pushed
         n = self.need(job)
         left = self.count[n] - 1
         if left:
             self.count[n] = left
         else:
             del self.count[n]
-        self._least = None
 
-    def free(self) -> float:
-        """The most whole GPUs free on one node (read again when node usage has changed)."""
+    def free(self) -> tuple[float, float]:
+        """(freest node, all nodes) in whole GPUs, read again when node usage has changed. A node's
+        count can be below 0 (a shared device over a full node): it adds nothing to all nodes."""
         s = self.s
-        at, value = self._free
+        at, most, total = self._free
         if at != s.node_version:
-            value = float((s.idle[:, GPU] + s.rel[:, GPU]).max()) if len(s.nodes) else -math.inf
-            self._free = (s.node_version, value)
-        return value
+            free = s.idle[:, GPU] + s.rel[:, GPU]
+            most = float(free.max()) if len(s.nodes) else -math.inf
+            total = float(np.maximum(free, 0.0).sum())
+            self._free = (s.node_version, most, total)
+        return most, total
 
     def none_fits(self) -> bool:
         if not self.count:
             return False
-        if self._least is None:
-            self._least = min(self.count)
-        # a node's free whole GPUs can be below 0 (a shared device over a full node), so a
-        # job asking for none is never proven hopeless by them
-        return self._least > 0 and self.free() + _EPS < self._least
+        most, total = self.free()
+        for least, batch in self.count:
+            if not ((least > 0 and most + _EPS < least) or (batch > 0 and total + 1e-6 < batch)):
+                return False
+        return True
 
 
-def _fail_rest(s: Session, placer: Placer, order: JobsOrder) -> None:
+def _fail_rest(s: Session, placer: Placer, order: JobsOrder, most: float) -> None:
     """Write what the attempts of every job left in ``order`` would write, knowing that each of
     them fails (``run_allocate``'s shortcut). An attempt whose outcome cannot name a pod (the
     queue's limit or quota, or "no node has N GPUs free" with every node passing the job's static
@@ -1118,7 +1133,10 @@ def _fail_rest(s: Session, placer: Placer, order: JobsOrder) -> None:
             if simple is None:
                 simple = simple_nodes[first.shape_id] = bool(
                     placer._static_mask(first).all() and not first.dynamic and not first.request.extended)
-            if job.has_topology or not simple or placer.anti_holders:
+            # the pod that fails: the first one when it fits nowhere, else (a batch too large
+            # for all free GPUs together) one the walk finds, which is alike when all are alike
+            alike = first.request.gpus > most + _EPS or all(t.shape_id == first.shape_id for t in tasks)
+            if job.has_topology or not simple or placer.anti_holders or not alike:
                 allocate_job(s, placer, stmt, job, pipeline_only=False)
                 stmt.discard()
                 continue

@@ -13,7 +13,8 @@ full evaluation, which the property tests compare against):
    pass that writes the reasons the walk would have written:
 
    * allocation: once every job left in the walk asks, for each of its pending pods, for more
-     whole GPUs than any node has free (idle + releasing), none of them can be placed; the walk
+     whole GPUs than any node has free (idle + releasing), or for its next batch more than all
+     nodes have free together, none of them can be placed; the walk
      stops there and the rest get the reasons their attempts would give, computed once per
      (queue, preemptible, pod shapes) where the reason names no pod (``allocate.run_allocate``);
    * consolidation: every pending job needs more GPUs than the cluster has free, and moving
