@@ -858,10 +858,16 @@ def allocate_job(s: Session, placer: Placer, stmt: Statement, job: JobState, pip
         s.pending_reasons[job.uid] = topo_problem
     if record and failed is not None:
         s.pending_reasons[job.uid] = summary or fit_failure_reason(s, job, tasks, failed)
+    _drop_node_hints(tasks)
+    return False
+
+
+def _drop_node_hints(tasks: list[TaskState]) -> None:
+    """After a failed placement attempt, a pending pod no longer keeps the node its spec named
+    (KAI clears it when the attempt is rolled back; ``close_session`` reads ``was_cleared``)."""
     for t in tasks:
         if t.status == m.PENDING and t.spec.node is not None:
             t.was_cleared = True
-    return False
 
 
 def node_failures(s: Session, placer: Placer, t: TaskState) -> list[str | None]:
@@ -1122,16 +1128,16 @@ def _fail_rest(s: Session, placer: Placer, order: JobsOrder, most: float) -> Non
     walk would run it."""
     same: dict[Key, tuple[m.Reason, bool]] = {}
     stmt = Statement(s)
-    simple_nodes: dict[int, bool] = {}
+    simple_shapes: dict[int, bool] = {}  # per pod shape: every node passes its static predicates, nothing else is checked
     for node in order.nodes.values():
         for _, _, job in node.heap:
             tasks = tasks_to_allocate(job)
             if not tasks:
                 continue
             first = tasks[0]
-            simple = simple_nodes.get(first.shape_id)
+            simple = simple_shapes.get(first.shape_id)
             if simple is None:
-                simple = simple_nodes[first.shape_id] = bool(
+                simple = simple_shapes[first.shape_id] = bool(
                     placer._static_mask(first).all() and not first.dynamic and not first.request.extended)
             # the pod that fails: the first one when it fits nowhere, else (a batch too large
             # for all free GPUs together) one the walk finds, which is alike when all are alike
@@ -1143,14 +1149,13 @@ def _fail_rest(s: Session, placer: Placer, order: JobsOrder, most: float) -> Non
             key = (job.queue, job.preemptible, tuple(t.shape_id for t in tasks))
             got = same.get(key)
             if got is None:
-                # as allocate_job: the queue's figures first, then the room (no pod is placed)
+                # as allocate_job: the queue's figures first (nothing is tried), then the room
+                # (explained for a pod like the failed one, after the attempt is rolled back)
                 over = queue_capacity_problem(s, job, tasks)
                 got = same[key] = (over, False) if over is not None else (fit_failure_reason(s, job, tasks, first), True)
             s.pending_reasons[job.uid] = got[0]
             if got[1]:
-                for t in tasks:
-                    if t.spec.node is not None:
-                        t.was_cleared = True
+                _drop_node_hints(tasks)
         node.heap.clear()
 
 

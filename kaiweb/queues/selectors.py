@@ -8,7 +8,7 @@ from typing import Any
 from django.core.cache import cache
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
-from kaiweb.core.changes import listing_version
+from kaiweb.core.changes import state_key
 from kaiweb.core.choices import RESOURCES
 from kaiweb.core.queries import related_count
 from kaiweb.queues.choices import PRIORITY_NAMES
@@ -100,12 +100,11 @@ def queue_tree() -> list[TreeNode]:
 
 def queue_tree_data() -> list[dict[str, Any]]:
     """The tree as the API serves it (``TreeNode.as_dict``), computed once per committed change of
-    the queues or their recorded status (``core.changes.listing_version("queues")``: once per
+    the queues or their recorded status (``core.changes.state_key("queues", ...)``: once per
     cycle) and then served from the cache, whatever the number of requests."""
-    version = listing_version("queues")
-    if version is None:
+    key = state_key("queues", "tree")
+    if key is None:
         return [node.as_dict() for node in queue_tree()]
-    key = f"queues:tree:{version}"
     data: list[dict[str, Any]] | None = cache.get(key)
     if data is None:
         data = [node.as_dict() for node in queue_tree()]

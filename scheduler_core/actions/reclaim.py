@@ -6,7 +6,6 @@ from __future__ import annotations
 import bisect
 import copy
 import math
-from typing import Any
 
 import numpy as np
 
@@ -138,27 +137,24 @@ def _reclaim_hopeless(s: Session, triggers: list[JobState]) -> bool:
     walk would give it, in any order. Writes those notes and returns True; returns False (and
     writes nothing) when some job passes the check, so the full walk must run."""
     notes: list[tuple[JobState, m.Reason]] = []
-    seen: dict[Key, m.Reason | None] = {}  # the note per (queue, batch request, preemptible); None: it may reclaim
+    seen: dict[Key, m.Reason] = {}  # the note per (queue, batch request, preemptible)
     for job in triggers:
         tasks = tasks_to_allocate(job)
         if not tasks:
             continue  # the walk skips it without a note
         req = batch_request(tasks)
         k = (job.queue, req[0], req[1], req[2], job.preemptible)
-        why = seen.get(k, _UNSEEN)
-        if why is _UNSEEN:
-            verdict = _can_reclaim(s, job, req)
-            why = seen[k] = None if verdict.ok else m.Reason(
-                reasons.RECLAIM_PREFIX + verdict.code, "reclaim: " + verdict.reason, dict(verdict.numbers))
+        why = seen.get(k)
         if why is None:
-            return False
+            verdict = _can_reclaim(s, job, req)
+            if verdict.ok:
+                return False
+            why = seen[k] = m.Reason(reasons.RECLAIM_PREFIX + verdict.code, "reclaim: " + verdict.reason,
+                                     dict(verdict.numbers))
         notes.append((job, why))
     for job, why in notes:
         note_attempt(s, job, why)
     return True
-
-_UNSEEN: Any = object()
-
 
 class VictimPool:
     """What reclaim keeps about its candidate victims across the attempts of one session.

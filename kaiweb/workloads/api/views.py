@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from django.core.cache import cache
@@ -14,7 +13,7 @@ from rest_framework.response import Response
 
 from kaiweb.audit.choices import AuditSource
 from kaiweb.core.api.base import ServiceErrorsMixin
-from kaiweb.core.changes import listing_version
+from kaiweb.core.changes import state_key
 from kaiweb.workloads import selectors, services
 from kaiweb.workloads.api import serializers as s
 from kaiweb.workloads.filtersets import PodFilterSet, WorkloadFilterSet
@@ -47,13 +46,12 @@ class WorkloadViewSet(
         return selectors.workloads(with_pods=self.action == "retrieve", listing=self.action == "list")
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        # A page is computed once per state of the data (core.changes.listing_version) and then
+        # A page is computed once per state of the data (core.changes.state_key) and then
         # served from the cache to every caller asking for the same URL. (No docstring: the
         # schema describes the listing with the viewset's.)
-        version = listing_version("workloads")
-        if version is None:
+        key = state_key("workloads", request.build_absolute_uri())
+        if key is None:
             return super().list(request, *args, **kwargs)
-        key = "api:workloads:" + hashlib.sha256(f"{version} {request.build_absolute_uri()}".encode()).hexdigest()
         data = cache.get(key)
         if data is None:
             response = super().list(request, *args, **kwargs)
