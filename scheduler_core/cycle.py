@@ -38,7 +38,7 @@ def open_session(snapshot: m.ClusterSnapshot, config: m.CycleConfig,
                  memo: CycleMemo | None = None) -> tuple[Session, Placer]:
     """Build the session and compute fair shares (fixed for the cycle, §8.25). ``memo``: verdicts
     remembered across cycles (``memo.py``); never changes a decision."""
-    s = Session(snapshot, config)
+    s = Session(snapshot, config, memo.take_jobs() if memo is not None and config.shortcuts else None)
     s.memo = memo
     try:
         s.division_steps = compute_fair_shares(s.queues, s.total, config.k_value)
@@ -74,7 +74,10 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
         if node is None and t.spec.node is not None and not t.was_cleared and t.status == t.orig_status:
             # KAI keeps an untouched task's node (pending ones until an attempt is rolled back)
             node = t.spec.node
-        outcomes.append(m.TaskOutcome(t.job.uid, t.name, status, node, tuple(t.groups)))
+        out = t.outcome  # the last outcome made for this task: a value, shared while it holds
+        if out is None or out.status != status or out.node != node or out.gpu_groups != t.groups:
+            out = t.outcome = m.TaskOutcome(t.job.uid, t.name, status, node, tuple(t.groups))
+        outcomes.append(out)
         if t.status == m.ALLOCATED:
             binds.append(m.BindDecision(t.job.uid, t.name, node or "", tuple(t.groups),
                                         t.portion if t.shared else 0.0))
@@ -185,9 +188,11 @@ def _run_cycle(snapshot: m.ClusterSnapshot, config: m.CycleConfig, memo: CycleMe
     if memo is not None:
         result.counts["memo_hits"] = memo.hits - hits0
         result.counts["memo_misses"] = memo.misses - misses0
-        if config.shortcuts:
-            memo.keep(snapshot, config, result, s.valid_until)
-    s.release()
+    if memo is not None and config.shortcuts:
+        memo.keep(snapshot, config, result, s.valid_until)
+        memo.keep_jobs(s.hand_over(memo.max_entries))
+    else:
+        s.release()
     result.timings_ms["close_session"] = (time.perf_counter() - t2) * 1000
     result.timings_ms["total"] = (time.perf_counter() - t0) * 1000
     return result

@@ -65,6 +65,28 @@ full evaluation, which the property tests compare against):
    The reused result is a copy with this cycle's timings and ``counts["reused"] = 1``. Anything
    else (one changed job, a node, a config, a clock crossing a threshold) runs the cycle in full.
 
+4. **Job states kept for the next build** (``CycleMemo.take_jobs`` / ``keep_jobs``). Building a
+   session makes a ``JobState`` with its tasks and gang tree per job spec, and freeing them after
+   the cycle costs about as much again; in a steady state almost every spec is the same object
+   as in the last cycle (an incremental snapshot builder keeps unchanged objects). At the end of
+   a cycle the session hands its valid jobs' states over (``Session.hand_over``), keyed by the
+   identity of their spec (which they keep alive, so the key cannot be taken by another object),
+   and the next build takes a state back for the same spec object instead of building one:
+
+   * what a ``JobState`` / ``TaskState`` derives from its spec alone (tasks, gang tree, request
+     vectors, placement shape, order keys) is kept; every other slot is set by ``reset`` exactly
+     as a fresh build sets it (the constructors call ``reset`` too, so there is one rule);
+   * the checks that read the cluster (its queue is a usable leaf, its pods' nodes exist) run
+     again every cycle (``Session._context_problem``); the checks of the spec alone passed when
+     it was built (only valid jobs are kept);
+   * placement shapes keep their small integer ids in a table that lives as long as the kept
+     states (ids are cache keys only; the table is dropped with the states when it grows past
+     ``max_entries``);
+   * states of specs that are gone are released in the build that misses them.
+
+   The session then charges nodes and queues from the reset states as it always does, so the
+   build costs what changed plus one reset per job.
+
 Determinism: the memo holds only values of pure functions, keyed on all their inputs, so a cycle
 with a memo (fresh, warm, or warmed by other snapshots) decides exactly what ``run_cycle`` without
 one decides.
@@ -74,9 +96,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler_core import model as m
+
+if TYPE_CHECKING:
+    from scheduler_core.state import JobState
 
 #: the snapshot's fields a quiet result depends on (everything but ``now``)
 _SNAPSHOT_FIELDS = tuple(f.name for f in dataclasses.fields(m.ClusterSnapshot) if f.name != "now")
@@ -86,7 +111,7 @@ class CycleMemo:
     """Pure verdicts remembered across cycles, keyed on all their inputs (see the module
     docstring). Create one and pass it to every ``run_cycle`` of one scheduling shard."""
 
-    __slots__ = ("max_entries", "_verdicts", "hits", "misses", "_last")
+    __slots__ = ("max_entries", "_verdicts", "hits", "misses", "_last", "_jobs")
 
     def __init__(self, max_entries: int = 100_000) -> None:
         if max_entries <= 0:
@@ -97,6 +122,16 @@ class CycleMemo:
         self.misses = 0
         # the last quiet cycle: (snapshot, config, result, valid_until)
         self._last: tuple[m.ClusterSnapshot, m.CycleConfig, m.CycleResult, float] | None = None
+        self._jobs: KeptJobs | None = None  # job states the last cycle handed over (layer 4)
+
+    def take_jobs(self) -> KeptJobs | None:
+        """The job states the last cycle handed over; taken, so no two sessions share one."""
+        kept, self._jobs = self._jobs, None
+        return kept
+
+    def keep_jobs(self, kept: KeptJobs | None) -> None:
+        """Keep a session's job states for the next cycle (``Session.hand_over``)."""
+        self._jobs = kept
 
     def verdict(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         """The value of ``compute()``, remembered under ``key`` (which must name every input of
@@ -133,6 +168,17 @@ class CycleMemo:
         return len(self._verdicts)
 
 
+class KeptJobs:
+    """Job states one session hands to the next build: by ``id`` of their spec, and the table of
+    placement shape ids their tasks use (module docstring, layer 4)."""
+
+    __slots__ = ("jobs", "shapes")
+
+    def __init__(self, jobs: dict[int, JobState], shapes: dict[m.Key, int]) -> None:
+        self.jobs = jobs
+        self.shapes = shapes
+
+
 def copy_result(result: m.CycleResult) -> m.CycleResult:
     """A result whose dicts are its own (the caller may change what it is given)."""
     return dataclasses.replace(result, queues=dict(result.queues), pending=dict(result.pending),
@@ -143,4 +189,4 @@ def copy_result(result: m.CycleResult) -> m.CycleResult:
 
 _MISSING = object()
 
-__all__ = ["CycleMemo"]
+__all__ = ["CycleMemo", "KeptJobs"]

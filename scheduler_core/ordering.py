@@ -72,11 +72,12 @@ def tasks_to_allocate(job: JobState, simulation: bool = False) -> list[TaskState
     is kept until the job's ``version`` moves. Callers read the list and never change it."""
     if simulation:
         return _batch(job, True)
-    at, batch = job.batch
-    if at != job.version:
+    if job.batch_at != job.version:
         batch = _batch(job, False)
-        job.batch = (job.version, batch)
-    return batch
+        if batch != job.batch:  # the same tasks: keep the list the job holds (nothing new to keep)
+            job.batch = batch
+        job.batch_at = job.version
+    return job.batch
 
 
 def _batch(job: JobState, simulation: bool) -> list[TaskState]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from scheduler_core import model as m
 from scheduler_core import reasons
-from scheduler_core.memo import CycleMemo
+from scheduler_core.memo import CycleMemo, KeptJobs
 from scheduler_core.model import Key
 from scheduler_core.proportion import QueueAttrs
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 class Session:
     """State of one cycle. Build with ``Session(snapshot, config)``."""
 
-    def __init__(self, snapshot: m.ClusterSnapshot, config: m.CycleConfig) -> None:
+    def __init__(self, snapshot: m.ClusterSnapshot, config: m.CycleConfig, kept: KeptJobs | None = None) -> None:
         self.snapshot = snapshot
         self.config = config
         self.now = snapshot.now
@@ -72,7 +72,7 @@ class Session:
         self.queue_comparator: QueueComparator | None = None  # set by cycle.open_session with the fair shares
         self.division_steps: list[DivisionStep] = []  # set by cycle.open_session
         self.node_version = 0  # bumped on every change of node usage (placement caches key on it)
-        self._build_jobs()
+        self._build_jobs(kept)
         self._built = False
         self._place_existing()
         self._built = True
@@ -193,20 +193,34 @@ class Session:
                 cur = self.queues[cur].parent
             self.chain[name] = out
 
-    def _build_jobs(self) -> None:
+    def _build_jobs(self, kept: KeptJobs | None) -> None:
+        """A ``JobState`` per job spec. With ``kept`` (the states an earlier cycle of the same
+        memo left, ``memo.py`` layer 4), a spec seen then is not built again: its state is reset
+        (``JobState.reset``) and checked against this cycle's queues and nodes; only new specs
+        are built, and the states of specs that are gone are released."""
         self.jobs: list[JobState] = []
         self.tasks: list[TaskState] = []
-        shape_ids: dict[Key, int] = {}
+        prior = kept.jobs if kept is not None else {}
+        # a small integer per distinct placement shape (only ever a cache key)
+        self.shape_ids: dict[Key, int] = kept.shapes if kept is not None else {}
+        shape_ids = self.shape_ids
         # derived request data per request object (the snapshot keeps the objects alive)
         infos: dict[int, Key] = {}
         seen: set[str] = set()
         for spec in self.snapshot.jobs:
+            job = prior.pop(id(spec), None) if prior else None
+            if job is not None:
+                if job.spec is spec and job.uid not in seen and self._context_problem(spec) is None:
+                    self._reuse(job)
+                    seen.add(job.uid)
+                    continue
+                _release_job(job)
             job = JobState(len(self.jobs), spec)
             if job.uid in seen:
                 self._error("job", job.uid, "name", f"job {job.uid}: duplicate name")
                 continue
             seen.add(job.uid)
-            problem = self._validate_job(spec)
+            problem = self._context_problem(spec) or _spec_problem(spec)
             if problem:
                 self._error("job", job.uid, problem[0], problem[1])
                 job.valid = False
@@ -223,39 +237,33 @@ class Session:
                     job.n_pending += 1
             self._build_gang(job)
             self.jobs.append(job)
+        for gone in prior.values():
+            _release_job(gone)
+        prior.clear()
         self.job_by_uid = {j.uid: j for j in self.jobs}
 
-    def _validate_job(self, spec: m.JobSpec) -> tuple[str, str] | None:
+    def _reuse(self, job: JobState) -> None:
+        """Take a valid job's state from an earlier cycle, as a fresh build would make it."""
+        job.reset(len(self.jobs))
+        for t in job.tasks:
+            t.reset(len(self.tasks))
+            self.tasks.append(t)
+            if t.status == m.PENDING:
+                job.n_pending += 1
+        self.jobs.append(job)
+
+    def _context_problem(self, spec: m.JobSpec) -> tuple[str, str] | None:
+        """What makes a job invalid in this snapshot's queues and nodes (its spec alone may be
+        fine: ``_spec_problem``)."""
         if spec.queue not in self.queue_specs:
             if any(q.name == spec.queue for q in self.snapshot.queues):
                 return ("queue", f"job {spec.uid}: queue {spec.queue!r} is not usable (its parent is missing)")
             return ("queue", f"job {spec.uid}: queue {spec.queue!r} does not exist")
         if self.queues[spec.queue].children:
             return ("queue", f"job {spec.uid}: queue {spec.queue!r} has child queues; jobs must use a leaf queue")
-        names: set[str] = set()
         for t in spec.tasks:
-            r = t.request
-            if t.name in names:
-                return ("tasks", f"task {t.name}: duplicate task name")
-            names.add(t.name)
-            if t.state not in m.TASK_STATES:
-                return ("tasks.state", f"task {t.name}: unknown state {t.state!r}")
-            if r.cpu_millis < 0 or r.memory_bytes < 0 or r.gpus < 0 or r.gpu_memory_mib < 0:
-                return ("tasks.request", f"task {t.name}: requests must be ≥ 0")
-            if r.gpu_kind not in m.GPU_KINDS:
-                return ("tasks.request.gpu_kind", f"task {t.name}: unknown GPU request kind {r.gpu_kind!r}")
-            if r.gpu_kind == m.GPU_FRACTION and not (0 < r.gpu_fraction <= 1):
-                return ("tasks.request.gpu_fraction",
-                        f"task {t.name}: GPU fraction {r.gpu_fraction} must be in (0, 1]")
-            if r.gpu_kind == m.GPU_MEMORY and r.gpu_memory_mib <= 0:
-                return ("tasks.request.gpu_memory_mib", f"task {t.name}: GPU memory request must be > 0")
-            if r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY) and r.gpu_devices < 1:
-                return ("tasks.request.gpu_devices", f"task {t.name}: GPU devices must be ≥ 1")
-            if t.node is not None and t.state not in (m.PENDING, m.SUCCEEDED, m.FAILED, m.GATED) \
-                    and t.node not in self.node_index:
+            if t.node is not None and t.state not in _OFF_NODE_STATES and t.node not in self.node_index:
                 return ("tasks.node", f"task {t.name}: node {t.node!r} does not exist")
-        if spec.min_available is not None and spec.min_available < 0:
-            return ("min_available", f"job {spec.uid}: min_available must be ≥ 0")
         return None
 
     def _build_gang(self, job: JobState) -> None:
@@ -333,7 +341,7 @@ class Session:
                 groups = tuple(self.new_group_name(t, i) for i in range(t.request.gpu_devices))
             if t.shared:
                 t.mem_per_device, t.portion = self.shared_need(t, node)
-                t.qvec = [t.qvec[0], t.qvec[1], t.portion * t.request.gpu_devices]
+                t.qvec = (t.qvec[0], t.qvec[1], t.portion * t.request.gpu_devices)
             # a fresh task holds no charge yet: charge it where it is (set_task without the removal)
             t.status, t.node, t.groups = status, node, groups
             self._charge(t, +1)
@@ -359,7 +367,8 @@ class Session:
         """Queue ``request`` = allocated + pending requests (GPU memory via the smallest node)."""
         for t in self.tasks:
             if t.shared and t.request.gpu_kind == m.GPU_MEMORY:
-                t.req_qvec[2] = t.request.gpu_memory_mib / self.min_gpu_mem * t.request.gpu_devices
+                t.req_qvec = (t.req_qvec[0], t.req_qvec[1],
+                              t.request.gpu_memory_mib / self.min_gpu_mem * t.request.gpu_devices)
         for j in self.jobs:
             if not j.valid:
                 continue
@@ -542,7 +551,7 @@ class Session:
         re-placed elsewhere (consolidation / re-pipelined victims). It counts on the node only."""
         g = TaskState(-1 - len(self.ghosts), t.job, t.spec)
         g.status, g.node, g.groups = m.PENDING, None, ()
-        g.vec, g.qvec, g.portion, g.mem_per_device = t.vec, list(t.qvec), t.portion, t.mem_per_device
+        g.vec, g.qvec, g.portion, g.mem_per_device = t.vec, t.qvec, t.portion, t.mem_per_device
         g.pod_set = None
         self.ghosts.append(g)
         return g
@@ -553,20 +562,71 @@ class Session:
         of waiting for Python's cyclic collector (``cycle.collector_paused``). The session is not
         used after this."""
         for j in self.jobs:
-            j.tasks.clear()
-            for ps in j.pod_sets.values():
-                ps.tasks.clear()
-            j.pod_sets.clear()
-            _clear_tree(j.root)
-        self.jobs.clear()
-        self.tasks.clear()
-        self.ghosts.clear()
+            _release_job(j)
+        self._forget()
+
+    def hand_over(self, max_shapes: int) -> KeptJobs | None:
+        """End the session like ``release``, but keep its valid jobs' states for the next cycle's
+        build (``_build_jobs``, which resets them before any use). Nothing is kept once the
+        table of shape ids holds more than ``max_shapes``."""
+        if len(self.shape_ids) > max_shapes:
+            self.release()
+            return None
+        kept = KeptJobs({id(j.spec): j for j in self.jobs if j.valid}, self.shape_ids)
+        for j in self.jobs:
+            if not j.valid:
+                _release_job(j)
+        self._forget()
+        return kept
+
+    def _forget(self) -> None:
+        self.jobs = []
+        self.tasks = []
+        self.ghosts = []
         self.job_by_uid = {}
 
     # ---- results helpers --------------------------------------------------------------------
     def node_gpu_counts(self, i: int) -> tuple[float, float]:
         """(idle, releasing) whole GPUs of a node as the harness counts them (A.10)."""
         return float(self.idle[i, GPU]), float(self.rel[i, GPU])
+
+def _release_job(j: JobState) -> None:
+    """Break a job's reference cycles (job ↔ tasks ↔ pod sets ↔ gang tree)."""
+    j.tasks.clear()
+    for ps in j.pod_sets.values():
+        ps.tasks.clear()
+    j.pod_sets.clear()
+    _clear_tree(j.root)
+
+
+def _spec_problem(spec: m.JobSpec) -> tuple[str, str] | None:
+    """What makes a job invalid whatever the cluster: its tasks' names, states and requests."""
+    names: set[str] = set()
+    for t in spec.tasks:
+        r = t.request
+        if t.name in names:
+            return ("tasks", f"task {t.name}: duplicate task name")
+        names.add(t.name)
+        if t.state not in m.TASK_STATES:
+            return ("tasks.state", f"task {t.name}: unknown state {t.state!r}")
+        if r.cpu_millis < 0 or r.memory_bytes < 0 or r.gpus < 0 or r.gpu_memory_mib < 0:
+            return ("tasks.request", f"task {t.name}: requests must be ≥ 0")
+        if r.gpu_kind not in m.GPU_KINDS:
+            return ("tasks.request.gpu_kind", f"task {t.name}: unknown GPU request kind {r.gpu_kind!r}")
+        if r.gpu_kind == m.GPU_FRACTION and not (0 < r.gpu_fraction <= 1):
+            return ("tasks.request.gpu_fraction", f"task {t.name}: GPU fraction {r.gpu_fraction} must be in (0, 1]")
+        if r.gpu_kind == m.GPU_MEMORY and r.gpu_memory_mib <= 0:
+            return ("tasks.request.gpu_memory_mib", f"task {t.name}: GPU memory request must be > 0")
+        if r.gpu_kind in (m.GPU_FRACTION, m.GPU_MEMORY) and r.gpu_devices < 1:
+            return ("tasks.request.gpu_devices", f"task {t.name}: GPU devices must be ≥ 1")
+    if spec.min_available is not None and spec.min_available < 0:
+        return ("min_available", f"job {spec.uid}: min_available must be ≥ 0")
+    return None
+
+
+# task states whose node (if any) holds nothing: their node need not exist
+_OFF_NODE_STATES = frozenset({m.PENDING, m.SUCCEEDED, m.FAILED, m.GATED})
+
 
 def _clear_tree(sg: SubGroupSet) -> None:
     for x in sg.members:

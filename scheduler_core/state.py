@@ -139,35 +139,26 @@ class TaskState:
     ``qvec`` its queue charge [cpu, mem, GPU units] (set on placement for shared GPUs)."""
 
     __slots__ = ("index", "job", "spec", "name", "status", "node", "groups", "pod_set", "vec", "qvec",
-                 "req_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
+                 "req_qvec", "base_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
                  "orig_groups", "was_cleared", "shape", "shape_id", "q_counted", "pre_evict", "freed_gpus", "shared",
-                 "dynamic", "prefers")
+                 "dynamic", "prefers", "outcome")
 
     def __init__(self, index: int, job: JobState, spec: m.TaskSpec, info: Key | None = None) -> None:
-        self.index = index
+        # What follows down to ``reset`` is derived from the spec alone (kept when a job's state
+        # is reused in a later cycle, ``JobState.reset``).
         self.job = job
         self.spec = spec
         self.name = spec.name
-        self.status = spec.state
-        self.node: int | None = None
-        self.groups: tuple[str, ...] = tuple(spec.gpu_groups)
         self.pod_set: PodSet | None = None
         if info is None:
             info = request_info(spec.request)
-        self.vec, qvec, req_shape, self.shared, self.freed_gpus = info
-        self.portion = 0.0  # accepted GPU portion per device (shared tasks)
-        self.mem_per_device = 0.0
-        self.qvec = list(qvec)
-        self.req_qvec = list(qvec)  # request-side vector (GPU memory via smallest node)
+        self.vec, self.base_qvec, req_shape, self.shared, self.freed_gpus = info
         # task order: task-order priority (present first, higher first), then name
         tp = spec.task_order_priority
         self.order_key = (0 if tp is not None else 1, -(tp or 0), spec.name)
         self.orig_status = spec.state
         self.orig_node: str | None = spec.node
-        self.orig_groups = self.groups
-        self.was_cleared = False
-        self.q_counted = False  # whether the queue accounting currently holds this task
-        self.pre_evict: str | None = None  # status before its latest eviction (for un-evict)
+        self.orig_groups: tuple[str, ...] = tuple(spec.gpu_groups)
         # what placement depends on: the request and the node constraints
         self.shape = req_shape + (spec.node_affinity,
                                   tuple(sorted(spec.node_selector.items())) if spec.node_selector else ())
@@ -186,6 +177,24 @@ class TaskState:
             self.prefers = bool(spec.preferred_node_affinity or spec.preferred_pod_affinity
                                 or spec.preferred_pod_anti_affinity)
         self.shape_id = -1  # small integer per distinct shape, set by the session
+        # the last ``TaskOutcome`` reported for it (close_session reuses it while it is equal)
+        self.outcome: m.TaskOutcome | None = None
+        self.reset(index)
+
+    def reset(self, index: int) -> None:
+        """The state a session starts from: the spec's status, no node charged yet."""
+        self.index = index
+        self.status = self.orig_status
+        self.node: int | None = None
+        self.groups = self.orig_groups
+        self.portion = 0.0  # accepted GPU portion per device (shared tasks)
+        self.mem_per_device = 0.0
+        # queue charge vectors are tuples, replaced (never changed in place) when they change
+        self.qvec: tuple[float, float, float] = self.base_qvec
+        self.req_qvec: tuple[float, float, float] = self.base_qvec  # request side (GPU memory via smallest node)
+        self.was_cleared = False
+        self.q_counted = False  # whether the queue accounting currently holds this task
+        self.pre_evict: str | None = None  # status before its latest eviction (for un-evict)
 
     @property
     def request(self) -> m.TaskRequest:
@@ -199,31 +208,42 @@ class JobState:
     """A job's live state: tasks, gang tree, flags."""
 
     __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
-                 "fit_errors", "valid", "priority", "preemptible", "evicted_by", "n_pending", "victim_key", "has_topology", "elastic",
-                 "version", "_ready", "batch")
+                 "valid", "priority", "preemptible", "n_pending", "victim_key", "has_topology", "elastic",
+                 "version", "ready_at", "ready_value", "batch_at", "batch")
 
     def __init__(self, index: int, spec: m.JobSpec) -> None:
-        self.index = index
+        # derived from the spec alone (the session builds tasks and gang tree once per spec)
         self.spec = spec
         self.uid = spec.uid
         self.queue = spec.queue
         self.tasks: list[TaskState] = []
         self.pod_sets: dict[str, PodSet] = {}
         self.root = SubGroupSet("", None, None)
-        self.last_start = spec.last_start
-        self.stale_since = spec.stale_since
-        self.fit_errors: list[m.Reason] = []
-        self.valid = True
         self.priority = spec.priority
         self.preemptible = spec.preemptible
-        self.evicted_by: str | None = None
-        self.n_pending = 0  # tasks in Pending, kept by Session._charge
         self.victim_key: Key | None = None  # static part of the victim order (actions.victims.VictimJob)
         self.has_topology = False  # some member of the gang tree has a topology constraint
         self.elastic: bool | None = None  # cached by is_elastic()
+        # ordering.tasks_to_allocate's last batch (valid at ``batch_at``; kept through a reset, so an
+        # equal batch in a later cycle is the same list)
+        self.batch: list[TaskState] = _NO_TASKS
+        self.reset(index)
+
+    def reset(self, index: int) -> None:
+        """The state a session starts from. Its tasks and pod sets are reset with it, so a
+        ``JobState`` kept from an earlier cycle (``Session``'s job reuse) is the one a fresh build
+        gives, in every slot: the slots set in ``__init__`` depend on the spec only."""
+        self.index = index
+        self.last_start = self.spec.last_start
+        self.stale_since = self.spec.stale_since
+        self.valid = True
+        self.n_pending = 0  # tasks in Pending, kept by Session._charge
         self.version = 0  # bumped on every change of one of its tasks (caches of derived state key on it)
-        self._ready: tuple[int, bool] = (-1, False)  # (version, ready()) when last asked
-        self.batch: tuple[int, list[TaskState]] = (-1, [])  # (version, ordering.tasks_to_allocate)
+        # derived state kept until ``version`` moves (slots, not tuples: nothing new to allocate)
+        self.ready_at, self.ready_value = -1, False  # ready() and the version it was computed at
+        self.batch_at = -1  # the version ``batch`` (ordering.tasks_to_allocate) was computed at
+        for ps in self.pod_sets.values():
+            ps.active_allocated = ps.allocated = ps.active_used = 0
 
     # ---- gang state -------------------------------------------------------------------------
     def pending_tasks(self) -> list[TaskState]:
@@ -266,12 +286,10 @@ class JobState:
     def ready(self) -> bool:
         """KAI readiness: enough alive (non-gated) pods for the root's requirement (§1.3). It
         reads only task states, so it is kept until the job's ``version`` moves."""
-        at, value = self._ready
-        if at == self.version:
-            return value
-        value = self._readiness()
-        self._ready = (self.version, value)
-        return value
+        if self.ready_at != self.version:
+            self.ready_value = self._readiness()
+            self.ready_at = self.version
+        return self.ready_value
 
     def _readiness(self) -> bool:
         alive = ALIVE_STATES
@@ -294,6 +312,8 @@ class JobState:
 
     def __repr__(self) -> str:  # pragma: no cover
         return f"<Job {self.uid}>"
+
+_NO_TASKS: list[TaskState] = []  # an empty batch (never changed: callers only read batches)
 
 ACTIVE_NODE_STATES = frozenset({m.RUNNING, m.ALLOCATED, m.BINDING, m.BOUND, m.STUCK_IN_RELEASING})
 

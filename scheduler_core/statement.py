@@ -22,13 +22,13 @@ class Statement:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.ops: list[tuple[TaskState, str, int | None, tuple[str, ...], float, float, list[float]]] = []
+        self.ops: list[tuple[TaskState, str, int | None, tuple[str, ...], float, float, tuple[float, float, float]]] = []
 
     def checkpoint(self) -> int:
         return len(self.ops)
 
     def _record(self, t: TaskState) -> None:
-        self.ops.append((t, t.status, t.node, t.groups, t.portion, t.mem_per_device, list(t.qvec)))
+        self.ops.append((t, t.status, t.node, t.groups, t.portion, t.mem_per_device, t.qvec))
 
     def move(self, t: TaskState, status: str, node: int | None, groups: tuple[str, ...] = ()) -> None:
         self._record(t)
@@ -41,7 +41,7 @@ class Statement:
         s = self.session
         s._charge(t, -1)
         t.mem_per_device, t.portion = mem, portion
-        t.qvec = [t.qvec[0], t.qvec[1], portion * t.request.gpu_devices]
+        t.qvec = (t.qvec[0], t.qvec[1], portion * t.request.gpu_devices)
         t.status, t.node, t.groups = status, node, groups
         s._charge(t, +1)
 

@@ -505,7 +505,6 @@ def commit_attempt(s: Session, stmt: Statement, job: JobState, attempt: Attempt,
     touched = stmt.commit()
     for t in attempt.evicted:
         s.eviction_reasons[t.index] = (action, job.uid, reason_for(t))
-        t.job.evicted_by = job.uid
     for t in touched:
         if t.status == m.PIPELINED and t.index >= 0:
             s.pipeline_actions[t.index] = action

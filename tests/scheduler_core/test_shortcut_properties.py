@@ -101,24 +101,90 @@ def test_a_hopeless_consolidation_is_skipped_and_a_possible_one_still_moves_pods
     assert decisions(stuck) == decisions(plain)
 
 
+def _outcome(result: m.CycleResult) -> tuple:
+    return decisions(result), result.last_start, result.stale_since
+
+
+#: what happens to the cluster between two cycles besides churn: nothing, a node leaves (its pods'
+#: jobs turn invalid), a queue leaves (its jobs turn invalid), or what left comes back
+EVENTS = st.sampled_from(["none", "none", "drop_node", "drop_queue", "restore"])
+
+
 @SETTINGS
-@given(crowded(), st.integers(0, 2**16), st.lists(st.tuples(st.sampled_from([0.0, 0.1, 0.3, 0.6]),
-                                                            st.integers(-2, 2)), min_size=2, max_size=5))
+@given(st.one_of(crowded(), clusters()), st.integers(0, 2**16),
+       st.lists(st.tuples(st.sampled_from([0.0, 0.1, 0.3, 0.6]), st.integers(-2, 2), EVENTS), min_size=2, max_size=6))
 def test_a_memo_kept_across_a_sequence_of_cycles_changes_no_decision(snap, seed, steps):
+    """One memo through a sequence of snapshots that keep their unchanged job objects (so job
+    states are kept and reset, memo.py layer 4) while jobs come and go, quotas move and nodes and
+    queues leave and come back: every cycle decides and explains what the plain cycle does."""
     from benchmarks.b6_steady_state import advance
     from scheduler_core import CycleMemo
 
     memo = CycleMemo()
     rng = random.Random(seed)
-    for i, (churn, quota_delta) in enumerate(steps):
+    leaves = tuple(q.name for q in snap.queues if not any(c.parent == q.name for c in snap.queues))
+    gone_nodes: list[m.NodeSpec] = []
+    gone_queues: list[m.QueueSpec] = []
+    for i, (churn, quota_delta, event) in enumerate(steps):
         with_memo = run_cycle(snap, memo=memo)
         plain = run_cycle(snap, PLAIN)
-        assert decisions(with_memo) == decisions(plain)
+        assert _outcome(with_memo) == _outcome(plain)
         # the next snapshot: the decisions applied, some jobs finish and others arrive, a quota moves
-        snap = advance(snap, plain, rng, i, churn=churn, leaves=tuple(q.name for q in snap.queues))
-        q0 = snap.queues[0]
-        gpu = dataclasses.replace(q0.gpu, quota=max(0.0, q0.gpu.quota + quota_delta))
-        snap = dataclasses.replace(snap, queues=(dataclasses.replace(q0, gpu=gpu), *snap.queues[1:]))
+        snap = advance(snap, plain, rng, i, churn=churn, leaves=leaves)
+        k = rng.randrange(len(snap.queues))
+        q = snap.queues[k]
+        gpu = dataclasses.replace(q.gpu, quota=max(0.0, q.gpu.quota + quota_delta))
+        queues = list(snap.queues)
+        queues[k] = dataclasses.replace(q, gpu=gpu)
+        nodes = list(snap.nodes)
+        if event == "drop_node" and len(nodes) > 1:
+            gone_nodes.append(nodes.pop(rng.randrange(len(nodes))))
+        elif event == "drop_queue":
+            leaf = [q for q in queues if q.name in leaves]
+            if len(leaf) > 1:
+                gone = leaf[rng.randrange(len(leaf))]
+                queues.remove(gone)
+                gone_queues.append(gone)
+        elif event == "restore":
+            nodes.extend(gone_nodes)
+            queues.extend(gone_queues)
+            gone_nodes, gone_queues = [], []
+        snap = dataclasses.replace(snap, nodes=tuple(nodes), queues=tuple(queues))
+
+
+def test_job_states_are_kept_for_the_next_cycle_and_reset_before_use():
+    """The second cycle on the same job objects builds no job again: it takes the states the
+    first one handed over, reset to what the snapshot says (a bind of the first cycle is undone
+    in them), and a job whose node left turns invalid there as in a fresh build."""
+    from scheduler_core import CycleMemo
+    from scheduler_core.cycle import open_session
+
+    run = m.JobSpec("run", "q", (gpu_task("run-0", 2, m.RUNNING, "n1"),), last_start=NOW - 60)
+    wait = m.JobSpec("wait", "q", (gpu_task("wait-0", 2),), creation=NOW - 5)
+    snap = m.ClusterSnapshot(nodes=(node("n0", 2), node("n1", 2)), queues=(queue("q", gpu_quota=4),),
+                             jobs=(run, wait), now=NOW)
+    memo = CycleMemo()
+    first = run_cycle(snap, memo=memo)
+    assert [(b.job, b.node) for b in first.binds] == [("wait", "n0")]
+    kept = memo.take_jobs()
+    assert kept is not None
+    assert set(kept.jobs) == {id(run), id(wait)}
+    states = dict(kept.jobs)
+    memo.keep_jobs(kept)
+
+    s, _ = open_session(snap, m.CycleConfig(), memo)
+    assert [id(j) for j in s.jobs] == [id(states[id(run)]), id(states[id(wait)])]
+    assert s.job_by_uid["wait"].tasks[0].status == m.PENDING
+    assert s.job_by_uid["wait"].has_pending()
+    assert float(s.idle[s.node_index["n0"], 2]) == 2.0  # nothing charged from the last cycle
+    assert memo.take_jobs() is None  # taken by the session: no two sessions share a state
+
+    memo.keep_jobs(s.hand_over(memo.max_entries))
+    without_n1 = dataclasses.replace(snap, nodes=(node("n0", 2),))
+    again = run_cycle(without_n1, memo=memo)
+    assert again == dataclasses.replace(run_cycle(without_n1, PLAIN), timings_ms=again.timings_ms,
+                                        counts=again.counts)
+    assert [(e.kind, e.name, e.field) for e in again.errors] == [("job", "run", "tasks.node")]
 
 
 def test_the_memo_remembers_verdicts_and_reports_its_hits():
