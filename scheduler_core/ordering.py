@@ -294,8 +294,19 @@ class JobsOrder:
         self.root = _QNode(None, None)
         self.nodes: dict[str, _QNode] = {}
         self._seq = 0
+        # the first jobs in bulk: each leaf's heap made at once (the entries and so the pop order
+        # are those of one push per job: the sequence number breaks every tie)
         for j in jobs:
-            self.push(j)
+            leaf = self._node(j.queue)
+            self._seq += 1
+            leaf.heap.append((j.order_key(), self._seq, j))
+        for node in self.nodes.values():
+            if node.heap:
+                heapq.heapify(node.heap)
+                up: _QNode | None = node
+                while up is not None:
+                    up.size += len(node.heap)
+                    up = up.parent
 
     def _node(self, name: str) -> _QNode:
         node = self.nodes.get(name)
