@@ -522,29 +522,36 @@ class Signatures:
         self.failed: dict[Key, tuple[int, list[tuple[float, float, float]]]] = {}
         self.constraints: dict[int, Key] = {}  # per pod shape id: the constraints of the key
 
-    def _key(self, scope: str, job: JobState) -> Key:
-        cons = []
+    def _constraints(self, t: TaskState) -> Key:
+        # a pod's constraints are part of its placement shape, so equal shapes share them
         known = self.constraints
-        for t in job.tasks:
-            if t.status != m.PENDING:
-                continue
-            # a pod's constraints are part of its placement shape, so equal shapes share them
-            c = known.get(t.shape_id) if t.shape_id >= 0 else None
-            if c is None:
-                r = t.spec.request
-                sp = t.spec
-                c = (r.gpu_kind, tuple(sorted(r.mig)), sp.node_affinity or (),
-                     tuple(sorted(sp.node_selector.items())), repr(sp.tolerations),
-                     repr(sp.required_node_affinity), sp.host_ports, repr(sp.pod_affinity),
-                     repr(sp.pod_anti_affinity), tuple(sorted(r.extended.items())))
-                if t.shape_id >= 0:
-                    known[t.shape_id] = c
-            cons.append(c)
-        return (scope, job.priority, job.preemptible, tuple(sorted(cons)) if len(cons) > 1 else tuple(cons))
+        c = known.get(t.shape_id) if t.shape_id >= 0 else None
+        if c is None:
+            r = t.spec.request
+            sp = t.spec
+            c = (r.gpu_kind, tuple(sorted(r.mig)), sp.node_affinity or (),
+                 tuple(sorted(sp.node_selector.items())), repr(sp.tolerations),
+                 repr(sp.required_node_affinity), sp.host_ports, repr(sp.pod_affinity),
+                 repr(sp.pod_anti_affinity), tuple(sorted(r.extended.items())))
+            if t.shape_id >= 0:
+                known[t.shape_id] = c
+        return c
+
+    def _key(self, scope: str, job: JobState) -> Key:
+        if len(job.tasks) == 1:  # the common job of one pod
+            t = job.tasks[0]
+            cons: Key = (self._constraints(t),) if t.status == m.PENDING else ()
+        else:
+            cons = tuple(sorted(self._constraints(t) for t in job.tasks if t.status == m.PENDING))
+        return (scope, job.priority, job.preemptible, cons)
 
     @staticmethod
     def _requests(job: JobState) -> list[tuple[float, float, float]]:
-        return sorted((t.req_qvec[0], t.req_qvec[1], t.req_qvec[2]) for t in job.tasks if t.status == m.PENDING)
+        # ``req_qvec`` is a (cpu, memory, GPU) tuple
+        if len(job.tasks) == 1:
+            t = job.tasks[0]
+            return [t.req_qvec] if t.status == m.PENDING else []
+        return sorted(t.req_qvec for t in job.tasks if t.status == m.PENDING)
 
     @staticmethod
     def _easier(new: tuple[int, list[Any]], old: tuple[int, list[Any]]) -> bool:
