@@ -1070,6 +1070,12 @@ class _GpuNeeds:
         return got
 
     def need(self, job: JobState) -> tuple[float, float]:
+        if len(job.tasks) == 1:  # the common job of one pod: its batch is that pod or nothing
+            t = job.tasks[0]
+            if t.status != m.PENDING:
+                return (0.0, 0.0)
+            g = self._gpus(t)
+            return (g, g if tasks_to_allocate(job) else 0.0)
         least = math.inf
         for t in job.tasks:
             if t.status == m.PENDING:
@@ -1141,12 +1147,13 @@ def _fail_rest(s: Session, placer: Placer, order: JobsOrder, most: float) -> Non
                     placer._static_mask(first).all() and not first.dynamic and not first.request.extended)
             # the pod that fails: the first one when it fits nowhere, else (a batch too large
             # for all free GPUs together) one the walk finds, which is alike when all are alike
-            alike = first.request.gpus > most + _EPS or all(t.shape_id == first.shape_id for t in tasks)
+            one = len(tasks) == 1
+            alike = one or first.spec.request.gpus > most + _EPS or all(t.shape_id == first.shape_id for t in tasks)
             if job.has_topology or not simple or placer.anti_holders or not alike:
                 allocate_job(s, placer, stmt, job, pipeline_only=False)
                 stmt.discard()
                 continue
-            key = (job.queue, job.preemptible, tuple(t.shape_id for t in tasks))
+            key = (job.queue, job.preemptible, (first.shape_id,) if one else tuple(t.shape_id for t in tasks))
             got = same.get(key)
             if got is None:
                 # as allocate_job: the queue's figures first (nothing is tried), then the room
