@@ -192,6 +192,7 @@ class Session:
                 out.append(self.queues[cur])
                 cur = self.queues[cur].parent
             self.chain[name] = out
+        self.leaf_queues = frozenset(name for name, q in self.queues.items() if not q.children)
 
     def _build_jobs(self, kept: KeptJobs | None) -> None:
         """A ``JobState`` per job spec. With ``kept`` (the states an earlier cycle of the same
@@ -245,9 +246,10 @@ class Session:
     def _reuse(self, job: JobState) -> None:
         """Take a valid job's state from an earlier cycle, as a fresh build would make it."""
         job.reset(len(self.jobs))
+        tasks = self.tasks
         for t in job.tasks:
-            t.reset(len(self.tasks))
-            self.tasks.append(t)
+            t.reset(len(tasks))
+            tasks.append(t)
             if t.status == m.PENDING:
                 job.n_pending += 1
         self.jobs.append(job)
@@ -255,12 +257,12 @@ class Session:
     def _context_problem(self, spec: m.JobSpec) -> tuple[str, str] | None:
         """What makes a job invalid in this snapshot's queues and nodes (its spec alone may be
         fine: ``_spec_problem``)."""
-        if spec.queue not in self.queue_specs:
+        if spec.queue not in self.leaf_queues:
+            if spec.queue in self.queue_specs:
+                return ("queue", f"job {spec.uid}: queue {spec.queue!r} has child queues; jobs must use a leaf queue")
             if any(q.name == spec.queue for q in self.snapshot.queues):
                 return ("queue", f"job {spec.uid}: queue {spec.queue!r} is not usable (its parent is missing)")
             return ("queue", f"job {spec.uid}: queue {spec.queue!r} does not exist")
-        if self.queues[spec.queue].children:
-            return ("queue", f"job {spec.uid}: queue {spec.queue!r} has child queues; jobs must use a leaf queue")
         for t in spec.tasks:
             if t.node is not None and t.state not in _OFF_NODE_STATES and t.node not in self.node_index:
                 return ("tasks.node", f"task {t.name}: node {t.node!r} does not exist")
