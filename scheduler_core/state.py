@@ -209,7 +209,7 @@ class JobState:
 
     __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
                  "valid", "priority", "preemptible", "n_pending", "victim_key", "has_topology", "elastic",
-                 "version", "ready_at", "ready_value", "batch_at", "batch")
+                 "version", "ready_at", "ready_value", "batch_at", "batch", "key_at", "key")
 
     def __init__(self, index: int, spec: m.JobSpec) -> None:
         # derived from the spec alone (the session builds tasks and gang tree once per spec)
@@ -227,6 +227,7 @@ class JobState:
         # ordering.tasks_to_allocate's last batch (valid at ``batch_at``; kept through a reset, so an
         # equal batch in a later cycle is the same list)
         self.batch: list[TaskState] = _NO_TASKS
+        self.key: Key = ()  # order_key's last value (valid at ``key_at``; kept through a reset likewise)
         self.reset(index)
 
     def reset(self, index: int) -> None:
@@ -242,6 +243,7 @@ class JobState:
         # derived state kept until ``version`` moves (slots, not tuples: nothing new to allocate)
         self.ready_at, self.ready_value = -1, False  # ready() and the version it was computed at
         self.batch_at = -1  # the version ``batch`` (ordering.tasks_to_allocate) was computed at
+        self.key_at = -1  # the version ``key`` (order_key) was computed at
         for ps in self.pod_sets.values():
             ps.active_allocated = ps.allocated = ps.active_used = 0
 
@@ -306,9 +308,15 @@ class JobState:
         return ok(self.root)
 
     def order_key(self) -> Key:
-        """JobOrder inside a leaf (§2.4): priority, elastic state, age, build order, name."""
-        s = self.spec
-        return (-self.priority, self.elastic_state(), s.creation, s.build_order, self.uid)
+        """JobOrder inside a leaf (§2.4): priority, elastic state, age, build order, name. Only the
+        elastic state moves (with the pod-set counters), so it is kept until ``version`` moves."""
+        if self.key_at != self.version:
+            s = self.spec
+            key = (-self.priority, self.elastic_state(), s.creation, s.build_order, self.uid)
+            if key != self.key:  # an equal key from an earlier cycle stays (nothing new to keep)
+                self.key = key
+            self.key_at = self.version
+        return self.key
 
     def __repr__(self) -> str:  # pragma: no cover
         return f"<Job {self.uid}>"
