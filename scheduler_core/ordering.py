@@ -85,6 +85,9 @@ def _batch(job: JobState, simulation: bool) -> list[TaskState]:
     if len(members) == 1 and isinstance(members[0], PodSet) and job.root.need == 1:
         # the common shape: one pod set (its tasks are kept in task order)
         ps = members[0]
+        if not simulation and len(ps.tasks) == 1:  # a job of one pod: that pod while it is pending
+            t = ps.tasks[0]
+            return [t] if t.status == m.PENDING else []
         if ps.active_allocated >= ps.min_available:
             for t in ps.tasks:
                 if t.status == m.PENDING or (simulation and t.status == m.RELEASING and t.orig_status != m.RELEASING):

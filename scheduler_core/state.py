@@ -298,6 +298,8 @@ class JobState:
         members = self.root.members
         if len(members) == 1 and isinstance(members[0], PodSet):
             ps = members[0]
+            if len(ps.tasks) == 1:  # a job of one pod
+                return (1 if ps.tasks[0].status in alive else 0) >= ps.min_available
             return sum(1 for t in ps.tasks if t.status in alive) >= ps.min_available
 
         def ok(x: PodSet | SubGroupSet) -> bool:
