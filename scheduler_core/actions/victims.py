@@ -558,7 +558,7 @@ class Signatures:
         if new[0] < old[0]:
             return True
         for a, b in zip(new[1], old[1]):
-            if all(x <= y for x, y in zip(a, b)) and a != b:
+            if a != b and all(x <= y for x, y in zip(a, b)):
                 return True
         return False
 
