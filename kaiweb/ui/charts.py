@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,22 @@ def _times(values: Sequence[datetime]) -> list[str]:
     return [(v.astimezone(UTC) if v.tzinfo else v).replace(tzinfo=None).isoformat(timespec="seconds") for v in values]
 
 
+#: a time chart whose points span less than this shows this much before its first point
+SHORT_SPAN = timedelta(minutes=10)
+
+
+def _time_series(times: Sequence[datetime]) -> tuple[str, dict[str, Any]]:
+    """(trace mode, x-axis settings) for a line over ``times``. A chart whose points span less
+    than ``SHORT_SPAN`` (one accounting minute just after start-up) draws its points as markers
+    and shows the ten minutes up to them: a line through one point draws nothing, and plotly
+    would stretch a single instant over the whole axis (ticks a millisecond apart)."""
+    if not times or max(times) - min(times) >= SHORT_SPAN:
+        return "lines", {}
+    last = max(times)
+    span = _times([last - SHORT_SPAN, last + SHORT_SPAN / 10])
+    return "lines+markers", {"type": "date", "range": span}
+
+
 def _nums(values: Sequence[float | None]) -> np.ndarray:
     """Numbers as a float array (None → NaN, a gap): plotly ships it as a typed array."""
     return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
@@ -75,11 +91,12 @@ def allocation_over_time(gpu: list[tuple[datetime, float]], cpu_cores: list[tupl
     """Cluster GPU and CPU in use over time, as a share of today's capacity (two lines, %)."""
     if not gpu and not cpu_cores:
         return EMPTY
+    mode, xaxis = _time_series([t for t, _ in gpu] + [t for t, _ in cpu_cores])
     fig = go.Figure()
     if gpu:
         fig.add_trace(go.Scatter(
             x=_times([t for t, _ in gpu]), y=_nums([100 * v / gpu_total if gpu_total else 0 for _, v in gpu]),
-            customdata=_nums([round(v, 2) for _, v in gpu]), name="GPU", mode="lines", line={"color": ACCENT, "width": 2},
+            customdata=_nums([round(v, 2) for _, v in gpu]), name="GPU", mode=mode, line={"color": ACCENT, "width": 2},
             hovertemplate="%{y:.1f}% (%{customdata} GPUs)<extra>GPU</extra>", fill="tozeroy",
             fillcolor="rgba(47,111,222,.08)",
         ))
@@ -87,11 +104,12 @@ def allocation_over_time(gpu: list[tuple[datetime, float]], cpu_cores: list[tupl
         fig.add_trace(go.Scatter(
             x=_times([t for t, _ in cpu_cores]),
             y=_nums([100 * v / cpu_total_cores if cpu_total_cores else 0 for _, v in cpu_cores]),
-            customdata=_nums([round(v, 1) for _, v in cpu_cores]), name="CPU", mode="lines",
+            customdata=_nums([round(v, 1) for _, v in cpu_cores]), name="CPU", mode=mode,
             line={"color": GOOD, "width": 1.5, "dash": "dot"},
             hovertemplate="%{y:.1f}% (%{customdata} cores)<extra>CPU</extra>",
         ))
-    fig.update_layout(**_layout(yaxis={"title": {"text": "% of capacity"}, "range": [0, 105], "ticksuffix": "%"}))
+    fig.update_layout(**_layout(xaxis=xaxis, yaxis={"title": {"text": "% of capacity"}, "range": [0, 105],
+                                                   "ticksuffix": "%"}))
     return to_dict(fig)
 
 
@@ -100,16 +118,17 @@ def fragmentation_over_time(rows: list[tuple[datetime, float, float]], gpu_total
     if not rows:
         return EMPTY
     times = _times([t for t, _, _ in rows])
+    mode, xaxis = _time_series([t for t, _, _ in rows])
     fig = go.Figure()
     fig.add_trace(go.Scatter(
-        x=times, y=_nums([round(free, 2) for _, free, _ in rows]), name="free", mode="lines",
+        x=times, y=_nums([round(free, 2) for _, free, _ in rows]), name="free", mode=mode,
         line={"color": MUTED, "width": 1.5}, hovertemplate="%{y} GPUs free<extra></extra>"))
     fig.add_trace(go.Scatter(
-        x=times, y=_nums([round(stranded, 2) for _, _, stranded in rows]), name="stranded", mode="lines",
+        x=times, y=_nums([round(stranded, 2) for _, _, stranded in rows]), name="stranded", mode=mode,
         line={"color": BAD, "width": 2}, fill="tozeroy", fillcolor="rgba(194,59,50,.12)",
         customdata=_nums([100 * s / gpu_total if gpu_total else 0 for _, _, s in rows]),
         hovertemplate="%{y} GPUs stranded (%{customdata:.1f}% of the cluster)<extra></extra>"))
-    fig.update_layout(**_layout(yaxis={"title": {"text": "GPUs"}, "rangemode": "tozero"}))
+    fig.update_layout(**_layout(xaxis=xaxis, yaxis={"title": {"text": "GPUs"}, "rangemode": "tozero"}))
     return to_dict(fig)
 
 
