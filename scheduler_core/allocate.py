@@ -1148,7 +1148,7 @@ def _fail_rest(s: Session, placer: Placer, order: JobsOrder, most: float) -> Non
             # the pod that fails: the first one when it fits nowhere, else (a batch too large
             # for all free GPUs together) one the walk finds, which is alike when all are alike
             one = len(tasks) == 1
-            alike = one or first.spec.request.gpus > most + _EPS or all(t.shape_id == first.shape_id for t in tasks)
+            alike = one or first.request.gpus > most + _EPS or all(t.shape_id == first.shape_id for t in tasks)
             if job.has_topology or not simple or placer.anti_holders or not alike:
                 allocate_job(s, placer, stmt, job, pipeline_only=False)
                 stmt.discard()

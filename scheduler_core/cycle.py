@@ -76,7 +76,7 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
             node = t.spec.node
         out = t.outcome  # the last outcome made for this task: a value, shared while it holds
         if out is None or out.status != status or out.node != node or out.gpu_groups != t.groups:
-            out = t.outcome = m.TaskOutcome(t.job.uid, t.name, status, node, tuple(t.groups))
+            out = t.outcome = m.TaskOutcome(t.job.uid, t.name, status, node, t.groups)
         outcomes.append(out)
         if t.status == m.ALLOCATED:
             binds.append(m.BindDecision(t.job.uid, t.name, node or "", tuple(t.groups),

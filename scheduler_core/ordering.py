@@ -276,6 +276,17 @@ class _QNode:
         self.key: Key | None = None  # queue-order key of this queue with its best batch (see JobsOrder)
 
 
+def _moved(leaf: _QNode, count: int) -> None:
+    """``count`` jobs came into (or, below 0, left) a leaf's heap: the sizes on its path change
+    and the path's best jobs and order keys must be found again."""
+    node: _QNode | None = leaf
+    while node is not None:
+        node.size += count
+        node.dirty = True
+        node.key = None
+        node = node.parent
+
+
 class JobsOrder:
     """Pending jobs ordered by the queue tree (QueueOrder at every level) and JobOrder in leaves."""
 
@@ -306,10 +317,7 @@ class JobsOrder:
         for node in self.nodes.values():
             if node.heap:
                 heapq.heapify(node.heap)
-                up: _QNode | None = node
-                while up is not None:
-                    up.size += len(node.heap)
-                    up = up.parent
+                _moved(node, len(node.heap))
 
     def _node(self, name: str) -> _QNode:
         node = self.nodes.get(name)
@@ -326,12 +334,7 @@ class JobsOrder:
         leaf = self._node(job.queue)
         self._seq += 1
         heapq.heappush(leaf.heap, (job.order_key(), self._seq, job))
-        node: _QNode | None = leaf
-        while node is not None:
-            node.size += 1
-            node.dirty = True
-            node.key = None
-            node = node.parent
+        _moved(leaf, 1)
 
     def __len__(self) -> int:
         return self.root.size
@@ -391,10 +394,5 @@ class JobsOrder:
                 return None
             node = b[2]
         _, _, job = heapq.heappop(node.heap)
-        cur: _QNode | None = node
-        while cur is not None:
-            cur.size -= 1
-            cur.dirty = True
-            cur.key = None
-            cur = cur.parent
+        _moved(node, -1)
         return job

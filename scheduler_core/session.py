@@ -264,7 +264,7 @@ class Session:
                 return ("queue", f"job {spec.uid}: queue {spec.queue!r} is not usable (its parent is missing)")
             return ("queue", f"job {spec.uid}: queue {spec.queue!r} does not exist")
         for t in spec.tasks:
-            if t.node is not None and t.state not in _OFF_NODE_STATES and t.node not in self.node_index:
+            if t.node is not None and t.state in m.ACTIVE_USED_STATES and t.node not in self.node_index:
                 return ("tasks.node", f"task {t.name}: node {t.node!r} does not exist")
         return None
 
@@ -327,7 +327,7 @@ class Session:
 
     def _place_existing(self) -> None:
         """Charge tasks that already hold node resources (§B.1), in task-name order."""
-        placed = [t for t in self.tasks if t.status in m.ACTIVE_USED_STATES or t.status == m.BOUND]
+        placed = [t for t in self.tasks if t.status in m.ACTIVE_USED_STATES]
         placed.sort(key=lambda t: t.name)
         for t in placed:
             status = t.status
@@ -624,10 +624,6 @@ def _spec_problem(spec: m.JobSpec) -> tuple[str, str] | None:
     if spec.min_available is not None and spec.min_available < 0:
         return ("min_available", f"job {spec.uid}: min_available must be ≥ 0")
     return None
-
-
-# task states whose node (if any) holds nothing: their node need not exist
-_OFF_NODE_STATES = frozenset({m.PENDING, m.SUCCEEDED, m.FAILED, m.GATED})
 
 
 def _clear_tree(sg: SubGroupSet) -> None:

@@ -231,9 +231,10 @@ class JobState:
         self.reset(index)
 
     def reset(self, index: int) -> None:
-        """The state a session starts from. Its tasks and pod sets are reset with it, so a
-        ``JobState`` kept from an earlier cycle (``Session``'s job reuse) is the one a fresh build
-        gives, in every slot: the slots set in ``__init__`` depend on the spec only."""
+        """The state a session starts from; its pod sets' counters are reset with it (its tasks
+        by the session, ``TaskState.reset``). So a ``JobState`` kept from an earlier cycle
+        (``Session``'s job reuse) is the one a fresh build gives: the slots set in ``__init__``
+        depend on the spec only, or are caches valid at a version (``batch``, ``key``)."""
         self.index = index
         self.last_start = self.spec.last_start
         self.stale_since = self.spec.stale_since

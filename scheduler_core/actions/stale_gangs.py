@@ -13,16 +13,12 @@ from scheduler_core.units import number
 
 def is_stale(job: JobState) -> bool:
     """No finished pod, some pod holding resources, and a pod set below its minimum (by active use)."""
-    # the three conditions are independent; the cheapest (per pod set) are checked first
-    sets = job.pod_sets.values()
-    if len(sets) == 1:  # the common gang of one pod set: both conditions on it
-        for ps in sets:
-            if not 0 < ps.active_used < ps.min_available:
-                return False
-        return not any(t.status == m.SUCCEEDED for t in job.tasks)
-    if not any(ps.active_used > 0 for ps in sets):
-        return False
-    if not any(ps.active_used < ps.min_available for ps in sets):
+    # the three conditions are independent; the two per pod set (cheapest) are checked first
+    used = below = False
+    for ps in job.pod_sets.values():
+        used = used or ps.active_used > 0
+        below = below or ps.active_used < ps.min_available
+    if not (used and below):
         return False
     return not any(t.status == m.SUCCEEDED for t in job.tasks)
 
