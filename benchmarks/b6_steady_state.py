@@ -177,6 +177,8 @@ def measure(n_nodes: int, n_pending: int, kind: str, variant: str = "base", cycl
         "pipelined": sum(len(r.pipelined) for r in results[1:]),
         "memo": {k: v for k, v in results[-1].counts.items() if k.startswith("memo_")},
         "reused": sum(r.counts.get("reused", 0) for r in results[1:]),
+        # jobs the build charged per cycle (the others kept their charges from the last cycle)
+        "charged_jobs_p50": statistics.median(r.counts.get("charged_jobs", 0) for r in results[1:] or results),
     }
     if check:
         _, plain_results = sequence(n_nodes, n_pending, variant, kind, cycles, plain=True)

@@ -231,8 +231,7 @@ class Placer:
         spec = t.spec
         node = self.s.nodes[i]
         if spec.host_ports:
-            for j in node.tasks:
-                o = self.s.tasks[j]
+            for o in node.tasks:
                 if o is t or not o.spec.host_ports:
                     continue
                 if not with_releasing and o.status in (m.RELEASING, m.STUCK_IN_RELEASING):
@@ -866,8 +865,9 @@ def _drop_node_hints(tasks: list[TaskState]) -> None:
     """After a failed placement attempt, a pending pod no longer keeps the node its spec named
     (KAI clears it when the attempt is rolled back; ``close_session`` reads ``was_cleared``)."""
     for t in tasks:
-        if t.status == m.PENDING and t.spec.node is not None:
+        if t.status == m.PENDING and t.spec.node is not None and not t.was_cleared:
             t.was_cleared = True
+            t.job.version += 1  # a change of the task's state (``JobState.version``)
 
 
 def node_failures(s: Session, placer: Placer, t: TaskState) -> list[str | None]:

@@ -122,6 +122,7 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
     counts = {
         "binds": len(binds), "pipelined": len(pipelined), "evictions": len(evictions),
         "pending_jobs": len(pending), "errors": len(s.errors), "nodes": len(s.nodes), "jobs": len(s.jobs),
+        "charged_jobs": s.charged_jobs,
     }
     return m.CycleResult(
         binds=tuple(binds), pipelined=tuple(pipelined), evictions=tuple(evictions), queues=queues,

@@ -87,6 +87,31 @@ full evaluation, which the property tests compare against):
    The session then charges nodes and queues from the reset states as it always does, so the
    build costs what changed plus one reset per job.
 
+5. **Node and queue accounts kept with the jobs' charges** (``KeptJobs.base``, a ``Charged``).
+   Charging every running pod again costs a pass over all of them, though almost none changed.
+   So the session hands over its node tables (free and releasing vectors per node, the pods
+   charged there) and its queue accounts (allocated, non-preemptible allocated, request), holding
+   exactly the charges of the jobs it keeps in their built state:
+
+   * a job is kept charged when its state is still the one the build gave it: its ``version``
+     (bumped by every change of one of its tasks, ``Session._charge``, and by a dropped node
+     hint) equals ``built_at``, and its start and staleness times are its spec's;
+   * every other job (changed by a decision, invalid, or started by the build's clock rule) and
+     every stand-in of a moved pod is uncharged as it is now (``Session._charge`` with the
+     opposite sign: the one rule, so the removal is what was added), and a changed job's state
+     is reset, to be charged again by the next build;
+   * the next build takes the tables only if it would build the same ones (``Charged.fits``:
+     the same nodes, capacity and queues, compared by value); it numbers the kept jobs again,
+     uncharges those whose spec is gone, and charges only new and reset jobs;
+   * this is exact only because every charge is a whole number (no shared GPU, MIG instance or
+     extended resource in the cluster, ``JobState.plain``) and all sums stay below 2**53
+     (``Session._exact`` bounds them by the pods' charges and the nodes' capacity): then sums
+     are the same in any order, and a removal returns an account to exactly what it was. A
+     cluster with a fractional pod, or a build that met a pod on an unknown node, keeps no
+     tables, and the next build charges every job.
+
+   ``CycleResult.counts["charged_jobs"]`` says how many jobs a build charged.
+
 Determinism: the memo holds only values of pure functions, keyed on all their inputs, so a cycle
 with a memo (fresh, warm, or warmed by other snapshots) decides exactly what ``run_cycle`` without
 one decides.
@@ -169,14 +194,39 @@ class CycleMemo:
 
 
 class KeptJobs:
-    """Job states one session hands to the next build: by ``id`` of their spec, and the table of
-    placement shape ids their tasks use (module docstring, layer 4)."""
+    """Job states one session hands to the next build: by ``id`` of their spec, the table of
+    placement shape ids their tasks use (module docstring, layer 4), and the node and queue
+    tables holding their charges when those can be patched (``base``, layer 5)."""
 
-    __slots__ = ("jobs", "shapes")
+    __slots__ = ("jobs", "shapes", "base")
 
-    def __init__(self, jobs: dict[int, JobState], shapes: dict[m.Key, int]) -> None:
+    def __init__(self, jobs: dict[int, JobState], shapes: dict[m.Key, int], base: Charged | None = None) -> None:
         self.jobs = jobs
         self.shapes = shapes
+        self.base = base
+
+
+class Charged:
+    """A session's node tables and queue accounts holding the charges of the jobs it kept, and
+    what they were built from (module docstring, layer 5). Used by one build only: it changes
+    them in place."""
+
+    __slots__ = ("nodes", "total_capacity", "queue_specs", "node_tables", "node_errors", "queues")
+
+    def __init__(self, snapshot: m.ClusterSnapshot, node_tables: dict[str, Any], node_errors: list[m.ObjectError],
+                 queues: dict[str, tuple[list[float], list[float], list[float]]]) -> None:
+        self.nodes = snapshot.nodes
+        self.total_capacity = snapshot.total_capacity
+        self.queue_specs = snapshot.queues
+        self.node_tables = node_tables
+        self.node_errors = node_errors
+        self.queues = queues  # per queue: (allocated, non-preemptible allocated, request)
+
+    def fits(self, snapshot: m.ClusterSnapshot) -> bool:
+        """Whether a build of ``snapshot`` would make the same node tables and queues."""
+        return ((snapshot.nodes is self.nodes or snapshot.nodes == self.nodes)
+                and snapshot.total_capacity == self.total_capacity
+                and (snapshot.queues is self.queue_specs or snapshot.queues == self.queue_specs))
 
 
 def copy_result(result: m.CycleResult) -> m.CycleResult:
@@ -189,4 +239,4 @@ def copy_result(result: m.CycleResult) -> m.CycleResult:
 
 _MISSING = object()
 
-__all__ = ["CycleMemo", "KeptJobs"]
+__all__ = ["Charged", "CycleMemo", "KeptJobs"]

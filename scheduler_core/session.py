@@ -19,7 +19,7 @@ import numpy as np
 
 from scheduler_core import model as m
 from scheduler_core import reasons
-from scheduler_core.memo import CycleMemo, KeptJobs
+from scheduler_core.memo import Charged, CycleMemo, KeptJobs
 from scheduler_core.model import Key
 from scheduler_core.proportion import QueueAttrs
 
@@ -42,6 +42,11 @@ from scheduler_core.state import (
 
 if TYPE_CHECKING:
     from scheduler_core.statement import Statement
+
+
+#: the session's node tables, as ``_build_nodes`` makes them (kept with their charges, ``hand_over``)
+_NODE_TABLES = ("nodes", "node_index", "cap", "idle", "rel", "gpu_mem", "ready", "has_gpu", "has_cpu",
+                "min_gpu_mem", "max_gpu_mem", "total", "node_version")
 
 
 class Session:
@@ -67,16 +72,30 @@ class Session:
         self.victim_cache: dict[int, tuple[int, list[TaskState], Key]] = {}
         self.memo: CycleMemo | None = None  # verdicts remembered across cycles (memo.py), set by the caller
         self.n_groups = 0  # shared-GPU groups on all nodes (each holds one device)
-        self._build_nodes()
+        self.node_version = 0  # bumped on every change of node usage (placement caches key on it)
+        # the charges of the jobs kept from the last cycle, when they still hold (memo.py, layer 5)
+        base = kept.base if kept is not None and kept.base is not None and kept.base.fits(snapshot) else None
+        if base is not None:
+            self._restore_nodes(base)
+        else:
+            self._build_nodes()
+        self._n_node_errors = len(self.errors)
         self._build_queues()
+        if base is not None:
+            for name, (alloc, alloc_np, request) in base.queues.items():
+                q = self.queues[name]
+                q.allocated, q.allocated_np, q.request = alloc, alloc_np, request
         self.queue_comparator: QueueComparator | None = None  # set by cycle.open_session with the fair shares
         self.division_steps: list[DivisionStep] = []  # set by cycle.open_session
-        self.node_version = 0  # bumped on every change of node usage (placement caches key on it)
-        self._build_jobs(kept)
+        self._place_errors = False  # a placed pod's node is unknown: the charges are not kept (hand_over)
+        placing = self._build_jobs(kept, base is not None)
         self._built = False
-        self._place_existing()
+        self._place_existing(placing)
         self._built = True
-        self._compute_requests()
+        self._compute_requests(placing)
+        for j in placing:
+            j.built_at = j.version
+        self.charged_jobs = len(placing)  # jobs charged by this build (the others came charged)
 
     # ---- building ---------------------------------------------------------------------------
     def _error(self, kind: str, name: str, fld: str, message: str) -> None:
@@ -129,6 +148,12 @@ class Session:
         if self.snapshot.total_capacity is not None:
             total = [float(x) for x in self.snapshot.total_capacity]
         self.total = total
+
+    def _restore_nodes(self, base: Charged) -> None:
+        """The node tables of the last session, holding its kept jobs' charges (``hand_over``)."""
+        for name, value in base.node_tables.items():
+            setattr(self, name, value)
+        self.errors.extend(base.node_errors)
 
     def _build_queues(self) -> None:
         specs: dict[str, m.QueueSpec] = {}
@@ -194,13 +219,18 @@ class Session:
             self.chain[name] = out
         self.leaf_queues = frozenset(name for name, q in self.queues.items() if not q.children)
 
-    def _build_jobs(self, kept: KeptJobs | None) -> None:
-        """A ``JobState`` per job spec. With ``kept`` (the states an earlier cycle of the same
-        memo left, ``memo.py`` layer 4), a spec seen then is not built again: its state is reset
-        (``JobState.reset``) and checked against this cycle's queues and nodes; only new specs
-        are built, and the states of specs that are gone are released."""
+    def _build_jobs(self, kept: KeptJobs | None, charged: bool) -> list[JobState]:
+        """A ``JobState`` per job spec; returns those the session must charge (``_place_existing``).
+
+        With ``kept`` (the states an earlier cycle of the same memo left, ``memo.py`` layer 4), a
+        spec seen then is not built again: its state is reset (``JobState.reset``) and checked
+        against this cycle's queues and nodes; only new specs are built, and the states of specs
+        that are gone are released. ``charged``: the node and queue tables came from that cycle
+        (layer 5) and hold the charges of its kept jobs as built (``built_at``), so such a job is
+        only numbered again, and one that is gone is uncharged before it is released."""
         self.jobs: list[JobState] = []
         self.tasks: list[TaskState] = []
+        placing: list[JobState] = []
         prior = kept.jobs if kept is not None else {}
         # a small integer per distinct placement shape (only ever a cache key)
         self.shape_ids: dict[Key, int] = kept.shapes if kept is not None else {}
@@ -208,14 +238,26 @@ class Session:
         # derived request data per request object (the snapshot keeps the objects alive)
         infos: dict[int, Key] = {}
         seen: set[str] = set()
+        tasks = self.tasks
         for spec in self.snapshot.jobs:
             job = prior.pop(id(spec), None) if prior else None
             if job is not None:
-                if job.spec is spec and job.uid not in seen and self._context_problem(spec) is None:
-                    self._reuse(job)
-                    seen.add(job.uid)
-                    continue
-                _release_job(job)
+                if job.spec is spec and job.uid not in seen:
+                    if charged and job.built_at >= 0:
+                        # as the last build left it (the same queues and nodes): number it again
+                        job.index = len(self.jobs)
+                        for t in job.tasks:
+                            t.index = len(tasks)
+                            tasks.append(t)
+                        self.jobs.append(job)
+                        seen.add(job.uid)
+                        continue
+                    if self._context_problem(spec) is None:
+                        self._reuse(job)
+                        placing.append(job)
+                        seen.add(job.uid)
+                        continue
+                self._drop(job, charged)
             job = JobState(len(self.jobs), spec)
             if job.uid in seen:
                 self._error("job", job.uid, "name", f"job {job.uid}: duplicate name")
@@ -225,23 +267,46 @@ class Session:
             if problem:
                 self._error("job", job.uid, problem[0], problem[1])
                 job.valid = False
+            mass = 0.0
+            plain = True
             for ts in spec.tasks:
                 r = ts.request
                 info = infos.get(id(r))
                 if info is None:
                     info = infos[id(r)] = request_info(r)
-                t = TaskState(len(self.tasks), job, ts, info)
+                t = TaskState(len(tasks), job, ts, info)
                 t.shape_id = shape_ids.setdefault(t.shape, len(shape_ids))
-                self.tasks.append(t)
+                tasks.append(t)
                 job.tasks.append(t)
                 if t.status == m.PENDING:
                     job.n_pending += 1
+                plain = plain and not t.shared and r.gpu_kind != m.GPU_MIG and not r.extended
+                mass += max(float(t.vec.max()), *t.base_qvec)
+            job.plain, job.mass = plain, mass
             self._build_gang(job)
             self.jobs.append(job)
+            placing.append(job)
         for gone in prior.values():
-            _release_job(gone)
+            self._drop(gone, charged)
         prior.clear()
         self.job_by_uid = {j.uid: j for j in self.jobs}
+        return placing
+
+    def _drop(self, job: JobState, charged: bool) -> None:
+        """Let go of a kept job's state; its charges leave the tables first if they hold them."""
+        if charged and job.built_at >= 0:
+            self._uncharge(job)
+        _release_job(job)
+
+    def _uncharge(self, job: JobState) -> None:
+        """Take a job's charges, as they are now, off the nodes and queues (its request as built)."""
+        for t in job.tasks:
+            self._charge(t, -1)
+        if job.valid:
+            job.reset(job.index)
+            for t in job.tasks:
+                t.reset(t.index)
+            self._add_requests(job, -1)
 
     def _reuse(self, job: JobState) -> None:
         """Take a valid job's state from an earlier cycle, as a fresh build would make it."""
@@ -325,9 +390,9 @@ class Session:
             if len(ps.tasks) > 1:
                 ps.tasks.sort(key=lambda t: t.order_key)
 
-    def _place_existing(self) -> None:
-        """Charge tasks that already hold node resources (§B.1), in task-name order."""
-        placed = [t for t in self.tasks if t.status in m.ACTIVE_USED_STATES]
+    def _place_existing(self, jobs: list[JobState]) -> None:
+        """Charge the tasks of ``jobs`` that already hold node resources (§B.1), in task-name order."""
+        placed = [t for j in jobs for t in j.tasks if t.status in m.ACTIVE_USED_STATES]
         placed.sort(key=lambda t: t.name)
         for t in placed:
             status = t.status
@@ -336,6 +401,7 @@ class Session:
                     self._error("task", t.name, "node", f"task {t.name}: {status} but has no known node")
                 t.status = m.PENDING
                 t.job.n_pending += 1
+                self._place_errors = True  # its state is not the spec's: nothing is kept (hand_over)
                 continue
             node = self.node_index[t.spec.node]
             groups = tuple(t.spec.gpu_groups)
@@ -347,7 +413,7 @@ class Session:
             # a fresh task holds no charge yet: charge it where it is (set_task without the removal)
             t.status, t.node, t.groups = status, node, groups
             self._charge(t, +1)
-        for j in self.jobs:
+        for j in jobs:
             if j.last_start is None and j.allocated_count() > 0:
                 j.last_start = self.now - 60.0
                 self.reads_clock()  # the result reports this start time
@@ -365,26 +431,31 @@ class Session:
         for this instant only."""
         self.valid_until = self.now
 
-    def _compute_requests(self) -> None:
+    def _compute_requests(self, jobs: list[JobState]) -> None:
         """Queue ``request`` = allocated + pending requests (GPU memory via the smallest node)."""
-        for t in self.tasks:
-            if t.shared and t.request.gpu_kind == m.GPU_MEMORY:
-                t.req_qvec = (t.req_qvec[0], t.req_qvec[1],
-                              t.request.gpu_memory_mib / self.min_gpu_mem * t.request.gpu_devices)
-        for j in self.jobs:
-            if not j.valid:
-                continue
+        for j in jobs:
             for t in j.tasks:
-                if t.status in m.ALLOCATED_STATES:
-                    vec = t.qvec
-                elif t.status == m.PENDING:
-                    vec = t.req_qvec
-                else:
-                    continue
-                for q in self.chain[j.queue]:
-                    q.request[0] += vec[0]
-                    q.request[1] += vec[1]
-                    q.request[2] += vec[2]
+                if t.shared and t.request.gpu_kind == m.GPU_MEMORY:
+                    t.req_qvec = (t.req_qvec[0], t.req_qvec[1],
+                                  t.request.gpu_memory_mib / self.min_gpu_mem * t.request.gpu_devices)
+            if j.valid:
+                self._add_requests(j, +1)
+
+    def _add_requests(self, j: JobState, sign: int) -> None:
+        """Add (or take off) a job's part of its queues' ``request``: allocated tasks by their
+        charge, pending ones by their request."""
+        chain = self.chain[j.queue]
+        for t in j.tasks:
+            if t.status in m.ALLOCATED_STATES:
+                vec = t.qvec
+            elif t.status == m.PENDING:
+                vec = t.req_qvec
+            else:
+                continue
+            for q in chain:
+                q.request[0] += sign * vec[0]
+                q.request[1] += sign * vec[1]
+                q.request[2] += sign * vec[2]
 
     # ---- GPU sharing helpers ----------------------------------------------------------------
     def new_group_name(self, task: TaskState, i: int) -> str:
@@ -468,9 +539,9 @@ class Session:
                 self.rel[i] += vec
         if t.index >= 0:
             if sign > 0:
-                ns.tasks.add(t.index)
+                ns.tasks.add(t)
             else:
-                ns.tasks.discard(t.index)
+                ns.tasks.discard(t)
         if t.shared:
             mem = t.mem_per_device
             for g in t.groups:
@@ -569,17 +640,58 @@ class Session:
 
     def hand_over(self, max_shapes: int) -> KeptJobs | None:
         """End the session like ``release``, but keep its valid jobs' states for the next cycle's
-        build (``_build_jobs``, which resets them before any use). Nothing is kept once the
-        table of shape ids holds more than ``max_shapes``."""
+        build (``_build_jobs``). Nothing is kept once the table of shape ids holds more than
+        ``max_shapes``.
+
+        When every charge is a whole number (``_exact``), the node and queue tables are kept too
+        (``memo.py``, layer 5): a job whose state is still the one the build gave it (``built_at``
+        is its version, and its start and staleness times are its spec's) stays charged; every
+        other job, and every stand-in of a moved pod, is uncharged as it is now, and a changed
+        job's state is reset for the next build to charge again."""
         if len(self.shape_ids) > max_shapes:
             self.release()
             return None
-        kept = KeptJobs({id(j.spec): j for j in self.jobs if j.valid}, self.shape_ids)
+        exact = self._exact()
+        kept: dict[int, JobState] = {}
         for j in self.jobs:
-            if not j.valid:
+            if not exact:
+                if j.valid:
+                    kept[id(j.spec)] = j
+                else:
+                    _release_job(j)
+                continue
+            if (j.valid and j.built_at == j.version and j.last_start == j.spec.last_start
+                    and j.stale_since == j.spec.stale_since):
+                kept[id(j.spec)] = j
+                continue
+            self._uncharge(j)  # resets a valid job (built_at -1: charged again by the next build)
+            if j.valid:
+                kept[id(j.spec)] = j
+            else:
                 _release_job(j)
+        base = None
+        if exact:
+            for g in self.ghosts:
+                self._charge(g, -1)
+            base = Charged(self.snapshot, {name: getattr(self, name) for name in _NODE_TABLES},
+                           self.errors[:self._n_node_errors],
+                           {name: (q.allocated, q.allocated_np, q.request) for name, q in self.queues.items()})
+        out = KeptJobs(kept, self.shape_ids, base)
         self._forget()
-        return kept
+        return out
+
+    def _exact(self) -> bool:
+        """Whether this session's node and queue accounts can be kept and patched (``hand_over``):
+        every pod charges whole units only, so sums of charges are exact in any order, as long as
+        they stay below 2**53 (bounded by the pods' charges and the nodes' capacity together)."""
+        if self._place_errors or self.n_groups:
+            return False
+        mass = float(np.abs(self.cap).sum()) if len(self.cap) else 0.0
+        for j in self.jobs:
+            if not j.plain:
+                return False
+            mass += j.mass
+        return 2.0 * mass < 2.0**53
 
     def _forget(self) -> None:
         self.jobs = []

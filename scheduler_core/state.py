@@ -59,7 +59,7 @@ class NodeState:
     groups: dict[str, GpuGroup] = field(default_factory=dict)
     mig_idle: dict[str, float] = field(default_factory=dict)
     mig_releasing: dict[str, float] = field(default_factory=dict)
-    tasks: set[int] = field(default_factory=set)
+    tasks: set[TaskState] = field(default_factory=set)  # the tasks charged here (no order is read)
     ext_idle: dict[str, float] = field(default_factory=dict)  # extended resources, as MIG instances
     ext_releasing: dict[str, float] = field(default_factory=dict)
 
@@ -209,7 +209,8 @@ class JobState:
 
     __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
                  "valid", "priority", "preemptible", "n_pending", "victim_key", "has_topology", "elastic",
-                 "version", "ready_at", "ready_value", "batch_at", "batch", "key_at", "key")
+                 "version", "ready_at", "ready_value", "batch_at", "batch", "key_at", "key", "plain", "mass",
+                 "built_at")
 
     def __init__(self, index: int, spec: m.JobSpec) -> None:
         # derived from the spec alone (the session builds tasks and gang tree once per spec)
@@ -228,6 +229,10 @@ class JobState:
         # equal batch in a later cycle is the same list)
         self.batch: list[TaskState] = _NO_TASKS
         self.key: Key = ()  # order_key's last value (valid at ``key_at``; kept through a reset likewise)
+        # every pod charges whole units only (no shared GPU, MIG instance or extended resource):
+        # its charges add up exactly in any order (set by the session once its tasks are built)
+        self.plain = False
+        self.mass = 0.0  # the sum of its pods' largest charges (a bound on what it adds to an account)
         self.reset(index)
 
     def reset(self, index: int) -> None:
@@ -245,6 +250,9 @@ class JobState:
         self.ready_at, self.ready_value = -1, False  # ready() and the version it was computed at
         self.batch_at = -1  # the version ``batch`` (ordering.tasks_to_allocate) was computed at
         self.key_at = -1  # the version ``key`` (order_key) was computed at
+        # the version right after the session charged it, while its state is the one the
+        # snapshot gives (-1: not charged as built); ``Session.hand_over`` compares it
+        self.built_at = -1
         for ps in self.pod_sets.values():
             ps.active_allocated = ps.allocated = ps.active_used = 0
 

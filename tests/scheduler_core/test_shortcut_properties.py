@@ -22,9 +22,10 @@ PLAIN = m.CycleConfig(shortcuts=False)
 
 
 @st.composite
-def crowded(draw):
+def crowded(draw, fractions: bool = True):
     """A nearly full cluster (whole and fractional pods, some releasing) and pending jobs of all
-    sizes, so consolidation is tried often and often cannot succeed."""
+    sizes, so consolidation is tried often and often cannot succeed. ``fractions=False``: whole
+    GPUs only (the charges the memo keeps from cycle to cycle, memo.py layer 5)."""
     n_nodes = draw(st.integers(1, 5))
     sizes = [draw(st.sampled_from([2, 4, 8])) for _ in range(n_nodes)]
     nodes = [node(f"n{i}", g) for i, g in enumerate(sizes)]
@@ -43,13 +44,13 @@ def crowded(draw):
                                   priority=draw(st.sampled_from([50, 100])), preemptible=draw(st.booleans()),
                                   creation=NOW - 1000 + k, last_start=NOW - 3600))
             k += 1
-        if draw(st.booleans()):
+        if fractions and draw(st.booleans()):
             grp = (f"n{i}-shared",)
             jobs.append(m.JobSpec(f"f{i}", f"q{i % n_queues}", creation=NOW - 900 + i, last_start=NOW - 3600,
                                   tasks=(fraction_task(f"f{i}-0", draw(st.sampled_from([0.25, 0.5])), m.RUNNING,
                                                        f"n{i}", grp),)))
     for j in range(draw(st.integers(1, 12))):
-        if draw(st.integers(0, 5)) == 0:
+        if fractions and draw(st.integers(0, 5)) == 0:
             tasks: tuple[m.TaskSpec, ...] = (fraction_task(f"p{j}-0", draw(st.sampled_from([0.25, 0.5]))),)
         else:
             pods = draw(st.integers(1, 3))
@@ -107,16 +108,18 @@ def _outcome(result: m.CycleResult) -> tuple:
 
 #: what happens to the cluster between two cycles besides churn: nothing, a node leaves (its pods'
 #: jobs turn invalid), a queue leaves (its jobs turn invalid), or what left comes back
-EVENTS = st.sampled_from(["none", "none", "drop_node", "drop_queue", "restore"])
+EVENTS = st.sampled_from(["none", "none", "none", "drop_node", "drop_queue", "restore"])
 
 
-@SETTINGS
-@given(st.one_of(crowded(), clusters()), st.integers(0, 2**16),
-       st.lists(st.tuples(st.sampled_from([0.0, 0.1, 0.3, 0.6]), st.integers(-2, 2), EVENTS), min_size=2, max_size=6))
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(crowded(), crowded(fractions=False), clusters()), st.integers(0, 2**16),
+       st.lists(st.tuples(st.sampled_from([0.0, 0.1, 0.3, 0.6]), st.sampled_from([0, 0, 0, -2, -1, 1, 2]), EVENTS),
+                min_size=2, max_size=6))
 def test_a_memo_kept_across_a_sequence_of_cycles_changes_no_decision(snap, seed, steps):
     """One memo through a sequence of snapshots that keep their unchanged job objects (so job
-    states are kept and reset, memo.py layer 4) while jobs come and go, quotas move and nodes and
-    queues leave and come back: every cycle decides and explains what the plain cycle does."""
+    states are kept and reset, memo.py layer 4, and with whole GPUs only and the same nodes and
+    queues also stay charged, layer 5) while jobs come and go, quotas move and nodes and queues
+    leave and come back: every cycle decides and explains what the plain cycle does."""
     from benchmarks.b6_steady_state import advance
     from scheduler_core import CycleMemo
 
@@ -133,9 +136,9 @@ def test_a_memo_kept_across_a_sequence_of_cycles_changes_no_decision(snap, seed,
         snap = advance(snap, plain, rng, i, churn=churn, leaves=leaves)
         k = rng.randrange(len(snap.queues))
         q = snap.queues[k]
-        gpu = dataclasses.replace(q.gpu, quota=max(0.0, q.gpu.quota + quota_delta))
         queues = list(snap.queues)
-        queues[k] = dataclasses.replace(q, gpu=gpu)
+        if quota_delta:
+            queues[k] = dataclasses.replace(q, gpu=dataclasses.replace(q.gpu, quota=max(0.0, q.gpu.quota + quota_delta)))
         nodes = list(snap.nodes)
         if event == "drop_node" and len(nodes) > 1:
             gone_nodes.append(nodes.pop(rng.randrange(len(nodes))))
@@ -185,6 +188,62 @@ def test_job_states_are_kept_for_the_next_cycle_and_reset_before_use():
     assert again == dataclasses.replace(run_cycle(without_n1, PLAIN), timings_ms=again.timings_ms,
                                         counts=again.counts)
     assert [(e.kind, e.name, e.field) for e in again.errors] == [("job", "run", "tasks.node")]
+
+
+def test_charges_of_unchanged_jobs_are_kept_and_patched_by_what_changed():
+    """Layer 5: with whole GPUs only and the same nodes and queues, the next build charges only
+    the jobs that are new or changed (a bind, a finished job, a new one); the rest come charged
+    in the node tables and queue accounts, which end as a full build makes them. A fractional
+    pod or a changed node list makes the build charge everything again."""
+    from scheduler_core import CycleMemo
+    from scheduler_core.cycle import open_session
+
+    run = [m.JobSpec(f"r{i}", "q", (gpu_task(f"r{i}-0", 1, m.RUNNING, f"n{i % 2}"),), last_start=NOW - 600)
+           for i in range(3)]
+    wait = [m.JobSpec(f"w{i}", "q", (gpu_task(f"w{i}-0", 8),), creation=NOW - 50 + i) for i in range(3)]
+    snap = m.ClusterSnapshot(nodes=(node("n0", 4), node("n1", 4)), queues=(queue("q", gpu_quota=8),),
+                             jobs=(*run, *wait, m.JobSpec("new", "q", (gpu_task("new-0", 1),), creation=NOW - 60)),
+                             now=NOW)
+    memo = CycleMemo()
+    first = run_cycle(snap, memo=memo)
+    assert first.counts["charged_jobs"] == 7  # nothing kept yet
+    assert [(b.job, b.node) for b in first.binds] == [("new", "n0")]
+
+    def check(nxt: m.ClusterSnapshot, charged: int) -> m.CycleResult:
+        got = run_cycle(nxt, memo=memo)
+        assert got.counts["charged_jobs"] == charged
+        assert _outcome(got) == _outcome(run_cycle(nxt, PLAIN))
+        return got
+
+    # the bind is applied (a new spec), r1 finishes, one job arrives: two builds, five kept
+    bound = m.JobSpec("new", "q", (gpu_task("new-0", 1, m.RUNNING, "n0"),), creation=NOW - 60, last_start=NOW)
+    arrived = m.JobSpec("w9", "q", (gpu_task("w9-0", 1),), creation=NOW)
+    second = dataclasses.replace(snap, jobs=(run[0], run[2], *wait, bound, arrived), now=NOW + 5)
+    got = check(second, 2)
+    assert [(b.job, b.node) for b in got.binds] == [("w9", "n0")]  # bin-packing
+    # the tables a fresh build makes, from the kept ones: the same node usage and queue figures
+    third = dataclasses.replace(second, now=NOW + 10, jobs=second.jobs[:-1])  # w9 (bound) is gone
+    kept = memo.take_jobs()
+    memo.keep_jobs(kept)
+    s, _ = open_session(third, m.CycleConfig(), memo)
+    fresh, _ = open_session(third, m.CycleConfig())
+    assert s.charged_jobs == 0  # all came charged; w9, changed by its bind, left none behind
+    assert s.idle.tolist() == fresh.idle.tolist()
+    assert s.rel.tolist() == fresh.rel.tolist()
+    assert {n: (q.allocated, q.request) for n, q in s.queues.items()} == {
+        n: (q.allocated, q.request) for n, q in fresh.queues.items()}
+    assert [j.uid for j in s.jobs] == [j.uid for j in fresh.jobs]
+    assert [(t.index, t.status, t.node) for t in s.tasks] == [(t.index, t.status, t.node) for t in fresh.tasks]
+    memo.keep_jobs(s.hand_over(memo.max_entries))
+    # a fractional pod: nothing can be kept charged
+    frac = m.JobSpec("f", "q", (fraction_task("f-0", 0.5),), creation=NOW)
+    fourth = dataclasses.replace(third, jobs=(*third.jobs, frac), now=NOW + 15)
+    check(fourth, 1)  # the tables still came charged (from the whole-GPU cycle before)
+    check(dataclasses.replace(fourth, now=NOW + 20), 7)  # the cycle with a fraction kept nothing
+    check(dataclasses.replace(third, now=NOW + 22), 6)
+    # a node leaves (its pods' jobs turn invalid): the tables are built again
+    fewer = dataclasses.replace(third, nodes=(node("n1", 4),), now=NOW + 25)
+    assert check(fewer, 6).errors
 
 
 def test_the_memo_remembers_verdicts_and_reports_its_hits():
