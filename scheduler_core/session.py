@@ -73,6 +73,9 @@ class Session:
         self.memo: CycleMemo | None = None  # verdicts remembered across cycles (memo.py), set by the caller
         self.n_groups = 0  # shared-GPU groups on all nodes (each holds one device)
         self.node_version = 0  # bumped on every change of node usage (placement caches key on it)
+        self.changes = 0  # bumped on every change of a task's state (caches of the session's state key on it)
+        # actions.victims.trigger_jobs's last answer: (changes, jobs, notes it wrote)
+        self.triggers: tuple[int, list[JobState], list[tuple[JobState, m.Reason]]] | None = None
         # the charges of the jobs kept from the last cycle, when they still hold (memo.py, layer 5)
         base = kept.base if kept is not None and kept.base is not None and kept.base.fits(snapshot) else None
         if base is not None:
@@ -237,32 +240,33 @@ class Session:
         shape_ids = self.shape_ids
         # derived request data per request object (the snapshot keeps the objects alive)
         infos: dict[int, Key] = {}
-        seen: set[str] = set()
-        tasks = self.tasks
+        self.job_by_uid: dict[str, JobState] = {}
+        seen = self.job_by_uid
+        jobs, tasks = self.jobs, self.tasks
         for spec in self.snapshot.jobs:
             job = prior.pop(id(spec), None) if prior else None
             if job is not None:
-                if job.spec is spec and job.uid not in seen:
+                if job.uid not in seen:
                     if charged and job.built_at >= 0:
                         # as the last build left it (the same queues and nodes): number it again
-                        job.index = len(self.jobs)
+                        job.index = len(jobs)
                         for t in job.tasks:
                             t.index = len(tasks)
                             tasks.append(t)
-                        self.jobs.append(job)
-                        seen.add(job.uid)
+                        jobs.append(job)
+                        seen[job.uid] = job
                         continue
                     if self._context_problem(spec) is None:
                         self._reuse(job)
                         placing.append(job)
-                        seen.add(job.uid)
+                        seen[job.uid] = job
                         continue
                 self._drop(job, charged)
-            job = JobState(len(self.jobs), spec)
+            job = JobState(len(jobs), spec)
             if job.uid in seen:
                 self._error("job", job.uid, "name", f"job {job.uid}: duplicate name")
                 continue
-            seen.add(job.uid)
+            seen[job.uid] = job
             problem = self._context_problem(spec) or _spec_problem(spec)
             if problem:
                 self._error("job", job.uid, problem[0], problem[1])
@@ -284,12 +288,11 @@ class Session:
                 mass += max(float(t.vec.max()), *t.base_qvec)
             job.plain, job.mass = plain, mass
             self._build_gang(job)
-            self.jobs.append(job)
+            jobs.append(job)
             placing.append(job)
         for gone in prior.values():
             self._drop(gone, charged)
         prior.clear()
-        self.job_by_uid = {j.uid: j for j in self.jobs}
         return placing
 
     def _drop(self, job: JobState, charged: bool) -> None:
@@ -481,6 +484,7 @@ class Session:
     def _charge(self, t: TaskState, sign: int) -> None:
         status = t.status
         t.job.version += 1
+        self.changes += 1
         if status == m.PENDING and t.index >= 0:
             t.job.n_pending += sign
             return

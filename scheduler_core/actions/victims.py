@@ -455,19 +455,29 @@ def within_preemption_delay(s: Session, job: JobState) -> bool:
     return s.before(start + d)
 
 def trigger_jobs(s: Session) -> list[JobState]:
-    out = []
-    for j in s.jobs:
-        if not (j.valid and j.has_pending() and j.ready() and not j.spec.deleting):
-            continue
-        if within_preemption_delay(s, j):
-            d = j.spec.preemption_delay_s or 0.0
-            end = max(j.spec.creation, j.spec.last_eviction or j.spec.creation) + d
-            s.reads_clock()  # the reason says how long is left
-            note_attempt(s, j, m.Reason(reasons.PREEMPTION_DELAY, f"job may not evict others until its preemption delay of "
-                                 f"{number(d)}s has passed ({number(end - s.now)}s left)", {"delay_s": d, "end": end}))
-            continue
-        out.append(j)
-    return out
+    """The jobs an eviction action tries for: valid, ready, not being deleted, with pods to place
+    and past their preemption delay (a job still within it gets a note saying so). The answer
+    reads only the jobs' states, which change only with ``Session.changes``, so it is kept until
+    that moves; the notes are written again on every call, as the walk would write them."""
+    got = s.triggers
+    if got is None or got[0] != s.changes:
+        out, delayed = [], []
+        for j in s.jobs:
+            if not (j.valid and j.has_pending() and j.ready() and not j.spec.deleting):
+                continue
+            if within_preemption_delay(s, j):
+                d = j.spec.preemption_delay_s or 0.0
+                end = max(j.spec.creation, j.spec.last_eviction or j.spec.creation) + d
+                delayed.append((j, m.Reason(reasons.PREEMPTION_DELAY, f"job may not evict others until its "
+                                            f"preemption delay of {number(d)}s has passed ({number(end - s.now)}s left)",
+                                            {"delay_s": d, "end": end})))
+                continue
+            out.append(j)
+        got = s.triggers = (s.changes, out, delayed)
+    for j, why in got[2]:
+        s.reads_clock()  # the reason says how long is left
+        note_attempt(s, j, why)
+    return list(got[1])
 
 def note_attempt(s: Session, job: JobState, why: m.Reason) -> None:
     """Add why evictions could not help to the job's pending reason.
