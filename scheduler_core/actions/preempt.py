@@ -83,7 +83,7 @@ def _preempt_hopeless(s: Session, triggers: list[JobState], sigs: Signatures) ->
         by_leaf.setdefault(job.queue, []).append((job.order_key(), k, job))
     notes: dict[tuple[str, int], m.Reason] = {}  # one note object per (queue, priority)
     for leaf in sorted(by_leaf):
-        for _, _, job in sorted(by_leaf[leaf], key=lambda e: (e[0], e[1])):
+        for _, _, job in sorted(by_leaf[leaf]):  # by (order key, position): positions are distinct
             if _preempt_without_victims(s, job, sigs) is not None:
                 continue
             why = notes.get((job.queue, job.priority))
