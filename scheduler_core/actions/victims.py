@@ -531,6 +531,10 @@ class Signatures:
     def __init__(self) -> None:
         self.failed: dict[Key, tuple[int, list[tuple[float, float, float]]]] = {}
         self.constraints: dict[int, Key] = {}  # per pod shape id: the constraints of the key
+        self.changes = 0  # bumped whenever ``failed`` changes
+        # a pending job of one pod: its answer per (scope, priority, preemptible, pod shape), with
+        # ``changes`` when it was given (the shape fixes the constraints and the request)
+        self.one: dict[Key, tuple[int, bool]] = {}
 
     def _constraints(self, t: TaskState) -> Key:
         # a pod's constraints are part of its placement shape, so equal shapes share them
@@ -573,11 +577,21 @@ class Signatures:
         return False
 
     def skip(self, scope: str, job: JobState) -> bool:
+        one = None
+        if len(job.tasks) == 1 and job.tasks[0].status == m.PENDING and job.tasks[0].shape_id >= 0:
+            one = (scope, job.priority, job.preemptible, job.tasks[0].shape_id)
+            got = self.one.get(one)
+            if got is not None and got[0] == self.changes:
+                return got[1]
         old = self.failed.get(self._key(scope, job))
         if old is None:
-            return False
-        reqs = self._requests(job)
-        return not self._easier((len(reqs), reqs), old)
+            answer = False
+        else:
+            reqs = self._requests(job)
+            answer = not self._easier((len(reqs), reqs), old)
+        if one is not None:
+            self.one[one] = (self.changes, answer)
+        return answer
 
     def fail(self, scope: str, job: JobState) -> None:
         key = self._key(scope, job)
@@ -586,6 +600,7 @@ class Signatures:
         old = self.failed.get(key)
         if old is None or self._easier(new, old):
             self.failed[key] = new
+            self.changes += 1
 
 def is_protected(s: Session, victim: JobState, minrt: float) -> bool:
     end = rc.min_runtime_end(victim.last_start, minrt)
