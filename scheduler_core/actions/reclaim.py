@@ -138,19 +138,26 @@ def _reclaim_hopeless(s: Session, triggers: list[JobState]) -> bool:
     writes nothing) when some job passes the check, so the full walk must run."""
     notes: list[tuple[JobState, m.Reason]] = []
     seen: dict[Key, m.Reason] = {}  # the note per (queue, batch request, preemptible)
+    # a batch of one pod: the note per (queue, pod shape, preemptible) (the shape fixes the request)
+    by_shape: dict[Key, m.Reason] = {}
     for job in triggers:
         tasks = tasks_to_allocate(job)
         if not tasks:
             continue  # the walk skips it without a note
-        req = batch_request(tasks)
-        k = (job.queue, req[0], req[1], req[2], job.preemptible)
-        why = seen.get(k)
+        one = (job.queue, tasks[0].shape_id, job.preemptible) if len(tasks) == 1 and tasks[0].shape_id >= 0 else None
+        why = by_shape.get(one) if one is not None else None
         if why is None:
-            verdict = _can_reclaim(s, job, req)
-            if verdict.ok:
-                return False
-            why = seen[k] = m.Reason(reasons.RECLAIM_PREFIX + verdict.code, "reclaim: " + verdict.reason,
-                                     dict(verdict.numbers))
+            req = batch_request(tasks)
+            k = (job.queue, req[0], req[1], req[2], job.preemptible)
+            why = seen.get(k)
+            if why is None:
+                verdict = _can_reclaim(s, job, req)
+                if verdict.ok:
+                    return False
+                why = seen[k] = m.Reason(reasons.RECLAIM_PREFIX + verdict.code, "reclaim: " + verdict.reason,
+                                         dict(verdict.numbers))
+            if one is not None:
+                by_shape[one] = why
         notes.append((job, why))
     for job, why in notes:
         note_attempt(s, job, why)
