@@ -238,8 +238,9 @@ class Session:
         # a small integer per distinct placement shape (only ever a cache key)
         self.shape_ids: dict[Key, int] = kept.shapes if kept is not None else {}
         shape_ids = self.shape_ids
-        # derived request data per request object (the snapshot keeps the objects alive)
-        infos: dict[int, Key] = {}
+        # derived request data per request object (the snapshot keeps the objects alive): its
+        # ``request_info``, whether it charges whole units only, and its largest charge
+        infos: dict[int, tuple[Key, bool, float]] = {}
         self.job_by_uid: dict[str, JobState] = {}
         seen = self.job_by_uid
         jobs, tasks = self.jobs, self.tasks
@@ -275,17 +276,19 @@ class Session:
             plain = True
             for ts in spec.tasks:
                 r = ts.request
-                info = infos.get(id(r))
-                if info is None:
-                    info = infos[id(r)] = request_info(r)
-                t = TaskState(len(tasks), job, ts, info)
+                got = infos.get(id(r))
+                if got is None:
+                    info = request_info(r)
+                    got = infos[id(r)] = (info, not info[3] and r.gpu_kind != m.GPU_MIG and not r.extended,
+                                          max(float(info[0].max()), *info[1]))
+                t = TaskState(len(tasks), job, ts, got[0])
                 t.shape_id = shape_ids.setdefault(t.shape, len(shape_ids))
                 tasks.append(t)
                 job.tasks.append(t)
                 if t.status == m.PENDING:
                     job.n_pending += 1
-                plain = plain and not t.shared and r.gpu_kind != m.GPU_MIG and not r.extended
-                mass += max(float(t.vec.max()), *t.base_qvec)
+                plain = plain and got[1]
+                mass += got[2]
             job.plain, job.mass = plain, mass
             self._build_gang(job)
             jobs.append(job)
