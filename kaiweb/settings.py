@@ -86,6 +86,10 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = KAI_MAX_REQUEST_BYTES
 KAI_MAX_INPUT_DEPTH = env.int("KAI_MAX_INPUT_DEPTH", default=32)
 # `?limit=` of any API list is cut to this.
 KAI_API_MAX_PAGE_SIZE = env.int("KAI_API_MAX_PAGE_SIZE", default=500)
+# How far into any list (API or page) one can read: a list counts at most this many rows (and
+# says when there are more), and an offset past it is refused, so a page costs the same however
+# many rows the table holds. Filters narrow a list to what lies beyond.
+KAI_LIST_WINDOW = env.int("KAI_LIST_WINDOW", default=10_000)
 
 # ---------------------------------------------------------------- apps
 INSTALLED_APPS = [

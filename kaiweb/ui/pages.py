@@ -6,8 +6,12 @@ from typing import Any
 
 from django import forms
 from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils.functional import cached_property
+
+from kaiweb.core.queries import bounded_count
 
 PER_PAGE_CHOICES = (25, 50, 100, 250)
 DEFAULT_PER_PAGE = 50
@@ -35,10 +39,26 @@ def per_page_of(request: HttpRequest, default: int = DEFAULT_PER_PAGE) -> int:
     return per_page if per_page in PER_PAGE_CHOICES else default
 
 
+class BoundedPaginator(Paginator):
+    """Django's paginator over at most KAI_LIST_WINDOW rows (``core.queries.bounded_count``):
+    counting never reads past them, pages past them are not offered, and ``capped`` says the
+    list has more (the page shows "10000+", and filters narrow it)."""
+
+    @cached_property
+    def count(self) -> int:
+        rows = self.object_list
+        # a django-tables2 table pages its rows, which wrap the queryset: count that
+        data = getattr(getattr(rows, "data", None), "data", None)
+        n, self.capped = bounded_count(data if isinstance(data, QuerySet) else rows)
+        return n
+
+    capped = False
+
+
 def paginate(request: HttpRequest, object_list: Any, default: int = DEFAULT_PER_PAGE) -> Any:
     """A page of `object_list` from ?page= and ?per_page= (bad values fall back, never a 404/500)."""
     per_page = per_page_of(request, default)
-    paginator = Paginator(object_list, per_page)
+    paginator = BoundedPaginator(object_list, per_page)
     try:
         page = paginator.page(request.GET.get("page", 1))
     except PageNotAnInteger:
@@ -81,9 +101,9 @@ def configure_table(request: HttpRequest, table: Any, default: int = DEFAULT_PER
         page = 1
     RequestConfig(request, paginate=False).configure(table)
     try:
-        table.paginate(page=page, per_page=per_page)
+        table.paginate(paginator_class=BoundedPaginator, page=page, per_page=per_page)
     except EmptyPage:
-        table.paginate(page=table.paginator.num_pages, per_page=per_page)
+        table.paginate(paginator_class=BoundedPaginator, page=table.paginator.num_pages, per_page=per_page)
     table.page.per_page_choices = PER_PAGE_CHOICES
     return {"table": table, "page_obj": table.page, "per_page_choices": PER_PAGE_CHOICES}
 

@@ -167,7 +167,10 @@ def test_a_list_page_is_capped(viewer_api, settings):
     settings.KAI_API_MAX_PAGE_SIZE = 3
     for i in range(5):
         QueueFactory(name=f"q-{i}")
-    data = viewer_api.get("/api/v1/queues/?limit=1000000&offset=99999999999999999999999").json()
+    response = viewer_api.get("/api/v1/queues/?limit=1000000&offset=99999999999999999999999")
+    assert response.status_code == 400  # past the list window (tests/kaiweb/test_list_window.py)
+    assert "offset" in response.json()
+    data = viewer_api.get("/api/v1/queues/?limit=1000000&offset=5").json()
     assert data["results"] == []
     data = viewer_api.get("/api/v1/queues/?limit=1000000").json()
     assert len(data["results"]) == 3
