@@ -661,17 +661,9 @@ class Session:
         exact = self._exact()
         kept: dict[int, JobState] = {}
         for j in self.jobs:
-            if not exact:
-                if j.valid:
-                    kept[id(j.spec)] = j
-                else:
-                    _release_job(j)
-                continue
-            if (j.valid and j.built_at == j.version and j.last_start == j.spec.last_start
-                    and j.stale_since == j.spec.stale_since):
-                kept[id(j.spec)] = j
-                continue
-            self._uncharge(j)  # resets a valid job (built_at -1: charged again by the next build)
+            if exact and not (j.valid and j.built_at == j.version and j.last_start == j.spec.last_start
+                              and j.stale_since == j.spec.stale_since):
+                self._uncharge(j)  # resets a valid job (built_at -1: charged again by the next build)
             if j.valid:
                 kept[id(j.spec)] = j
             else:
