@@ -118,7 +118,7 @@ class Placer:
 
     # ---- predicates -------------------------------------------------------------------------
     def _static_key(self, t: TaskState) -> Key:
-        return (t.shape_id if t.shape_id >= 0 else t.shape, self.predicates)
+        return (t.shape_id, self.predicates)
 
     def _static_mask(self, t: TaskState) -> np.ndarray:
         """Predicates that do not depend on node usage (``predicates.static_failure``), cached per
@@ -147,7 +147,7 @@ class Placer:
         out: np.ndarray | None = None
         prefs = t.spec.preferred_node_affinity
         if prefs:
-            key = (t.shape_id if t.shape_id >= 0 else t.shape,)
+            key = (t.shape_id,)
             full = self._preferred_cache.get(key)
             if full is None:
                 raw = np.array([float(pr.preferred_node_affinity_raw(ns.spec, prefs)) for ns in self.s.nodes])
@@ -405,7 +405,7 @@ class Placer:
                 and not self.node_gpu_spread and not self.frag_aware and not t.dynamic and not t.prefers
                 and not r.extended
                 and not self.anti_holders):
-            key = (t.shape_id, pipeline_only) if t.shape_id >= 0 else (t.shape, pipeline_only)
+            key = (t.shape_id, pipeline_only)
             if self._failed.get(key) == s.node_version:
                 return False  # the same shape found no node and nothing changed since
             last = self._last.get(key) if t.status == m.PENDING else None
@@ -979,10 +979,6 @@ def fit_failure_reason(s: Session, job: JobState, tasks: list[TaskState], failed
 # The allocate action (§2.9)
 
 
-def eligible_for_allocation(job: JobState) -> bool:
-    return job.valid and job.has_pending() and job.ready() and not job.spec.deleting
-
-
 def run_allocate(s: Session, placer: Placer) -> None:
     """Allocate pending jobs in queue/job order; commit each success, re-queue elastic jobs.
 
@@ -993,14 +989,17 @@ def run_allocate(s: Session, placer: Placer) -> None:
     have together. Placing pods only takes room, so the proof holds for the rest of the walk, and
     a failed attempt changes nothing another attempt reads, so the order of the remaining
     attempts does not matter."""
+    eligible = []
+    for j in s.jobs:  # valid, with pods to place, ready and not being deleted; a reason for those not ready
+        if j.has_pending() and j.valid:
+            if not j.ready():
+                s.pending_reasons[j.uid] = m.Reason(
+                    reasons.NOT_READY, f"job is not ready for scheduling: fewer pods exist than its gang minimum "
+                    f"({j.root.need} member(s) required)", {})
+            elif not j.spec.deleting:
+                eligible.append(j)
     # only the popped job's queues change between pops here (see JobsOrder)
-    order = JobsOrder(s, [j for j in s.jobs if eligible_for_allocation(j)], local_changes=True)
-    for j in s.jobs:
-        if j.valid and j.has_pending() and not j.ready():
-            need = j.root.need
-            s.pending_reasons[j.uid] = m.Reason(
-                reasons.NOT_READY, f"job is not ready for scheduling: fewer pods exist than its gang minimum "
-                f"({need} member(s) required)", {})
+    order = JobsOrder(s, eligible, local_changes=True)
     needs = _GpuNeeds(s, order) if s.config.shortcuts else None
     check = True  # at the start and after each failed attempt (successes do not need the proof)
     while True:
@@ -1051,16 +1050,19 @@ class _GpuNeeds:
     its batch for more than all nodes have: a pod takes its GPUs from one node's free count,
     which never goes below what it took (free counts are whole numbers)."""
 
-    __slots__ = ("s", "count", "by_shape", "_free")
+    __slots__ = ("s", "count", "by_shape", "_free", "ones")
 
     def __init__(self, s: Session, order: JobsOrder) -> None:
         self.s = s
         self.count: dict[tuple[float, float], int] = {}
         self.by_shape: dict[int, float] = {}
         self._free: tuple[int, float, float] = (-1, 0.0, 0.0)  # (node version, freest node, all nodes)
+        self.ones: dict[int, tuple[float, float]] = {}  # a pending one-pod job's figures, per pod shape
+        count, need = self.count, self.need
         for node in order.nodes.values():
             for _, _, job in node.heap:
-                self.pushed(job)
+                n = need(job)
+                count[n] = count.get(n, 0) + 1
 
     def _gpus(self, t: TaskState) -> float:
         got = self.by_shape.get(t.shape_id)
@@ -1070,12 +1072,14 @@ class _GpuNeeds:
         return got
 
     def need(self, job: JobState) -> tuple[float, float]:
-        if len(job.tasks) == 1:  # the common job of one pod: its batch is that pod or nothing
-            t = job.tasks[0]
-            if t.status != m.PENDING:
-                return (0.0, 0.0)
-            g = self._gpus(t)
-            return (g, g if tasks_to_allocate(job) else 0.0)
+        if job.one_shape >= 0:  # the common job of one pod: its batch is that pod or nothing
+            if not job.n_pending:
+                return _NO_NEED
+            got = self.ones.get(job.one_shape)
+            if got is None:
+                g = self._gpus(job.tasks[0])
+                got = self.ones[job.one_shape] = (g, g)
+            return got if tasks_to_allocate(job) else (got[0], 0.0)
         least = math.inf
         for t in job.tasks:
             if t.status == m.PENDING:
@@ -1126,6 +1130,9 @@ class _GpuNeeds:
         return True
 
 
+_NO_NEED = (0.0, 0.0)
+
+
 def _fail_rest(s: Session, placer: Placer, order: JobsOrder, most: float) -> None:
     """Write what the attempts of every job left in ``order`` would write, knowing that each of
     them fails (``run_allocate``'s shortcut). An attempt whose outcome cannot name a pod (the
@@ -1135,6 +1142,8 @@ def _fail_rest(s: Session, placer: Placer, order: JobsOrder, most: float) -> Non
     same: dict[Key, tuple[m.Reason, bool]] = {}
     stmt = Statement(s)
     simple_shapes: dict[int, bool] = {}  # per pod shape: every node passes its static predicates, nothing else is checked
+    anti = bool(placer.anti_holders)
+    reasons_of = s.pending_reasons
     for node in order.nodes.values():
         for _, _, job in node.heap:
             tasks = tasks_to_allocate(job)
@@ -1148,20 +1157,21 @@ def _fail_rest(s: Session, placer: Placer, order: JobsOrder, most: float) -> Non
             # the pod that fails: the first one when it fits nowhere, else (a batch too large
             # for all free GPUs together) one the walk finds, which is alike when all are alike
             one = len(tasks) == 1
-            alike = one or first.request.gpus > most + _EPS or all(t.shape_id == first.shape_id for t in tasks)
-            if job.has_topology or not simple or placer.anti_holders or not alike:
+            if job.has_topology or not simple or anti or not (
+                    one or first.request.gpus > most + _EPS or all(t.shape_id == first.shape_id for t in tasks)):
                 allocate_job(s, placer, stmt, job, pipeline_only=False)
                 stmt.discard()
                 continue
-            key = (job.queue, job.preemptible, (first.shape_id,) if one else tuple(t.shape_id for t in tasks))
+            key = (job.queue, job.preemptible, first.shape_id) if one else (
+                job.queue, job.preemptible, tuple(t.shape_id for t in tasks))
             got = same.get(key)
             if got is None:
                 # as allocate_job: the queue's figures first (nothing is tried), then the room
                 # (explained for a pod like the failed one, after the attempt is rolled back)
                 over = queue_capacity_problem(s, job, tasks)
                 got = same[key] = (over, False) if over is not None else (fit_failure_reason(s, job, tasks, first), True)
-            s.pending_reasons[job.uid] = got[0]
-            if got[1]:
+            reasons_of[job.uid] = got[0]
+            if got[1] and (not one or first.spec.node is not None):  # a pod without a node hint has none to drop
                 _drop_node_hints(tasks)
         node.heap.clear()
 

@@ -61,7 +61,8 @@ def run_action(s: Session, placer: Placer, action: str) -> None:
     _ACTION_FUNCS[action](s, placer)
 
 
-_OUT_STATUS = {m.ALLOCATED: m.BINDING}
+#: the task statuses a decision can leave (a bind, a pipelined pod, an eviction)
+_DECIDED = frozenset({m.ALLOCATED, m.PIPELINED, m.RELEASING})
 
 
 def close_session(s: Session, timings: dict[str, float] | None = None) -> m.CycleResult:
@@ -69,25 +70,31 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
     names = [n.name for n in s.nodes]
     binds, pipelined, evictions, outcomes = [], [], [], []
     for t in s.tasks:
-        status = _OUT_STATUS.get(t.status, t.status)
-        node = names[t.node] if t.node is not None else None
-        if node is None and t.spec.node is not None and not t.was_cleared and t.status == t.orig_status:
+        st = t.status
+        if t.node is not None:
+            node = names[t.node]
+        elif t.spec.node is not None and not t.was_cleared and st == t.orig_status:
             # KAI keeps an untouched task's node (pending ones until an attempt is rolled back)
             node = t.spec.node
+        else:
+            node = None
+        status = m.BINDING if st == m.ALLOCATED else st
         out = t.outcome  # the last outcome made for this task: a value, shared while it holds
         if out is None or out.status != status or out.node != node or out.gpu_groups != t.groups:
             out = t.outcome = m.TaskOutcome(t.job.uid, t.name, status, node, t.groups)
         outcomes.append(out)
-        if t.status == m.ALLOCATED:
+        if st not in _DECIDED:
+            continue
+        if st == m.ALLOCATED:
             binds.append(m.BindDecision(t.job.uid, t.name, node or "", tuple(t.groups),
                                         t.portion if t.shared else 0.0))
-        elif t.status == m.PIPELINED and (t.orig_status != m.PIPELINED or t.spec.node != node):
+        elif st == m.PIPELINED and (t.orig_status != m.PIPELINED or t.spec.node != node):
             action = s.pipeline_actions.get(t.index, "allocate")
             src = t.spec.node if t.orig_status in m.ACTIVE_USED_STATES and t.spec.node != node else None
             pipelined.append(m.PipelineDecision(t.job.uid, t.name, node or "", action, tuple(t.groups), src))
-        moved = (t.status == m.PIPELINED and t.orig_status in m.ACTIVE_USED_STATES and t.orig_status != m.PIPELINED
+        moved = (st == m.PIPELINED and t.orig_status in m.ACTIVE_USED_STATES and t.orig_status != m.PIPELINED
                  and t.index in s.eviction_reasons)
-        if (t.status == m.RELEASING and t.orig_status != m.RELEASING) or moved:
+        if (st == m.RELEASING and t.orig_status != m.RELEASING) or moved:
             info = s.eviction_reasons.get(t.index)
             action, preemptor, reason = info if info else ("unknown", None, m.Reason(reasons.EVICTED, "evicted", {}))
             evictions.append(m.EvictionDecision(t.job.uid, t.name, t.spec.node or node or "", action,
@@ -101,20 +108,26 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
         for name, q in sorted(s.queues.items())
     }
     pending: dict[str, m.Reason] = {}
+    last_start: dict[str, float] = {}
+    stale_since: dict[str, float | None] = {}
     for j in s.jobs:
+        uid = j.uid
+        stale_since[uid] = j.stale_since
+        if j.last_start is not None:
+            last_start[uid] = j.last_start
         if not j.has_pending():
             continue
         if not j.valid:
-            err = next((e for e in s.errors if e.name == j.uid), None)
-            pending[j.uid] = m.Reason(reasons.INVALID, err.message if err else "job has invalid fields", {})
+            err = next((e for e in s.errors if e.name == uid), None)
+            pending[uid] = m.Reason(reasons.INVALID, err.message if err else "job has invalid fields", {})
             continue
-        why = s.pending_reasons.get(j.uid)
+        why = s.pending_reasons.get(uid)
         if why is None:
             if j.gang_satisfied() and not tasks_to_allocate(j):
                 continue
             why = m.Reason(reasons.NOT_ATTEMPTED, "no attempt was made for this job in this cycle "
                            "(earlier jobs used the capacity, or a session cap was reached)", {})
-        pending[j.uid] = why
+        pending[uid] = why
     nodes = {}
     for i, n in enumerate(s.nodes):
         idle, rel = s.node_gpu_counts(i)
@@ -127,8 +140,7 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
     return m.CycleResult(
         binds=tuple(binds), pipelined=tuple(pipelined), evictions=tuple(evictions), queues=queues,
         pending=pending, errors=tuple(s.errors), tasks=tuple(outcomes), nodes=nodes,
-        last_start={j.uid: j.last_start for j in s.jobs if j.last_start is not None},
-        stale_since={j.uid: j.stale_since for j in s.jobs},
+        last_start=last_start, stale_since=stale_since,
         counts=counts, timings_ms=dict(timings or {}),
     )
 

@@ -23,7 +23,9 @@ full evaluation, which the property tests compare against):
      (``can_reclaim`` fails; it reads only the queue's figures and the job's request);
    * preempt: no pending job has a same-queue preemptible victim of lower priority. The walk's
      signature skips depend on the order of jobs inside each leaf queue only (the scope of a
-     signature is the queue), which is the job order the pass replays.
+     signature is the queue), which is the job order the pass replays; a one-pod job right after
+     one of the same priority, preemptibility and pod shape that its signature skipped, or that
+     failed, is skipped too (the same signature key and request, and nothing changed between).
 
    These passes give every job of one kind the same reason object, and a note is added to a
    reason once per pair of objects (``actions.victims.note_attempt``), so their cost per job is
@@ -94,8 +96,10 @@ full evaluation, which the property tests compare against):
    exactly the charges of the jobs it keeps in their built state:
 
    * a job is kept charged when its state is still the one the build gave it: its ``version``
-     (bumped by every change of one of its tasks, ``Session._charge``, and by a dropped node
-     hint) equals ``built_at``, and its start and staleness times are its spec's;
+     (bumped by every change of one of its tasks, ``Session._charge``, by a dropped node hint
+     and by a change of its staleness) equals ``built_at``, which the build sets only for a job
+     whose start time is its spec's (the clock rule may start one, ``_place_existing``), and a
+     start set by a decision follows a change of its tasks;
    * every other job (changed by a decision, invalid, or started by the build's clock rule) and
      every stand-in of a moved pod is uncharged as it is now (``Session._charge`` with the
      opposite sign: the one rule, so the removal is what was added), and a changed job's state
@@ -104,7 +108,7 @@ full evaluation, which the property tests compare against):
      the same nodes, capacity and queues, compared by value); it numbers the kept jobs again,
      uncharges those whose spec is gone, and charges only new and reset jobs;
    * this is exact only because every charge is a whole number (no shared GPU, MIG instance or
-     extended resource in the cluster, ``JobState.plain``) and all sums stay below 2**53
+     extended resource in the cluster: ``JobState.mass`` is finite) and all sums stay below 2**53
      (``Session._exact`` bounds them by the pods' charges and the nodes' capacity): then sums
      are the same in any order, and a removal returns an account to exactly what it was. A
      cluster with a fractional pod, or a build that met a pod on an unknown node, keeps no

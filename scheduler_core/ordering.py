@@ -310,10 +310,15 @@ class JobsOrder:
         self._seq = 0
         # the first jobs in bulk: each leaf's heap made at once (the entries and so the pop order
         # are those of one push per job: the sequence number breaks every tie)
+        seq = 0
+        leaves: dict[str, list[tuple[Key, int, JobState]]] = {}
         for j in jobs:
-            leaf = self._node(j.queue)
-            self._seq += 1
-            leaf.heap.append((j.order_key(), self._seq, j))
+            heap = leaves.get(j.queue)
+            if heap is None:
+                heap = leaves[j.queue] = self._node(j.queue).heap
+            seq += 1
+            heap.append((j.order_key(), seq, j))
+        self._seq = seq
         for node in self.nodes.values():
             if node.heap:
                 heapq.heapify(node.heap)

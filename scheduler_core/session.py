@@ -97,7 +97,8 @@ class Session:
         self._built = True
         self._compute_requests(placing)
         for j in placing:
-            j.built_at = j.version
+            # a job the clock rule started (``_place_existing``) is not in its spec's state
+            j.built_at = j.version if j.last_start == j.spec.last_start else -1
         self.charged_jobs = len(placing)  # jobs charged by this build (the others came charged)
 
     # ---- building ---------------------------------------------------------------------------
@@ -244,6 +245,7 @@ class Session:
         self.job_by_uid: dict[str, JobState] = {}
         seen = self.job_by_uid
         jobs, tasks = self.jobs, self.tasks
+        mass = 0.0  # the jobs' masses together (``_exact``)
         for spec in self.snapshot.jobs:
             job = prior.pop(id(spec), None) if prior else None
             if job is not None:
@@ -256,11 +258,13 @@ class Session:
                             tasks.append(t)
                         jobs.append(job)
                         seen[job.uid] = job
+                        mass += job.mass
                         continue
                     if self._context_problem(spec) is None:
                         self._reuse(job)
                         placing.append(job)
                         seen[job.uid] = job
+                        mass += job.mass
                         continue
                 self._drop(job, charged)
             job = JobState(len(jobs), spec)
@@ -272,7 +276,7 @@ class Session:
             if problem:
                 self._error("job", job.uid, problem[0], problem[1])
                 job.valid = False
-            mass = 0.0
+            job_mass = 0.0
             plain = True
             for ts in spec.tasks:
                 r = ts.request
@@ -281,21 +285,24 @@ class Session:
                     info = request_info(r)
                     got = infos[id(r)] = (info, not info[3] and r.gpu_kind != m.GPU_MIG and not r.extended,
                                           max(float(info[0].max()), *info[1]))
-                t = TaskState(len(tasks), job, ts, got[0])
-                t.shape_id = shape_ids.setdefault(t.shape, len(shape_ids))
+                t = TaskState(len(tasks), job, ts, shape_ids, got[0])
                 tasks.append(t)
                 job.tasks.append(t)
                 if t.status == m.PENDING:
                     job.n_pending += 1
                 plain = plain and got[1]
-                mass += got[2]
-            job.plain, job.mass = plain, mass
+                job_mass += got[2]
+            job.mass = job_mass if plain else math.inf
+            mass += job.mass
+            if len(job.tasks) == 1:
+                job.one_shape = job.tasks[0].shape_id
             self._build_gang(job)
             jobs.append(job)
             placing.append(job)
         for gone in prior.values():
             self._drop(gone, charged)
         prior.clear()
+        self.job_mass = mass
         return placing
 
     def _drop(self, job: JobState, charged: bool) -> None:
@@ -629,7 +636,7 @@ class Session:
     def make_ghost(self, t: TaskState) -> TaskState:
         """A stand-in for a victim's old pod, left releasing on its node while the task itself is
         re-placed elsewhere (consolidation / re-pipelined victims). It counts on the node only."""
-        g = TaskState(-1 - len(self.ghosts), t.job, t.spec)
+        g = TaskState(-1 - len(self.ghosts), t.job, t.spec, self.shape_ids)
         g.status, g.node, g.groups = m.PENDING, None, ()
         g.vec, g.qvec, g.portion, g.mem_per_device = t.vec, t.qvec, t.portion, t.mem_per_device
         g.pod_set = None
@@ -652,7 +659,7 @@ class Session:
 
         When every charge is a whole number (``_exact``), the node and queue tables are kept too
         (``memo.py``, layer 5): a job whose state is still the one the build gave it (``built_at``
-        is its version, and its start and staleness times are its spec's) stays charged; every
+        is its version) stays charged; every
         other job, and every stand-in of a moved pod, is uncharged as it is now, and a changed
         job's state is reset for the next build to charge again."""
         if len(self.shape_ids) > max_shapes:
@@ -661,8 +668,7 @@ class Session:
         exact = self._exact()
         kept: dict[int, JobState] = {}
         for j in self.jobs:
-            if exact and not (j.valid and j.built_at == j.version and j.last_start == j.spec.last_start
-                              and j.stale_since == j.spec.stale_since):
+            if exact and not (j.valid and j.built_at == j.version):
                 self._uncharge(j)  # resets a valid job (built_at -1: charged again by the next build)
             if j.valid:
                 kept[id(j.spec)] = j
@@ -686,10 +692,7 @@ class Session:
         if self._place_errors or self.n_groups:
             return False
         mass = float(np.abs(self.cap).sum()) if len(self.cap) else 0.0
-        for j in self.jobs:
-            if not j.plain:
-                return False
-            mass += j.mass
+        mass += self.job_mass  # the jobs' masses, found by the build (infinite if one is not whole)
         return 2.0 * mass < 2.0**53
 
     def _forget(self) -> None:

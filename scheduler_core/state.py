@@ -7,6 +7,7 @@ through a ``Statement`` that can undo it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -139,11 +140,14 @@ class TaskState:
     ``qvec`` its queue charge [cpu, mem, GPU units] (set on placement for shared GPUs)."""
 
     __slots__ = ("index", "job", "spec", "name", "status", "node", "groups", "pod_set", "vec", "qvec",
-                 "req_qvec", "base_qvec", "portion", "mem_per_device", "order_key", "orig_status", "orig_node",
-                 "orig_groups", "was_cleared", "shape", "shape_id", "q_counted", "pre_evict", "freed_gpus", "shared",
+                 "req_qvec", "base_qvec", "portion", "mem_per_device", "order_key", "orig_status",
+                 "orig_groups", "was_cleared", "shape_id", "q_counted", "pre_evict", "freed_gpus", "shared",
                  "dynamic", "prefers", "outcome")
 
-    def __init__(self, index: int, job: JobState, spec: m.TaskSpec, info: Key | None = None) -> None:
+    def __init__(self, index: int, job: JobState, spec: m.TaskSpec, shape_ids: dict[Key, int],
+                 info: Key | None = None) -> None:
+        """``shape_ids``: the session's table of placement shape ids (a small integer per distinct
+        shape, only ever a cache key), to which a new shape is added."""
         # What follows down to ``reset`` is derived from the spec alone (kept when a job's state
         # is reused in a later cycle, ``JobState.reset``).
         self.job = job
@@ -157,10 +161,9 @@ class TaskState:
         tp = spec.task_order_priority
         self.order_key = (0 if tp is not None else 1, -(tp or 0), spec.name)
         self.orig_status = spec.state
-        self.orig_node: str | None = spec.node
         self.orig_groups: tuple[str, ...] = tuple(spec.gpu_groups)
         # what placement depends on: the request and the node constraints
-        self.shape = req_shape + (spec.node_affinity,
+        shape = req_shape + (spec.node_affinity,
                                   tuple(sorted(spec.node_selector.items())) if spec.node_selector else ())
         # placement constraints beyond the node selector (all empty for most pods)
         self.dynamic = False  # host ports or pod (anti-)affinity: checked at every placement
@@ -168,7 +171,7 @@ class TaskState:
         if (spec.tolerations or spec.required_node_affinity is not None or spec.preferred_node_affinity
                 or spec.host_ports or spec.pod_affinity or spec.pod_anti_affinity or spec.preferred_pod_affinity
                 or spec.preferred_pod_anti_affinity):
-            self.shape = self.shape + (spec.tolerations, spec.required_node_affinity, spec.preferred_node_affinity,
+            shape = shape + (spec.tolerations, spec.required_node_affinity, spec.preferred_node_affinity,
                                        spec.host_ports, spec.pod_affinity, spec.pod_anti_affinity,
                                        spec.preferred_pod_affinity, spec.preferred_pod_anti_affinity,
                                        job.spec.namespace,
@@ -176,7 +179,7 @@ class TaskState:
             self.dynamic = bool(spec.host_ports or spec.pod_affinity or spec.pod_anti_affinity)
             self.prefers = bool(spec.preferred_node_affinity or spec.preferred_pod_affinity
                                 or spec.preferred_pod_anti_affinity)
-        self.shape_id = -1  # small integer per distinct shape, set by the session
+        self.shape_id = shape_ids.setdefault(shape, len(shape_ids))
         # the last ``TaskOutcome`` reported for it (close_session reuses it while it is equal)
         self.outcome: m.TaskOutcome | None = None
         self.reset(index)
@@ -209,8 +212,8 @@ class JobState:
 
     __slots__ = ("index", "spec", "uid", "queue", "tasks", "root", "pod_sets", "last_start", "stale_since",
                  "valid", "priority", "preemptible", "n_pending", "victim_key", "has_topology", "elastic",
-                 "version", "ready_at", "ready_value", "batch_at", "batch", "key_at", "key", "plain", "mass",
-                 "built_at")
+                 "version", "ready_at", "ready_value", "batch_at", "batch", "key_at", "key", "mass",
+                 "built_at", "one_shape")
 
     def __init__(self, index: int, spec: m.JobSpec) -> None:
         # derived from the spec alone (the session builds tasks and gang tree once per spec)
@@ -229,10 +232,12 @@ class JobState:
         # equal batch in a later cycle is the same list)
         self.batch: list[TaskState] = _NO_TASKS
         self.key: Key = ()  # order_key's last value (valid at ``key_at``; kept through a reset likewise)
-        # every pod charges whole units only (no shared GPU, MIG instance or extended resource):
-        # its charges add up exactly in any order (set by the session once its tasks are built)
-        self.plain = False
-        self.mass = 0.0  # the sum of its pods' largest charges (a bound on what it adds to an account)
+        # the sum of its pods' largest charges, a bound on what it adds to an account; infinite
+        # unless every pod charges whole units only (no shared GPU, MIG instance or extended
+        # resource), whose charges add up exactly in any order (set by the session with its tasks)
+        self.mass = math.inf
+        # a job of one pod: that pod's placement shape id (set by the session with the ids), else -1
+        self.one_shape = -1
         self.reset(index)
 
     def reset(self, index: int) -> None:
@@ -245,7 +250,9 @@ class JobState:
         self.stale_since = self.spec.stale_since
         self.valid = True
         self.n_pending = 0  # tasks in Pending, kept by Session._charge
-        self.version = 0  # bumped on every change of one of its tasks (caches of derived state key on it)
+        # bumped on every change of its state: one of its tasks (``Session._charge``), a dropped
+        # node hint, its staleness (caches of derived state key on it)
+        self.version = 0
         # derived state kept until ``version`` moves (slots, not tuples: nothing new to allocate)
         self.ready_at, self.ready_value = -1, False  # ready() and the version it was computed at
         self.batch_at = -1  # the version ``batch`` (ordering.tasks_to_allocate) was computed at

@@ -38,15 +38,21 @@ def _preempt_victim(s: Session, v: JobState, minrts: dict[str, float] | None = N
             minrts[v.queue] = minrt
     return v.is_elastic() or not is_protected(s, v, minrt)
 
-def _preempt_without_victims(s: Session, job: JobState, sigs: Signatures) -> bool | None:
-    """The steps of the preempt walk before its victims are listed: True when the job is done
-    with (nothing to place, skipped by a signature, or a non-preemptible job over its quota,
-    which is noted); None when the victims must be looked at."""
+#: ``_preempt_without_victims``: the job was skipped by a signature
+SKIPPED = 1
+#: ``_preempt_without_victims``: the job was done with otherwise (nothing to place, or noted)
+DONE = 2
+
+
+def _preempt_without_victims(s: Session, job: JobState, sigs: Signatures) -> int | None:
+    """The steps of the preempt walk before its victims are listed: ``SKIPPED`` or ``DONE`` when
+    the job is done with (skipped by a signature; nothing to place, or a non-preemptible job
+    over its quota, which is noted); None when the victims must be looked at."""
     tasks = tasks_to_allocate(job)
     if not tasks:
-        return True
+        return DONE
     if sigs.skip(job.queue, job):
-        return True
+        return SKIPPED
     if not job.preemptible:
         req = batch_request(tasks)
         over = next((q for q in s.chain[job.queue] for r in range(3)
@@ -55,7 +61,7 @@ def _preempt_without_victims(s: Session, job: JobState, sigs: Signatures) -> boo
         if over is not None:
             note_attempt(s, job, m.Reason(reasons.PREEMPT_NON_PREEMPTIBLE_OVER_QUOTA,
                                    f"preempt: a non-preemptible job may only use queue {over.name}'s quota", {}))
-            return True
+            return DONE
     return None
 
 def _no_victims(job: JobState) -> m.Reason:
@@ -83,14 +89,24 @@ def _preempt_hopeless(s: Session, triggers: list[JobState], sigs: Signatures) ->
         by_leaf.setdefault(job.queue, []).append((job.order_key(), k, job))
     notes: dict[tuple[str, int], m.Reason] = {}  # one note object per (queue, priority)
     for leaf in sorted(by_leaf):
+        # a one-pod job like the one before it (the same priority, preemptibility and pod shape,
+        # so the same signature key and request), when that one was skipped by its signature or
+        # failed (recording it), is skipped as well: nothing in between changed the signatures
+        like: tuple[int, bool, int] | None = None
         for _, _, job in sorted(by_leaf[leaf]):  # by (order key, position): positions are distinct
-            if _preempt_without_victims(s, job, sigs) is not None:
+            cls = (job.priority, job.preemptible, job.one_shape) if job.one_shape >= 0 and job.n_pending else None
+            if cls is not None and cls == like:
+                continue
+            done = _preempt_without_victims(s, job, sigs)
+            if done is not None:
+                like = cls if done == SKIPPED else None
                 continue
             why = notes.get((job.queue, job.priority))
             if why is None:
                 why = notes[(job.queue, job.priority)] = _no_victims(job)
             note_attempt(s, job, why)
             sigs.fail(job.queue, job)
+            like = cls
     return True
 
 def run_preempt(s: Session, placer: Placer) -> None:

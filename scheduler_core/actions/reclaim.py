@@ -24,6 +24,7 @@ from scheduler_core.actions.victims import (
     job_index,
     min_runtime_violation,
     note_attempt,
+    note_attempts,
     queue_numbers,
     solve,
     trigger_jobs,
@@ -144,7 +145,7 @@ def _reclaim_hopeless(s: Session, triggers: list[JobState]) -> bool:
         tasks = tasks_to_allocate(job)
         if not tasks:
             continue  # the walk skips it without a note
-        one = (job.queue, tasks[0].shape_id, job.preemptible) if len(tasks) == 1 and tasks[0].shape_id >= 0 else None
+        one = (job.queue, job.one_shape, job.preemptible) if job.one_shape >= 0 else None
         why = by_shape.get(one) if one is not None else None
         if why is None:
             req = batch_request(tasks)
@@ -159,8 +160,7 @@ def _reclaim_hopeless(s: Session, triggers: list[JobState]) -> bool:
             if one is not None:
                 by_shape[one] = why
         notes.append((job, why))
-    for job, why in notes:
-        note_attempt(s, job, why)
+    note_attempts(s, notes)
     return True
 
 class VictimPool:

@@ -27,11 +27,15 @@ def run_stale_gangs(s: Session, placer: Placer) -> None:
     for job in s.jobs:
         if not job.valid and job.queue not in s.queues:
             continue
+        # a change of the job's staleness is a change of its state (``JobState.version``)
         if not is_stale(job):
-            job.stale_since = None
+            if job.stale_since is not None:
+                job.stale_since = None
+                job.version += 1
             continue
         if job.stale_since is None:
             job.stale_since = s.now
+            job.version += 1
             s.reads_clock()  # the result reports when the job became stale
         grace = job.spec.staleness_grace_s
         if grace is None:

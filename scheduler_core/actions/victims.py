@@ -484,11 +484,29 @@ def note_attempt(s: Session, job: JobState, why: m.Reason) -> None:
 
     Reasons are never changed once made, so many jobs may hold the same one (the no-op passes
     give every job of one kind the same object); the combination of two given reasons is then
-    made once per session (``Session.notes``, keyed on both objects, which it keeps alive)."""
+    made once per session (``_with_note``)."""
     base = s.pending_reasons.get(job.uid)
-    if base is None:
-        s.pending_reasons[job.uid] = why
-        return
+    s.pending_reasons[job.uid] = why if base is None else _with_note(s, base, why)
+
+def note_attempts(s: Session, notes: Iterable[tuple[JobState, m.Reason]]) -> None:
+    """``note_attempt`` for each (job, note) in turn; a job whose reason and note are those of
+    the job before it gets the same combination without looking it up again."""
+    reasons_of = s.pending_reasons
+    last_base: m.Reason | None = None
+    last_why: m.Reason | None = None
+    last: m.Reason | None = None
+    for job, why in notes:
+        base = reasons_of.get(job.uid)
+        if base is None:
+            reasons_of[job.uid] = why
+            continue
+        if base is not last_base or why is not last_why:
+            last_base, last_why, last = base, why, _with_note(s, base, why)
+        reasons_of[job.uid] = last  # type: ignore[assignment]  # set with last_base above
+
+def _with_note(s: Session, base: m.Reason, why: m.Reason) -> m.Reason:
+    """A pending reason with a note added, made once per session per pair of objects
+    (``Session.notes``, keyed on both, which it keeps alive)."""
     key = (id(base), id(why))
     got = s.notes.get(key)
     if got is None:
@@ -496,7 +514,7 @@ def note_attempt(s: Session, job: JobState, why: m.Reason) -> None:
         details["evictions"] = [*base.details.get("evictions", ()),
                                 {"code": why.code, "message": why.message, **why.details}]
         got = s.notes[key] = (base, why, m.Reason(base.code, f"{base.message}; {why.message}", details))
-    s.pending_reasons[job.uid] = got[2]
+    return got[2]
 
 def queue_numbers(q: QueueAttrs) -> dict[str, float | int | str]:
     return {"queue": q.name, "allocated_gpu": q.allocated[2], "fair_share_gpu": q.fair[2],
@@ -539,7 +557,7 @@ class Signatures:
     def _constraints(self, t: TaskState) -> Key:
         # a pod's constraints are part of its placement shape, so equal shapes share them
         known = self.constraints
-        c = known.get(t.shape_id) if t.shape_id >= 0 else None
+        c = known.get(t.shape_id)
         if c is None:
             r = t.spec.request
             sp = t.spec
@@ -547,8 +565,7 @@ class Signatures:
                  tuple(sorted(sp.node_selector.items())), repr(sp.tolerations),
                  repr(sp.required_node_affinity), sp.host_ports, repr(sp.pod_affinity),
                  repr(sp.pod_anti_affinity), tuple(sorted(r.extended.items())))
-            if t.shape_id >= 0:
-                known[t.shape_id] = c
+            known[t.shape_id] = c
         return c
 
     def _key(self, scope: str, job: JobState) -> Key:
@@ -578,8 +595,8 @@ class Signatures:
 
     def skip(self, scope: str, job: JobState) -> bool:
         one = None
-        if len(job.tasks) == 1 and job.tasks[0].status == m.PENDING and job.tasks[0].shape_id >= 0:
-            one = (scope, job.priority, job.preemptible, job.tasks[0].shape_id)
+        if job.one_shape >= 0 and job.n_pending:  # its one pod is pending
+            one = (scope, job.priority, job.preemptible, job.one_shape)
             got = self.one.get(one)
             if got is not None and got[0] == self.changes:
                 return got[1]
