@@ -991,7 +991,7 @@ def run_allocate(s: Session, placer: Placer) -> None:
     attempts does not matter."""
     eligible = []
     for j in s.jobs:  # valid, with pods to place, ready and not being deleted; a reason for those not ready
-        if j.has_pending() and j.valid:
+        if j.n_pending and j.valid:  # n_pending: has_pending()
             if not j.ready():
                 s.pending_reasons[j.uid] = m.Reason(
                     reasons.NOT_READY, f"job is not ready for scheduling: fewer pods exist than its gang minimum "
@@ -1139,9 +1139,11 @@ def _fail_rest(s: Session, placer: Placer, order: JobsOrder, most: float) -> Non
     queue's limit or quota, or "no node has N GPUs free" with every node passing the job's static
     predicates) is computed once per (queue, preemptible, pod shapes); any other runs as the
     walk would run it."""
-    same: dict[Key, tuple[m.Reason, bool]] = {}
+    # per (queue, preemptible, pod shapes): (the reason, whether node hints are dropped, whether
+    # the attempt must run instead: a pod shape some node's static predicates reject or that is
+    # checked at each placement, or a batch whose pods are not alike)
+    same: dict[Key, tuple[m.Reason | None, bool, bool]] = {}
     stmt = Statement(s)
-    simple_shapes: dict[int, bool] = {}  # per pod shape: every node passes its static predicates, nothing else is checked
     anti = bool(placer.anti_holders)
     reasons_of = s.pending_reasons
     for node in order.nodes.values():
@@ -1149,29 +1151,32 @@ def _fail_rest(s: Session, placer: Placer, order: JobsOrder, most: float) -> Non
             tasks = tasks_to_allocate(job)
             if not tasks:
                 continue
-            first = tasks[0]
-            simple = simple_shapes.get(first.shape_id)
-            if simple is None:
-                simple = simple_shapes[first.shape_id] = bool(
-                    placer._static_mask(first).all() and not first.dynamic and not first.request.extended)
-            # the pod that fails: the first one when it fits nowhere, else (a batch too large
-            # for all free GPUs together) one the walk finds, which is alike when all are alike
-            one = len(tasks) == 1
-            if job.has_topology or not simple or anti or not (
-                    one or first.request.gpus > most + _EPS or all(t.shape_id == first.shape_id for t in tasks)):
+            got = None
+            if not (job.has_topology or anti):
+                one = job.one_shape >= 0  # a one-pod job's batch is its pod
+                key = (job.queue, job.preemptible, job.one_shape) if one else (
+                    job.queue, job.preemptible, tuple(t.shape_id for t in tasks))
+                got = same.get(key)
+                if got is None:
+                    first = tasks[0]
+                    # the pod that fails: the first one when it fits nowhere, else (a batch too
+                    # large for all free GPUs together) one the walk finds, alike when all are alike
+                    if not (placer._static_mask(first).all() and not first.dynamic and not first.request.extended
+                            and (one or first.request.gpus > most + _EPS
+                                 or all(t.shape_id == first.shape_id for t in tasks))):
+                        got = same[key] = (None, False, True)
+                    else:
+                        # as allocate_job: the queue's figures first (nothing is tried), then the
+                        # room (explained for a pod like the failed one, after the rollback)
+                        over = queue_capacity_problem(s, job, tasks)
+                        got = same[key] = ((over, False, False) if over is not None
+                                           else (fit_failure_reason(s, job, tasks, first), True, False))
+            if got is None or got[2]:
                 allocate_job(s, placer, stmt, job, pipeline_only=False)
                 stmt.discard()
                 continue
-            key = (job.queue, job.preemptible, first.shape_id) if one else (
-                job.queue, job.preemptible, tuple(t.shape_id for t in tasks))
-            got = same.get(key)
-            if got is None:
-                # as allocate_job: the queue's figures first (nothing is tried), then the room
-                # (explained for a pod like the failed one, after the attempt is rolled back)
-                over = queue_capacity_problem(s, job, tasks)
-                got = same[key] = (over, False) if over is not None else (fit_failure_reason(s, job, tasks, first), True)
-            reasons_of[job.uid] = got[0]
-            if got[1] and (not one or first.spec.node is not None):  # a pod without a node hint has none to drop
+            reasons_of[job.uid] = got[0]  # type: ignore[assignment]  # set whenever got[2] is False
+            if got[1] and (len(tasks) > 1 or tasks[0].spec.node is not None):  # a pod without a node hint has none to drop
                 _drop_node_hints(tasks)
         node.heap.clear()
 

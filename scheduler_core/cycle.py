@@ -115,7 +115,7 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
         stale_since[uid] = j.stale_since
         if j.last_start is not None:
             last_start[uid] = j.last_start
-        if not j.has_pending():
+        if not j.n_pending:  # has_pending()
             continue
         if not j.valid:
             err = next((e for e in s.errors if e.name == uid), None)

@@ -67,11 +67,17 @@ def _consolidation_hopeless(s: Session, triggers: list[JobState], free_cache: li
     whole action and every job in the order would be skipped in turn: the action is a no-op.
     A job with nothing to place or no GPU need defeats the shortcut (the search runs)."""
     free = _cluster_free_gpus(s, free_cache)
+    ones: dict[int, float] = {}  # a batch of one pod: its need per pod shape (the shape fixes the request)
     for j in triggers:
         tasks = tasks_to_allocate(j)
         if not tasks:
             continue  # skipped by the loop without effect either
-        need = _gpu_need(s, tasks)
+        if j.one_shape >= 0:
+            need = ones.get(j.one_shape, -1.0)
+            if need < 0:
+                need = ones[j.one_shape] = _gpu_need(s, tasks)
+        else:
+            need = _gpu_need(s, tasks)
         if need <= 0 or free + EPS >= need:
             return False
     return True

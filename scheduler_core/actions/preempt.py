@@ -19,7 +19,6 @@ from scheduler_core.actions.victims import (
     trigger_jobs,
 )
 from scheduler_core.allocate import Placer
-from scheduler_core.model import Key
 from scheduler_core.ordering import JobsOrder, batch_request, tasks_to_allocate
 from scheduler_core.session import Session
 from scheduler_core.state import JobState, TaskState
@@ -81,19 +80,22 @@ def _preempt_hopeless(s: Session, triggers: list[JobState], sigs: Signatures) ->
     for v in s.jobs:
         if v.priority < floor.get(v.queue, v.priority + 1) and _preempt_victim(s, v, minrts):
             floor[v.queue] = v.priority
-    by_leaf: dict[str, list[tuple[Key, int, JobState]]] = {}
-    for k, job in enumerate(triggers):
+    by_leaf: dict[str, list[JobState]] = {}
+    for job in triggers:
         low = floor.get(job.queue)
         if low is not None and low < job.priority and tasks_to_allocate(job):
             return False
-        by_leaf.setdefault(job.queue, []).append((job.order_key(), k, job))
+        jobs = by_leaf.get(job.queue)
+        if jobs is None:
+            jobs = by_leaf[job.queue] = []
+        jobs.append(job)
     notes: dict[tuple[str, int], m.Reason] = {}  # one note object per (queue, priority)
     for leaf in sorted(by_leaf):
         # a one-pod job like the one before it (the same priority, preemptibility and pod shape,
         # so the same signature key and request), when that one was skipped by its signature or
         # failed (recording it), is skipped as well: nothing in between changed the signatures
         like: tuple[int, bool, int] | None = None
-        for _, _, job in sorted(by_leaf[leaf]):  # by (order key, position): positions are distinct
+        for job in sorted(by_leaf[leaf], key=JobState.order_key):  # order keys end with the uid: distinct
             cls = (job.priority, job.preemptible, job.one_shape) if job.one_shape >= 0 and job.n_pending else None
             if cls is not None and cls == like:
                 continue

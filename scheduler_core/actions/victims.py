@@ -463,9 +463,9 @@ def trigger_jobs(s: Session) -> list[JobState]:
     if got is None or got[0] != s.changes:
         out, delayed = [], []
         for j in s.jobs:
-            if not (j.valid and j.has_pending() and j.ready() and not j.spec.deleting):
+            if not (j.n_pending and j.valid and j.ready() and not j.spec.deleting):  # n_pending: has_pending()
                 continue
-            if within_preemption_delay(s, j):
+            if j.spec.preemption_delay_s and within_preemption_delay(s, j):
                 d = j.spec.preemption_delay_s or 0.0
                 end = max(j.spec.creation, j.spec.last_eviction or j.spec.creation) + d
                 delayed.append((j, m.Reason(reasons.PREEMPTION_DELAY, f"job may not evict others until its "
@@ -489,20 +489,19 @@ def note_attempt(s: Session, job: JobState, why: m.Reason) -> None:
     s.pending_reasons[job.uid] = why if base is None else _with_note(s, base, why)
 
 def note_attempts(s: Session, notes: Iterable[tuple[JobState, m.Reason]]) -> None:
-    """``note_attempt`` for each (job, note) in turn; a job whose reason and note are those of
-    the job before it gets the same combination without looking it up again."""
+    """``note_attempt`` for each (job, note) in turn, the combination of a reason and a note
+    looked up once per call while the notes repeat."""
     reasons_of = s.pending_reasons
-    last_base: m.Reason | None = None
-    last_why: m.Reason | None = None
-    last: m.Reason | None = None
+    combined: dict[int, tuple[m.Reason, m.Reason, m.Reason]] = {}  # by id of the reason: (it, note, both)
     for job, why in notes:
         base = reasons_of.get(job.uid)
         if base is None:
             reasons_of[job.uid] = why
             continue
-        if base is not last_base or why is not last_why:
-            last_base, last_why, last = base, why, _with_note(s, base, why)
-        reasons_of[job.uid] = last  # type: ignore[assignment]  # set with last_base above
+        got = combined.get(id(base))  # the tuple keeps ``base`` alive, so its id is not reused
+        if got is None or got[1] is not why:
+            got = combined[id(base)] = (base, why, _with_note(s, base, why))
+        reasons_of[job.uid] = got[2]
 
 def _with_note(s: Session, base: m.Reason, why: m.Reason) -> m.Reason:
     """A pending reason with a note added, made once per session per pair of objects
