@@ -8,7 +8,8 @@ is given (the default when Postgres and Redis are both reachable), otherwise in 
 (the same service the task calls). One extra cycle runs in-process to count its queries.
 Finally `--clients` concurrent clients call the queue-tree and workloads endpoints for
 `--api-seconds` against a web server started on the same database (after 3 s of unmeasured calls
-that open each server thread's database connection).
+that open each server thread's database connection): gunicorn with the web Deployment's settings
+(`deploy/gunicorn.conf.py`), 2 workers of 8 threads, without an access log.
 
 With `--saturated`, the workloads run for days (none finishes while it is measured) and ask for
 more than twice the cluster's GPUs; warm-up cycles run in this process until a cycle binds nothing
@@ -199,10 +200,11 @@ def api_latency(env: dict[str, str], seconds: float, clients: int, tmp: Path) ->
     token, _ = Token.objects.get_or_create(user=user)
     port = free_port()
     log = (tmp / "web.log").open("wb")
+    # the web Deployment's own settings (deploy/gunicorn.conf.py), 2 workers of 8 threads, no access log
+    web_env = dict(env, KAI_BIND=f"127.0.0.1:{port}", KAI_WEB_WORKERS="2", KAI_WEB_THREADS="8", KAI_WEB_ACCESS_LOG="")
     web = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "kaiweb.wsgi:application", "-b", f"127.0.0.1:{port}", "-w", "2",
-         "-k", "gthread", "--threads", "8", "--timeout", "120"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"), "kaiweb.wsgi:application"],
+        cwd=ROOT, env=web_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     endpoints = {"queue_tree": "/api/v1/queues/tree/", "workloads": "/api/v1/workloads/?limit=50"}
     samples: dict[str, list[float]] = {k: [] for k in endpoints}
     statuses: dict[str, dict[int, int]] = {k: {} for k in endpoints}

@@ -182,6 +182,9 @@ KAI_LOGIN_MAX_FAILURES = env.int("KAI_LOGIN_MAX_FAILURES", default=5)
 KAI_LOGIN_LOCKOUT_SECONDS = env.int("KAI_LOGIN_LOCKOUT_SECONDS", default=15 * 60)
 # API tokens expire this many days after they were issued (0: never); `POST /api/v1/me/token/` issues a new one.
 KAI_API_TOKEN_LIFETIME_DAYS = env.float("KAI_API_TOKEN_LIFETIME_DAYS", default=90.0)
+# a token that authenticated is remembered this long by each server process (0: looked up on every
+# call); a revoked token or a changed user takes effect at once in the process that changed it
+KAI_API_AUTH_CACHE_SECONDS = env.float("KAI_API_AUTH_CACHE_SECONDS", default=5.0)
 CACHES = {"default": env.cache_url("DJANGO_CACHE_URL", default="locmemcache://")}
 
 # ---------------------------------------------------------------- i18n / time

@@ -10,6 +10,7 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
 
 from kaiweb.accounts import throttle
+from kaiweb.accounts.authentication import forget_tokens
 
 
 class ThrottledLoginView(auth_views.LoginView):
@@ -108,6 +109,7 @@ def profile(request: HttpRequest) -> HttpResponse:
                                         revoked_at__isnull=True).first()
         if token is not None:
             ApiToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())
+            forget_tokens()  # an update sends no signal
             audit.record(token, AuditAction.DELETE, actor=request.user, source=AuditSource.UI,
                          before={"name": token.name, "prefix": token.prefix})
         return redirect("accounts:profile")
