@@ -96,3 +96,17 @@ def test_a_transaction_that_has_written_is_never_served_a_cached_page(api):
         assert set(_rows(api)) == {"first", "mine"}
         transaction.set_rollback(True)
     assert set(_rows(api)) == {"first"}
+
+
+def test_a_cluster_row_moves_the_counter_only_when_its_name_changes(api):
+    from kaiweb.cluster.models import Cluster
+
+    cluster, _ = Cluster.objects.get_or_create(name="east", defaults={"backend": "simulated"})
+    before = ChangeCounter.objects.get(name="workloads").value
+    cluster.settings = {"simulation": {"now": 1.0}}
+    cluster.save()  # every column, the name unchanged (as the simulated clock does each cycle)
+    assert ChangeCounter.objects.get(name="workloads").value == before
+    Cluster.objects.filter(pk=cluster.pk).update(name="west")
+    assert ChangeCounter.objects.get(name="workloads").value == before + 1
+    Cluster.objects.filter(pk=cluster.pk).delete()
+    assert ChangeCounter.objects.get(name="workloads").value == before + 2
