@@ -990,6 +990,8 @@ def run_allocate(s: Session, placer: Placer) -> None:
     a failed attempt changes nothing another attempt reads, so the order of the remaining
     attempts does not matter."""
     eligible = []
+    needs = _GpuNeeds(s) if s.config.shortcuts else None
+    counted = needs.pushed if needs is not None else None
     for j in s.jobs:  # valid, with pods to place, ready and not being deleted; a reason for those not ready
         if j.n_pending and j.valid:  # n_pending: has_pending()
             if not j.ready():
@@ -998,9 +1000,10 @@ def run_allocate(s: Session, placer: Placer) -> None:
                     f"({j.root.need} member(s) required)", {})
             elif not j.spec.deleting:
                 eligible.append(j)
+                if counted is not None:
+                    counted(j)
     # only the popped job's queues change between pops here (see JobsOrder)
     order = JobsOrder(s, eligible, local_changes=True)
-    needs = _GpuNeeds(s, order) if s.config.shortcuts else None
     check = True  # at the start and after each failed attempt (successes do not need the proof)
     while True:
         if check and needs is not None and needs.none_fits():
@@ -1052,17 +1055,13 @@ class _GpuNeeds:
 
     __slots__ = ("s", "count", "by_shape", "_free", "ones")
 
-    def __init__(self, s: Session, order: JobsOrder) -> None:
+    def __init__(self, s: Session) -> None:
+        """Empty: the jobs of the order are counted in as they are pushed (``pushed``)."""
         self.s = s
         self.count: dict[tuple[float, float], int] = {}
         self.by_shape: dict[int, float] = {}
         self._free: tuple[int, float, float] = (-1, 0.0, 0.0)  # (node version, freest node, all nodes)
         self.ones: dict[int, tuple[float, float]] = {}  # a pending one-pod job's figures, per pod shape
-        count, need = self.count, self.need
-        for node in order.nodes.values():
-            for _, _, job in node.heap:
-                n = need(job)
-                count[n] = count.get(n, 0) + 1
 
     def _gpus(self, t: TaskState) -> float:
         got = self.by_shape.get(t.shape_id)

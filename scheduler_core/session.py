@@ -246,20 +246,21 @@ class Session:
         seen = self.job_by_uid
         jobs, tasks = self.jobs, self.tasks
         mass = 0.0  # the jobs' masses together (``_exact``)
+        take = prior.pop
+        add_job, add_task, claim = jobs.append, tasks.append, seen.setdefault
         for spec in self.snapshot.jobs:
-            job = prior.pop(id(spec), None) if prior else None
+            job = take(id(spec), None) if prior else None
             if job is not None:
+                if charged and job.built_at >= 0 and claim(job.uid, job) is job:
+                    # as the last build left it (the same queues and nodes): number it again
+                    job.index = len(jobs)
+                    add_job(job)
+                    for t in job.tasks:
+                        t.index = len(tasks)
+                        add_task(t)
+                    mass += job.mass
+                    continue
                 if job.uid not in seen:
-                    if charged and job.built_at >= 0:
-                        # as the last build left it (the same queues and nodes): number it again
-                        job.index = len(jobs)
-                        for t in job.tasks:
-                            t.index = len(tasks)
-                            tasks.append(t)
-                        jobs.append(job)
-                        seen[job.uid] = job
-                        mass += job.mass
-                        continue
                     if self._context_problem(spec) is None:
                         self._reuse(job)
                         placing.append(job)
