@@ -660,9 +660,9 @@ class Session:
 
         When every charge is a whole number (``_exact``), the node and queue tables are kept too
         (``memo.py``, layer 5): a job whose state is still the one the build gave it (``built_at``
-        is its version) stays charged; every
-        other job, and every stand-in of a moved pod, is uncharged as it is now, and a changed
-        job's state is reset for the next build to charge again."""
+        is its version) stays charged; every other job, and every stand-in of a moved pod, is
+        uncharged as it is now, and a changed job's state is reset for the next build to charge
+        again."""
         if len(self.shape_ids) > max_shapes:
             self.release()
             return None
