@@ -125,4 +125,5 @@ def profile(request: HttpRequest) -> HttpResponse:
             form = TokenForm(user=request.user)
     tokens = list(ApiToken.objects.filter(user=request.user).order_by("revoked_at", "-created")[:50])
     return render_page(request, "accounts/profile.html", {"form": form, "tokens": tokens, "new_key": new_key,
-                                                          "now": timezone.now(), "zone_form": zone_form})
+                                                          "now": timezone.now(), "zone_form": zone_form,
+                                                          "auth_cache_seconds": float(settings.KAI_API_AUTH_CACHE_SECONDS)})

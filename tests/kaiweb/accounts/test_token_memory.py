@@ -132,3 +132,13 @@ def test_the_memory_stays_bounded_whatever_keys_are_sent():
     assert got[0] is not user  # a copy of the row as read, not an object a request used
     assert got[0].pk == user.pk
     assert got[1].user is got[0]
+
+
+def test_the_profile_page_says_how_soon_a_revocation_takes_effect(client, settings):
+    owner = UserFactory(username="owner")
+    ApiToken.issue(owner, "ci")
+    client.force_login(owner)
+    settings.KAI_API_AUTH_CACHE_SECONDS = 5
+    assert "within 5 s on the others" in client.get("/accounts/profile/").content.decode()
+    settings.KAI_API_AUTH_CACHE_SECONDS = 0
+    assert "stops working at once on this server" not in client.get("/accounts/profile/").content.decode()
