@@ -18,6 +18,7 @@ class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = AuditEntryFilterSet
     ordering_fields = ("at", "object_type", "action")
     ordering = ("-at", "-id")
+    keyset_paging = True  # an append-only history: pages by cursor too (core.api.pagination)
 
     def get_queryset(self) -> Any:
         return selectors.audit_entries()

@@ -197,6 +197,7 @@ class QueueStatusViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = QueueStatusFilterSet
     ordering_fields = ("recorded_at", "id")
     ordering = ("-recorded_at", "-id")
+    keyset_paging = True  # an append-only history: pages by cursor too (core.api.pagination)
 
     def get_queryset(self) -> Any:
         return QueueStatus.objects.select_related("queue")

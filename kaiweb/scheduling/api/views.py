@@ -22,6 +22,7 @@ class SchedulingCycleViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = SchedulingCycleFilterSet
     ordering_fields = ("started_at", "duration_seconds", "binds", "evictions", "pending")
     ordering = ("-started_at", "-id")
+    keyset_paging = True  # an append-only history: pages by cursor too (core.api.pagination)
 
     def get_queryset(self) -> Any:
         return selectors.cycles()
@@ -32,6 +33,7 @@ class DecisionViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = DecisionFilterSet
     ordering_fields = ("id", "kind", "reason")
     ordering = ("-id",)
+    keyset_paging = True  # an append-only history: pages by cursor too (core.api.pagination)
 
     def get_queryset(self) -> Any:
         return selectors.decisions()
@@ -42,6 +44,7 @@ class PreemptionEventViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = PreemptionEventFilterSet
     ordering_fields = ("at", "action", "reason")
     ordering = ("-at", "-id")
+    keyset_paging = True  # an append-only history: pages by cursor too (core.api.pagination)
 
     def get_queryset(self) -> Any:
         return selectors.preemptions()
@@ -52,6 +55,7 @@ class PendingReasonViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = PendingReasonFilterSet
     ordering_fields = ("recorded_at", "reason")
     ordering = ("-recorded_at", "-id")
+    keyset_paging = True  # an append-only history: pages by cursor too (core.api.pagination)
 
     def get_queryset(self) -> Any:
         return selectors.pending_reasons()
