@@ -93,7 +93,31 @@ def test_other_orders_and_other_lists_give_no_cursor(viewer_api, events):
 
 
 def test_every_history_pages_by_cursor(viewer_api, events):
+    from kaiweb.audit.models import AuditEntry
+    from tests.factories import DecisionFactory, PendingReasonFactory, QueueStatusFactory
+
+    cycle = events[0].cycle
+    SchedulingCycleFactory()
+    for n in range(3):
+        AuditEntry.objects.create(object_type="queues.queue", object_id=str(n), object_repr=f"q-{n}", action="create")
+        DecisionFactory(cycle=cycle)
+        PendingReasonFactory(recorded_at=T0 - dt.timedelta(seconds=n))
+        QueueStatusFactory(recorded_at=T0 - dt.timedelta(seconds=n))
     for path in ("/api/v1/audit/", "/api/v1/cycles/", "/api/v1/decisions/", "/api/v1/preemptions/",
                  "/api/v1/pending-reasons/", "/api/v1/queue-statuses/"):
-        data = viewer_api.get(path + "?limit=1").json()
-        assert "next_cursor" in data, path
+        first = viewer_api.get(path + "?limit=1").json()
+        assert first["next_cursor"], path
+        rest, _ = _walk_ids(viewer_api, f"{path}?limit=1&cursor={first['next_cursor']}")
+        everything = [row["id"] for row in viewer_api.get(path + "?limit=100").json()["results"]]
+        assert [first["results"][0]["id"], *rest] == everything, path
+
+
+def _walk_ids(api, url: str) -> tuple[list[int], int]:
+    ids: list[int] = []
+    pages = 0
+    while url:
+        data = api.get(url).json()
+        pages += 1
+        ids += [row["id"] for row in data["results"]]
+        url = data["next"]
+    return ids, pages
