@@ -63,15 +63,19 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
         return page
 
     def get_next_link(self) -> str | None:
+        link: str | None
         if not self.cursor_mode:
-            return super().get_next_link()  # type: ignore[no-any-return]  # DRF's, untyped
-        if self.next_cursor is None:
-            return None
-        url = remove_query_param(self.request.build_absolute_uri(), self.offset_query_param)
-        return replace_query_param(url, self.cursor_query_param, self.next_cursor)  # type: ignore[no-any-return]
+            link = super().get_next_link()
+        elif self.next_cursor is None:
+            link = None
+        else:
+            url = remove_query_param(self.request.build_absolute_uri(), self.offset_query_param)
+            link = replace_query_param(url, self.cursor_query_param, self.next_cursor)
+        return link
 
     def get_previous_link(self) -> str | None:
-        return None if self.cursor_mode else super().get_previous_link()  # type: ignore[no-any-return]
+        link: str | None = None if self.cursor_mode else super().get_previous_link()
+        return link
 
     @property
     def max_limit(self) -> int:  # type: ignore[override]  # read from settings on each request, where DRF has a class attribute
