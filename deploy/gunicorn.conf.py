@@ -4,7 +4,7 @@ Each worker freezes what it holds once it has loaded the application (``gc.freez
 URL patterns, templates and settings live as long as the process, and Python's cyclic collector
 would otherwise walk all of them at every full collection, a pause of tens of milliseconds in the
 middle of requests. Frozen, a full collection walks only what requests made. Under 20 API clients
-this halves the 99th percentile of response time (B5 in BENCHMARKS.md).
+this halves the 99th percentile of response time (benchmarks/b5_control_plane.py).
 """
 
 import gc

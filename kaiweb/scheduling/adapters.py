@@ -342,7 +342,30 @@ class _Built:
     # the committed state of workloads and pods it read (``core.changes.listing_version``; None:
     # unknown) and what it made of them: the jobs in order and the index entries
     listing: str | None = None
-    made: tuple[list[m.JobSpec], dict[str, int], dict[str, int], dict[tuple[str, str], int], dict[int, str]] | None = None
+    made: _Made | None = None
+
+
+#: the entries of a ``SnapshotIndex`` a build makes from workload and pod rows
+_ROW_INDEX_FIELDS = ("workloads", "workload_queue", "pods", "pod_uids")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Made:
+    """What a build made of its workload and pod rows: the jobs in order and copies of the index
+    entries (``_ROW_INDEX_FIELDS``), so a later build with nothing changed can give them again."""
+
+    jobs: tuple[m.JobSpec, ...]
+    index: dict[str, dict[Any, Any]]
+
+    @classmethod
+    def of(cls, jobs: list[m.JobSpec], index: SnapshotIndex) -> _Made:
+        return cls(tuple(jobs), {f: dict(getattr(index, f)) for f in _ROW_INDEX_FIELDS})
+
+    def restore(self, index: SnapshotIndex) -> list[m.JobSpec]:
+        """Fill ``index`` with copies of the entries (the caller may change them); the jobs."""
+        for f in _ROW_INDEX_FIELDS:
+            setattr(index, f, dict(self.index[f]))
+        return list(self.jobs)
 
 
 #: Per shard id, the objects of its last build in this process (one entry per shard, each holding
@@ -452,9 +475,7 @@ def build_snapshot(
     if last is not None and last.context != context:
         last = None
     if last is not None and listing is not None and last.listing == listing and last.made is not None:
-        jobs, index.workloads, index.workload_queue, index.pods, index.pod_uids = (
-            list(last.made[0]), dict(last.made[1]), dict(last.made[2]), dict(last.made[3]), dict(last.made[4]))
-        return _finish(shard, index, nodes, queues, jobs, now, usage)
+        return _finish(shard, index, nodes, queues, last.made.restore(index), now, usage)
     built = _Built(context, {}, {}, listing)
 
     # Plain rows, not model instances: thousands of workloads and pods are read every cycle.
@@ -506,8 +527,7 @@ def build_snapshot(
         index.workloads[uid] = wid
         index.workload_queue[uid] = row[4]
     if reuse:
-        built.made = (list(jobs), dict(index.workloads), dict(index.workload_queue), dict(index.pods),
-                      dict(index.pod_uids))
+        built.made = _Made.of(jobs, index)
         _BUILT[key] = built
     return _finish(shard, index, nodes, queues, jobs, now, usage)
 

@@ -26,6 +26,7 @@ from django.db.models import Q
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from kaiweb.core.queries import bounded_count
@@ -149,7 +150,7 @@ def _keyset(request: Any, view: Any) -> tuple[str, ...]:
     if not getattr(view, "keyset_paging", False):
         return ()
     own = tuple(getattr(view, "ordering", ()) or ())
-    asked = request.query_params.get("ordering")
+    asked = request.query_params.get(api_settings.ORDERING_PARAM)  # the OrderingFilter's parameter
     if asked is not None and tuple(f.strip() for f in asked.split(",") if f.strip()) != own:
         return ()
     return own
