@@ -45,6 +45,32 @@ def _fresh_cycle_memory():
     cycle._RECORDED.clear()
 
 
+@pytest.fixture(autouse=True)
+def _invariants_after_every_kubernetes_cycle(request):
+    """After every cycle on a Kubernetes cluster, in every test: the cycle succeeded, no pod was bound
+    twice, and the API server's own objects break no invariant (`kaiweb.scheduling.invariants`).
+    A test that makes a cycle fail on purpose says so with ``@pytest.mark.cycle_may_fail``."""
+    from kaiweb.scheduling.invariants import after_cycle
+    from kaiweb.scheduling.signals import cycle_step
+
+    may_fail = request.node.get_closest_marker("cycle_may_fail") is not None
+    found: list[str] = []
+
+    def check(sender, point, cycle, **kwargs):
+        if point != "finished" or cycle.shard is None or cycle.shard.cluster.backend != "kubernetes":
+            return
+        if may_fail and cycle.status != "succeeded":
+            return
+        found.extend(f"cycle {cycle.pk}: {v}" for v in after_cycle(cycle))
+
+    cycle_step.connect(check, weak=False, dispatch_uid="tests-invariants")
+    try:
+        yield found
+    finally:
+        cycle_step.disconnect(dispatch_uid="tests-invariants")
+    assert not found, "invariants broken after a cycle:\n" + "\n".join(found)
+
+
 @pytest.fixture
 def platform_admin(db):
     """A platform admin (member of platform-admins, not a superuser)."""

@@ -448,9 +448,10 @@ class ScenarioResult:
     error: str | None = None
     seconds: float = 0.0
     cycles: int = 0
+    violations: list[str] = field(default_factory=list)  # invariants broken after a cycle
 
     def as_json(self) -> dict[str, Any]:
-        return {"observations": self.observations, "error": self.error}
+        return {"observations": self.observations, "error": self.error, "invariant_violations": self.violations}
 
 
 class ScenarioRunner:
@@ -461,10 +462,11 @@ class ScenarioRunner:
     ``run_cycle`` runs one scheduling cycle of the product."""
 
     def __init__(self, kube: Any, *, prepare: Callable[[Any], None], run_cycle: Callable[[], Any],
-                 crds: Path = CRDS_FILE) -> None:
+                 crds: Path = CRDS_FILE, check: Callable[[Any], list[str]] | None = None) -> None:
         self.kube = kube
         self.prepare = prepare
         self.run_cycle = run_cycle
+        self.check = check  # the invariants after each cycle, given what run_cycle returned
         self.crds = crds
         self._fresh = True
 
@@ -496,13 +498,17 @@ class ScenarioRunner:
                     applier.delete(step["delete"])
                 elif "cycles" in step:
                     for _ in range(int(step["cycles"])):
-                        self.run_cycle()
+                        outcome = self.run_cycle()
+                        if self.check is not None:
+                            result.violations.extend(self.check(outcome))
                         play_kubelet(core)
                         result.cycles += 1
                 elif "advance_seconds" in step:
                     clock.advance(float(step["advance_seconds"]))
                 elif "expect" in step:
                     result.observations.append(observe(api_client, seen))
+            if result.violations:
+                raise ScenarioError("invariants broken after a cycle: " + "; ".join(result.violations[:5]))
         except ScenarioError as exc:
             result.error = str(exc)
         except Exception as exc:  # noqa: BLE001 - one broken scenario must not stop the corpus
@@ -517,6 +523,7 @@ class ScenarioRunner:
 def summarise(results: Mapping[str, ScenarioResult]) -> dict[str, Any]:
     errors = {k: (v.error or "").splitlines()[0][:300] for k, v in results.items() if v.error}
     return {"scenarios": len(results), "errors": len(errors), "error_messages": errors,
+            "invariant_violations": sum(len(v.violations) for v in results.values()),
             "seconds": round(sum(v.seconds for v in results.values()), 1)}
 
 
@@ -555,6 +562,17 @@ def score(path: Path | str, scenarios: list[dict[str, Any]],
     rows, _features = module.evaluate(scenarios, dict(results), {"no_conditions": False})
     failures = [(r["id"], r.get("failure") or "") for r in rows if not r["pass"]]
     return sum(1 for r in rows if r["pass"]), len(rows), failures
+
+
+def cycle_invariants(outcome: Any) -> list[str]:
+    """The invariants after the cycle `product_cycle` ran (`kaiweb.scheduling.invariants`)."""
+    from kaiweb.scheduling.invariants import after_cycle
+    from kaiweb.scheduling.models import SchedulingCycle
+
+    cycle_id = getattr(outcome, "cycle_id", None)
+    if cycle_id is None:
+        return []
+    return after_cycle(SchedulingCycle.objects.select_related("shard__cluster").get(pk=cycle_id))
 
 
 def product_cycle() -> Any:

@@ -48,6 +48,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from kaiweb.cluster.backends.types import OBSERVER_HEADER
+
 # (group/version prefix, plural) → kind metadata. Core resources use the "" group.
 _KINDS: dict[str, dict[str, Any]] = {
     "nodes": {"prefix": "/api/v1", "kind": "Node", "apiVersion": "v1", "namespaced": False},
@@ -756,8 +758,12 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         body = json.loads(raw) if raw else None
-        self.fake.requests.append(RequestRecord(method, parts.path, query, body))
-        fault = self.fake._take_fault(method, parts.path)
+        # An observer's reads (the invariant checks) are not the product's traffic: neither logged
+        # nor given the injected faults.
+        observer = bool(self.headers.get(OBSERVER_HEADER))
+        if not observer:
+            self.fake.requests.append(RequestRecord(method, parts.path, query, body))
+        fault = None if observer else self.fake._take_fault(method, parts.path)
         if fault is not None and fault.kind == "hang":
             self.fake._stopping.wait(fault.seconds)
         elif fault is not None:

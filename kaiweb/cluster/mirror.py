@@ -92,7 +92,10 @@ _WORKLOAD_FIELDS = ("uid", "queue_id", "priority_class_id", "preemptibility", "m
                     "subgroups", "topology_constraint", "preemption_delay_seconds", "staleness_grace_seconds",
                     "labels", "submitted_at")
 _POD_FIELDS = ("workload_id", "uid", "subgroup", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices",
-               "mig_profile", "cpu", "memory", "task_priority", "state", "node_id", "gpu_group", "constraints")
+               "mig_profile", "cpu", "memory", "task_priority", "state", "node_id", "gpu_group", "constraints",
+               "resource_version")
+# States in which a pod holds its node's resources (what the engine charges to the node).
+_HOLDING = (*ALLOCATED_POD_STATES, PodState.RELEASING)
 
 
 # ----------------------------------------------------------------------------------- problems
@@ -137,10 +140,11 @@ class SyncReport:
     pods: dict[str, int] = field(default_factory=lambda: {"created": 0, "updated": 0, "deleted": 0})
     queues: list[str] = field(default_factory=list)  # one message per queue sync step
     problems: list[str] = field(default_factory=list)
+    stale: int = 0  # pod observations older than their rows (`older_than_row`), not applied
 
     def as_json(self) -> dict[str, Any]:
         return {"nodes": self.nodes, "workloads": self.workloads, "pods": self.pods, "queues": self.queues,
-                "problems": self.problems}
+                "problems": self.problems, "stale": self.stale}
 
 
 # ----------------------------------------------------------------------------------- rows from objects
@@ -187,6 +191,7 @@ def pod_values(pod: ObservedPod) -> dict[str, Any]:
         "state": pod.state if pod.state in PodState.values else PodState.UNKNOWN,
         "gpu_group": (pod.gpu_group or "")[:64],
         "constraints": pod_constraints(pod),
+        "resource_version": (pod.resource_version or "")[:32],
     }
 
 
@@ -578,6 +583,9 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
             continue
         values = dict(values, workload_id=owner.pk, node_id=node_ids.get(node_name) if node_name else None)
         row = pods.get(key)
+        if row is not None and older_than_row(row, values):
+            report.stale += 1
+            continue
         if row is None:
             row = Pod(name=key[1][:253], **values)
             row.workload = owner
@@ -624,6 +632,38 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
     report.pods["updated"] += len(p_update)
     report.pods["deleted"] += len(p_gone)
     return waiting
+
+
+def _version(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+def older_than_row(row: Pod, values: Mapping[str, Any]) -> bool:
+    """Whether an observation of a pod is older than what its row already says, so it must not
+    overwrite it. Watch events of one pod can come after the cycle recorded a bind or an eviction
+    of it (`record_actions`): the watcher may be seconds behind, and the pod-grouper's own patch
+    makes an event that shows the pod before its bind. Three rules, for the same incarnation (uid):
+
+    - a resourceVersion not newer than the row's is old news (the API server's versions of one
+      object only grow; they are compared as numbers when both are, as every etcd-backed server
+      writes them);
+    - a pod that holds a node never loses it: ``spec.nodeName`` cannot be unset, so an observation
+      without a node, not finished, predates the bind the row holds;
+    - a pod being released (evicted or deleted) cannot come back: a deletionTimestamp cannot be
+      removed, so an observation that shows it running again predates the eviction.
+
+    A new incarnation (another uid under the same name) always wins."""
+    if row.uid and values.get("uid") and row.uid != values["uid"]:
+        return False
+    new, old = _version(values.get("resource_version")), _version(row.resource_version)
+    if new is not None and old is not None and new <= old:
+        return True
+    state = values.get("state")
+    if state in _FINISHED:
+        return False
+    if row.node_id is not None and row.state in _HOLDING and values.get("node_id") is None:
+        return True
+    return row.state == PodState.RELEASING and state != PodState.RELEASING
 
 
 def _stamp_times(pod: Pod, now: datetime) -> bool:
@@ -871,12 +911,12 @@ def sync_full(gateway: Any, cluster: Cluster) -> SyncReport:
                         for p in pods.items if (p.namespace, p.name) in missing)
         pods = Listing(tuple(p for p in pods.items if (p.namespace, p.name) not in missing), pods.problems,
                        pods.resource_version)
-    unreadable_pods = {(p.namespace, p.name) for p in problems if p.kind == "Pod"}
     with transaction.atomic():
         _apply_nodes(cluster, nodes.items, unreadable=[p.name for p in problems if p.kind == "Node"], full=True,
                      report=report)
         plan = _plan(groups.items, pods.items, _QueueIndex(), _class_ids())
         problems.extend(plan.problems)
+        unreadable_pods = {(p.namespace, p.name) for p in problems if p.kind == "Pod"}
         # An unreadable pod that still holds resources keeps its last row (its node is in use);
         # a pending one leaves the mirror, so it is not scheduled until it can be read.
         kept = _holding_resources(cluster, unreadable_pods)
@@ -1011,8 +1051,8 @@ def _apply_event(event: Any, cluster: Cluster, gateway: Any) -> None:
         if event.kind == "Node":
             _apply_nodes(cluster, [], unreadable=[event.name], full=False, report=report)
         elif event.kind == "Pod":
-            held = _holding_resources(cluster, {(event.namespace, event.name)})
-            if not held:
+            # A pod the cluster has bound stays counted on its node, unreadable or not.
+            if not (_raw_holds_node(raw) or _holding_resources(cluster, {(event.namespace, event.name)})):
                 _apply_plan(cluster, _Plan(), full=False, report=report,
                             delete_pods=[(event.namespace, event.name)])
         elif event.kind == "PodGroup":
@@ -1058,8 +1098,9 @@ def _apply_pod_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None, r
     groups = _known_groups(cluster, [workload_key(pod)] if pod.pod_group else [])
     plan = _plan([], [pod], _QueueIndex(), _class_ids(), known_groups=groups, raws={key: raw} if raw else None)
     if plan.problems:
-        # Not schedulable now: out of the mirror (unless it holds resources), recorded with the reason.
-        if not _holding_resources(cluster, {(pod.namespace, pod.name)}):
+        # Not schedulable now: out of the mirror (unless it holds resources, by its row or by what the
+        # cluster says now), recorded with the reason.
+        if not (_raw_holds_node(raw) or _holding_resources(cluster, {(pod.namespace, pod.name)})):
             _apply_plan(cluster, _Plan(), full=False, report=report, delete_pods=[(pod.namespace, pod.name)])
         _store_problems(cluster, plan.problems)
         return
@@ -1070,6 +1111,12 @@ def _apply_pod_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None, r
     waiting = _apply_plan(cluster, plan, full=False, report=report, touched_workloads=previous)
     _drop_empty_implicit(cluster, previous - {workload_key(pod)})
     _store_problems(cluster, waiting, clear=[] if waiting else [key])
+
+
+def _raw_holds_node(raw: Mapping[str, Any] | None) -> bool:
+    """Whether the cluster says this pod is on a node and not finished (it uses the node's resources)."""
+    return bool(((raw or {}).get("spec") or {}).get("nodeName")) and \
+        ((raw or {}).get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
 def _drop_empty_implicit(cluster: Cluster, keys: Iterable[tuple[str, str]]) -> None:

@@ -690,6 +690,19 @@ def persist_result(
             row.idempotency_key = f"dry:{cycle.pk}:{row.idempotency_key}"[:128]
 
     with transaction.atomic():
+        # The watcher writes the mirror while the cycle runs: a workload, pod or node the snapshot
+        # read may be gone by now. What the records point at is held until they commit, and what is
+        # gone is recorded by name only (its reference is null), so the cycle never fails on it.
+        present = _hold(Workload, [r.workload_id for r in rows])
+        pods_present = _hold(Pod, [r.pod_id for r in rows])
+        nodes_present = _hold(Node, [r.node_id for r in rows])
+        for r in rows:
+            if r.workload_id is not None and r.workload_id not in present:
+                r.workload_id = None
+            if r.pod_id is not None and r.pod_id not in pods_present:
+                r.pod_id = None
+            if r.node_id is not None and r.node_id not in nodes_present:
+                r.node_id = None
         # A key already recorded means this exact action was decided before (a retried task or
         # a decision the cluster has not reflected yet): never record or apply it twice.
         keys = [r.idempotency_key for r in rows]
@@ -716,11 +729,12 @@ def persist_result(
                 continue
             victim_queue = job_queue.get(e.job)
             preemptor_queue = job_queue.get(e.preemptor) if e.preemptor else None
+            preemptor_id = index.workloads.get(e.preemptor) if e.preemptor else None
             events.append(PreemptionEvent(
                 cycle=cycle, decision_id=row.pk, at=at,
                 action=EVICTION_ACTIONS.get(e.action, PreemptionAction.PREEMPT),
-                preemptor_id=index.workloads.get(e.preemptor) if e.preemptor else None,
-                victim_id=index.workloads.get(e.job), preemptor_ref=e.preemptor or "", victim_ref=e.job,
+                preemptor_id=preemptor_id if preemptor_id in present else None,
+                victim_id=row.workload_id, preemptor_ref=e.preemptor or "", victim_ref=e.job,
                 preemptor_queue_id=index.queues.get(preemptor_queue) if preemptor_queue else None,
                 victim_queue_id=index.queues.get(victim_queue) if victim_queue else None,
                 reason=e.reason.code[:64], message=e.reason.message,
@@ -765,6 +779,21 @@ def _record_staleness(result: m.CycleResult, snapshot: m.ClusterSnapshot, index:
         if pk in rows:
             rows[pk].stale_since = None if since is None else from_epoch(since)
     Workload.objects.bulk_update(list(rows.values()), ["stale_since"])
+
+
+def _hold(model: Any, ids: Iterable[int | None]) -> set[int]:
+    """Which of these rows still exist, each held (Postgres: ``FOR KEY SHARE``) until the
+    transaction ends, so rows written now may point at them: a concurrent delete waits for the commit
+    instead of breaking it. Other databases lock the whole database for a write anyway."""
+    wanted = sorted({i for i in ids if i is not None})
+    if not wanted:
+        return set()
+    if connection.vendor != "postgresql":
+        return set(model.objects.filter(pk__in=wanted).values_list("pk", flat=True))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {model._meta.db_table} WHERE id = ANY(%s) ORDER BY id FOR KEY SHARE",
+                       [wanted])
+        return {row[0] for row in cursor.fetchall()}
 
 
 def _existing_keys(keys: list[str]) -> dict[str, str]:
@@ -848,6 +877,9 @@ def _record_pending_reasons(cycle: SchedulingCycle, result: m.CycleResult, index
             to_retire.append(old["id"])
         to_create.append(PendingReason(workload_id=wid, cycle=cycle, recorded_at=at, reason=reason.code[:64],
                                        message=reason.message, details=_jsonable(reason.details), is_current=True))
+    # A workload the watcher has removed since the snapshot gets no new reason (it has no pods left).
+    present = _hold(Workload, [r.workload_id for r in to_create])
+    to_create = [r for r in to_create if r.workload_id in present]
     # Workloads of this snapshot that are no longer pending have no current reason any more.
     to_retire.extend(row["id"] for wid, row in current.items() if wid not in reasons)
     if to_retire:

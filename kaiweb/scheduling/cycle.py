@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.utils import timezone
 
 from kaiweb.cluster import mirror
@@ -275,7 +275,7 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
 
         t = time.perf_counter()
         repeated = _repeats(shard, cycle, result, index)
-        to_apply = adapters.persist_result(cycle, result, snapshot, index, repeats=repeated)
+        to_apply = _persist(cycle, result, snapshot, index, repeated)
         phases["record"] = _ms(t)
         cycle_step.send(sender=SchedulingCycle, point="after-record", cycle=cycle)
 
@@ -299,6 +299,8 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
     except Exception as exc:
         _RECORDED.pop(shard.pk, None)
         _fail(cycle, exc, phases, t0)
+        cycle.refresh_from_db()
+        cycle_step.send(sender=SchedulingCycle, point="finished", cycle=cycle)
         raise
     _RECORDED[shard.pk] = (cycle.pk, dict(index.workloads))
     t = time.perf_counter()
@@ -321,11 +323,33 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
     cycle.status = CycleStatus.SUCCEEDED
     cycle.save(update_fields=["phase_durations", "duration_seconds", "finished_at", "status", "free_gpus",
                               "stranded_gpus"])
+    cycle_step.send(sender=SchedulingCycle, point="finished", cycle=cycle)
     return CycleOutcome(
         cycle_id=cycle.pk, status=cycle.status, binds=len(result.binds), evictions=cycle.evictions,
         pipelined=len(result.pipelined), pending=len(result.pending), duration_ms=duration, phases_ms=phases,
         result=result, snapshot=snapshot,
     )
+
+
+#: How often the record step is tried when the database aborted it for a lock conflict with the
+#: watcher writing the mirror at the same moment (a deadlock or a serialization failure).
+PERSIST_ATTEMPTS = 3
+_RETRIED_SQLSTATES = ("40P01", "40001")  # deadlock_detected, serialization_failure
+
+
+def _persist(cycle: SchedulingCycle, result: m.CycleResult, snapshot: m.ClusterSnapshot,
+             index: adapters.SnapshotIndex, repeated: int | None) -> list[Decision]:
+    """`adapters.persist_result`, tried again when it lost a lock conflict: it is one transaction,
+    rolled back whole, and builds its rows afresh on each try."""
+    for attempt in range(1, PERSIST_ATTEMPTS + 1):
+        try:
+            return adapters.persist_result(cycle, result, snapshot, index, repeats=repeated)
+        except OperationalError as exc:
+            code = getattr(getattr(exc, "__cause__", None), "sqlstate", None) or getattr(exc.__cause__, "pgcode", None)
+            if code not in _RETRIED_SQLSTATES or attempt == PERSIST_ATTEMPTS:
+                raise
+            log.warning("cycle %s: recording lost a lock conflict (%s); trying again", cycle.pk, code)
+    raise AssertionError("unreachable")
 
 
 def _fail(cycle: SchedulingCycle, exc: BaseException, phases: dict[str, float], t0: float) -> None:
@@ -360,8 +384,12 @@ def apply_decisions(gateway: Any, decisions: list[Decision]) -> dict[int, Action
                                           message=d.message, idempotency_key=d.idempotency_key)))
     outcomes: dict[int, ActionResult | Exception] = {}
     if Capability.BULK_APPLY in gateway.capabilities:
+        # One result per action, evictions first, each an ActionResult or the error that action raised
+        # (the Kubernetes gateway runs them concurrently, as KAI's binder does).
         results = gateway.apply(binds=[a for _, a in binds], evicts=[a for _, a in evicts])
-        for (d, _), res in zip([*evicts, *binds], results):
+        for (d, _), res in zip([*evicts, *binds], results, strict=True):
+            if isinstance(res, Exception):
+                log.warning("decision %s (%s) failed: %s", d.pk, d.idempotency_key, res)
             outcomes[d.pk] = res
         return outcomes
     # Evictions first, so that binds onto the resources they free find them free.

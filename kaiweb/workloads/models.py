@@ -105,6 +105,11 @@ class Pod(models.Model):
     )
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    resource_version = models.CharField(
+        max_length=32, blank=True,
+        help_text="Kubernetes: the resourceVersion of the pod as last applied; an older observation never "
+                  "overwrites the row.",
+    )
 
     class Meta:
         ordering = ("workload", "name")

@@ -41,6 +41,9 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 # Written by kaiweb on bind: which decision bound the pod, and the GPU share it was given.
 BIND_KEY_ANNOTATION = "kaiweb.io/bind-key"
 GPU_PORTION_ANNOTATION = "kaiweb.io/gpu-portion"
+# A request header that marks reads made by an observer of the cluster (the invariant checks), not by
+# the product: the fake API server neither logs them nor answers them with its injected faults.
+OBSERVER_HEADER = "X-Kaiweb-Observer"
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,8 @@ class Command(BaseCommand):
             cluster = LocalKube(binaries, controllers=None)
         results: dict[str, e2e.ScenarioResult] = {}
         with _throwaway_database(), cluster as kube:
-            runner = e2e.ScenarioRunner(kube, prepare=_prepare, run_cycle=e2e.product_cycle)
+            runner = e2e.ScenarioRunner(kube, prepare=_prepare, run_cycle=e2e.product_cycle,
+                                        check=e2e.cycle_invariants)
             for n, scenario in enumerate(scenarios, 1):
                 sid = str(scenario.get("id"))
                 result = runner.run(scenario)
@@ -61,7 +62,8 @@ class Command(BaseCommand):
         if opts["json"] or not opts["out"]:
             sys.stdout.write(json.dumps(payload, default=str) + "\n")
         summary = e2e.summarise(results)
-        self.stderr.write(f"{summary['scenarios']} scenarios, {summary['errors']} with errors, {summary['seconds']} s")
+        self.stderr.write(f"{summary['scenarios']} scenarios, {summary['errors']} with errors, "
+                          f"{summary['invariant_violations']} invariant violations, {summary['seconds']} s")
         if opts["floor"] is not None:
             try:
                 passed, total, failures = e2e.score(path, scenarios, payload)
@@ -72,6 +74,9 @@ class Command(BaseCommand):
             self.stderr.write(f"e2e: {passed}/{total} scenarios passed (floor {opts['floor']})")
             if passed < opts["floor"]:
                 raise CommandError(f"e2e: {passed} scenarios passed, below the floor of {opts['floor']}")
+        if summary["invariant_violations"]:
+            raise CommandError(f"e2e: {summary['invariant_violations']} invariant violations after cycles "
+                               "(each scenario's invariant_violations says which)")
 
 
 class _throwaway_database:  # noqa: N801 - used as a context manager, like a function

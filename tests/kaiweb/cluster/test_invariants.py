@@ -1,0 +1,82 @@
+"""The invariants read from the cluster's own objects (`kaiweb.cluster.invariants`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kaiweb.cluster.invariants import violations
+
+NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+
+
+def node(name: str, gpus: int = 8, pods: int = 110) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"allocatable": {
+        "nvidia.com/gpu": str(gpus), "cpu": "32", "memory": "256Gi", "pods": str(pods), "nvidia.com/mig-1g.10gb": "2"}}}
+
+
+def pod(name: str, node_name: str | None, *, gpus: int = 1, phase: str = "Running", group: str | None = None,
+        labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+        bound_at: datetime = NOW - timedelta(minutes=5), resources: dict[str, str] | None = None,
+        deleting: bool = False) -> dict[str, Any]:
+    ann = dict(annotations or {})
+    if group:
+        ann["pod-group-name"] = group
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "labels": dict(labels or {}), "annotations": ann}
+    if deleting:
+        meta["deletionTimestamp"] = NOW.isoformat()
+    limits = dict(resources) if resources is not None else ({"nvidia.com/gpu": str(gpus)} if gpus else {})
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": limits}}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase, "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": bound_at.isoformat()}]}}
+
+
+def group(name: str, min_member: int) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns"}, "spec": {"minMember": min_member}}
+
+
+def rules(found: list[Any]) -> list[tuple[str, str]]:
+    return [(v.rule, v.subject) for v in found]
+
+
+def test_a_node_holding_more_gpus_than_it_has_is_a_violation_and_finished_pods_do_not_count() -> None:
+    pods = [pod(f"p{i}", "n1") for i in range(8)] + [pod("done", "n1", phase="Succeeded"),
+                                                       pod("pending", None)]
+    assert violations([node("n1")], pods, now=NOW) == []
+    found = violations([node("n1")], [*pods, pod("extra", "n1")], now=NOW)
+    assert rules(found) == [("capacity", "Node n1")]
+    assert "requesting 9 nvidia.com/gpu, over its allocatable 8" in found[0].message
+
+
+def test_cpu_memory_pod_count_and_mig_slices_are_checked_too() -> None:
+    heavy = pod("cpu", "n1", resources={"cpu": "33"})
+    mig = [pod(f"m{i}", "n1", resources={"nvidia.com/mig-1g.10gb": "1"}) for i in range(3)]
+    crowd = [pod(f"c{i}", "n2", gpus=0) for i in range(3)]
+    found = violations([node("n1"), node("n2", pods=2)], [heavy, *mig, *crowd], now=NOW)
+    assert sorted(v.message.split(" requesting ")[1].split(",")[0] for v in found) == [
+        "3 nvidia.com/mig-1g.10gb", "3 pods", "33 cpu"]
+
+
+def test_a_shared_gpu_given_more_than_one_device_is_a_violation() -> None:
+    def sharer(name: str, portion: str) -> dict[str, Any]:
+        return pod(name, "n1", gpus=0, labels={"runai-gpu-group": "g1"}, annotations={"gpu-fraction": portion})
+
+    assert violations([node("n1")], [sharer("a", "0.5"), sharer("b", "0.5")], now=NOW) == []
+    found = violations([node("n1")], [sharer("a", "0.5"), sharer("b", "0.5"), sharer("c", "0.125")], now=NOW)
+    assert rules(found) == [("shared-device", "Node n1")]
+    assert "given 1.125 of one device" in found[0].message
+
+
+def test_a_gang_left_below_its_minimum_is_a_violation_once_its_binds_have_settled() -> None:
+    nodes = [node("n1")]
+    whole = [pod(f"w{i}", "n1", group="whole") for i in range(3)]
+    half = [pod("h0", "n1", group="half"), pod("h1", None, group="half", phase="Pending")]
+    binding = [pod("b0", "n1", group="binding", bound_at=NOW - timedelta(seconds=2)),
+               pod("b1", None, group="binding", phase="Pending")]
+    pending = [pod(f"q{i}", None, group="pending", phase="Pending") for i in range(2)]
+    groups = [group("whole", 3), group("half", 2), group("binding", 2), group("pending", 2)]
+    found = violations(nodes, [*whole, *half, *binding, *pending], groups, now=NOW)
+    assert rules(found) == [("gang", "PodGroup ns/half")]
+    assert "1 bound pods, below its minMember 2" in found[0].message
