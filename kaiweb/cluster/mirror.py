@@ -67,7 +67,7 @@ from kaiweb.cluster.models import (
     Topology,
     UnreadableObject,
 )
-from kaiweb.cluster.watch import DELETED, MODIFIED, SYNCED, WatchEvent
+from kaiweb.cluster.watch import ADDED, DELETED, MODIFIED, SYNCED, WatchEvent
 from kaiweb.core import clock
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
@@ -1113,6 +1113,57 @@ def _apply_pod_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None, r
     _store_problems(cluster, waiting, clear=[] if waiting else [key])
 
 
+def apply_events(events: Sequence[Any], cluster: Cluster, gateway: Any = None) -> None:
+    """Apply watch events in order, with the same result as `apply_event` on each in turn.
+
+    A run of events that add or change readable pods is written together: one plan and one
+    transaction for the run (the last event of each pod stands for it, as it would after the others),
+    so the watcher keeps up with thousands of new pods a second. Any other event is applied on its
+    own, between the runs, so the order of what depends on what is kept. Proven equal to the
+    event-by-event path by a property test."""
+    run: dict[tuple[str, str], Any] = {}
+    for event in events:
+        if not (event.kind == "Pod" and event.type in (ADDED, MODIFIED) and event.problem is None):
+            if run:
+                _apply_pod_run(cluster, list(run.values()), gateway)
+                run = {}
+            apply_event(event, cluster, gateway)
+            continue
+        run.pop((event.namespace, event.name), None)
+        run[(event.namespace, event.name)] = event
+    if run:
+        _apply_pod_run(cluster, list(run.values()), gateway)
+
+
+def _apply_pod_run(cluster: Cluster, events: list[Any], gateway: Any) -> None:
+    """Readable pods, one event each, in one transaction; a pod that has a problem (its queue or
+    PodGroup unknown, its node not known yet) goes through `apply_event` on its own afterwards."""
+    pods: list[ObservedPod] = [e.obj for e in events]
+    raws = {("Pod", e.namespace, e.name): dict(e.raw) for e in events if e.raw}
+    alone: list[Any] = []
+    with transaction.atomic():
+        report = SyncReport()
+        groups = _known_groups(cluster, {workload_key(p) for p in pods if p.pod_group})
+        plan = _plan([], pods, _QueueIndex(), _class_ids(), known_groups=groups, raws=raws)
+        troubled = {(p.namespace, p.name) for p in plan.problems}
+        if troubled:
+            alone = [e for e in events if (e.namespace, e.name) in troubled]
+        names = {p.name for p in pods}
+        previous: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        for ns, name, w_ns, w_name in Pod.objects.filter(workload__cluster=cluster, name__in=names).values_list(
+                "workload__namespace", "name", "workload__namespace", "workload__name"):
+            if (ns, name) in plan.pods:
+                previous.setdefault((ns, name), set()).add((w_ns, w_name))
+        touched = set().union(*previous.values()) if previous else set()
+        waiting = _apply_plan(cluster, plan, full=False, report=report, touched_workloads=touched)
+        moved = {w for key, ws in previous.items() for w in ws if w != plan.pods[key][0]}
+        _drop_empty_implicit(cluster, moved)
+        left_out = {(w.namespace, w.name) for w in waiting}
+        _store_problems(cluster, waiting, clear=[("Pod", ns, n) for ns, n in plan.pods if (ns, n) not in left_out])
+    for event in alone:
+        apply_event(event, cluster, gateway)
+
+
 def _raw_holds_node(raw: Mapping[str, Any] | None) -> bool:
     """Whether the cluster says this pod is on a node and not finished (it uses the node's resources)."""
     return bool(((raw or {}).get("spec") or {}).get("nodeName")) and \
@@ -1120,9 +1171,14 @@ def _raw_holds_node(raw: Mapping[str, Any] | None) -> bool:
 
 
 def _drop_empty_implicit(cluster: Cluster, keys: Iterable[tuple[str, str]]) -> None:
-    for ns, name in keys:
-        Workload.objects.filter(cluster=cluster, namespace=ns, name=name, pods__isnull=True,
-                                labels__has_key=IMPLICIT_GROUP_LABEL).delete()
+    wanted = set(keys)
+    if not wanted:
+        return
+    empty = Workload.objects.filter(cluster=cluster, name__in={n for _, n in wanted}, pods__isnull=True,
+                                    labels__has_key=IMPLICIT_GROUP_LABEL).values_list("pk", "namespace", "name")
+    doomed = [pk for pk, ns, name in empty if (ns, name) in wanted]
+    if doomed:
+        Workload.objects.filter(pk__in=doomed).delete()
 
 
 def _apply_group_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None, report: SyncReport) -> None:

@@ -1,0 +1,133 @@
+"""`mirror.apply_events` (runs of pod events written together) gives the same mirror as
+`mirror.apply_event` on each event in turn, for any sequence of events and any way of cutting it."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kaiweb.cluster import mirror
+from kaiweb.cluster.backends.kubernetes import parse_node, parse_pod, parse_pod_group
+from kaiweb.cluster.models import Cluster, Node, UnreadableObject
+from kaiweb.cluster.watch import ADDED, DELETED, MODIFIED, WatchEvent
+from kaiweb.queues.models import Queue
+from kaiweb.workloads.models import Pod, Workload
+
+pytestmark = pytest.mark.django_db
+
+NAMES = ("p0", "p1", "p2")
+
+
+def pod_raw(name: str, rv: int, uid: str, node: str | None, phase: str, group: str | None, queue: str,
+            gpus: int) -> dict[str, Any]:
+    annotations = {"pod-group-name": group} if group else {}
+    spec: dict[str, Any] = {"schedulerName": "kai-scheduler",
+                            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": str(rv),
+                         "labels": {"kai.scheduler/queue": queue}, "annotations": annotations,
+                         "creationTimestamp": "2026-11-27T00:00:00Z"},
+            "spec": spec, "status": {"phase": phase}}
+
+
+def event(kind: str, type_: str, raw: dict[str, Any]) -> WatchEvent:
+    parse = {"Pod": parse_pod, "Node": parse_node, "PodGroup": parse_pod_group}[kind]
+    meta = raw["metadata"]
+    parsed = parse(raw)
+    problem = parsed if not hasattr(parsed, "uid") or parsed.__class__.__name__ == "Unreadable" else None
+    return WatchEvent(kind, type_, meta.get("namespace", ""), meta["name"], meta["resourceVersion"],
+                      None if problem else parsed, problem, copy.deepcopy(raw))
+
+
+def node_raw(name: str, rv: int) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": str(rv), "labels": {}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "32", "memory": "256Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def group_raw(name: str, rv: int) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": str(rv),
+                         "creationTimestamp": "2026-11-27T00:00:00Z"},
+            "spec": {"queue": "team-a", "minMember": 1}}
+
+
+pod_step = st.tuples(st.just("pod"), st.sampled_from(NAMES), st.sampled_from((ADDED, MODIFIED, MODIFIED, DELETED)),
+                     st.sampled_from(("u1", "u2")), st.sampled_from((None, None, "gpu-1", "gpu-2", "gpu-9")),
+                     st.sampled_from(("Pending", "Running", "Succeeded")), st.sampled_from((None, "pg-a", "pg-x")),
+                     st.sampled_from(("team-a", "team-a", "nowhere")), st.integers(0, 2))
+other_step = st.sampled_from((("node", "gpu-9"), ("group", "pg-x"), ("stale",)))
+steps = st.lists(st.one_of(pod_step, pod_step, pod_step, other_step), min_size=1, max_size=14)
+
+
+def to_events(plan: list[tuple[Any, ...]]) -> list[WatchEvent]:
+    out, rv, last = [], 100, {}
+    for step in plan:
+        rv += 1
+        if step[0] == "pod":
+            _, name, type_, uid, node, phase, group, queue, gpus = step
+            raw = pod_raw(name, rv, uid, node, phase, group, queue, gpus)
+            last[name] = raw
+            out.append(event("Pod", type_, raw))
+        elif step[0] == "node":
+            out.append(event("Node", ADDED, node_raw(step[1], rv)))
+        elif step[0] == "group":
+            out.append(event("PodGroup", ADDED, group_raw(step[1], rv)))
+        elif last:  # an old event of some pod arrives again (a replay after a reconnect)
+            name = sorted(last)[rv % len(last)]
+            out.append(event("Pod", MODIFIED, last[name]))
+    return out
+
+
+def view(cluster: Cluster) -> dict[str, Any]:
+    return {
+        "workloads": sorted(Workload.objects.filter(cluster=cluster).values_list("namespace", "name", "state")),
+        "pods": sorted(Pod.objects.filter(workload__cluster=cluster).values_list(
+            "workload__name", "name", "uid", "state", "node__name", "gpu", "resource_version")),
+        "problems": sorted(UnreadableObject.objects.filter(cluster=cluster).values_list(
+            "kind", "namespace", "name", "field", "deferred")),
+        "nodes": sorted(Node.objects.filter(cluster=cluster).values_list("name", "allocatable_gpu")),
+    }
+
+
+def fresh(name: str) -> Cluster:
+    cluster = mirror.kubernetes_cluster(name)
+    Workload.objects.filter(cluster=cluster).delete()
+    UnreadableObject.objects.filter(cluster=cluster).delete()
+    Node.objects.filter(cluster=cluster).delete()
+    for i, node in enumerate(("gpu-1", "gpu-2"), 1):
+        mirror.apply_event(event("Node", ADDED, node_raw(node, i)), cluster)
+    mirror.apply_event(event("PodGroup", ADDED, group_raw("pg-a", 3)), cluster)
+    return cluster
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+          deadline=None)
+@given(plan=steps, cuts=st.lists(st.integers(0, 14), max_size=4))
+def test_runs_of_pod_events_give_the_mirror_the_events_give_one_by_one(plan: list[tuple[Any, ...]],
+                                                                      cuts: list[int]) -> None:
+    Queue.objects.get_or_create(name="team-a", defaults={"gpu_quota": 8})
+    events = to_events(plan)
+    one, batched = fresh("one-by-one"), fresh("batched")
+    for e in events:
+        mirror.apply_event(e, one)
+    bounds = sorted({0, len(events), *(c for c in cuts if c < len(events))})
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        mirror.apply_events(events[start:end], batched)
+    assert view(batched) == view(one)
+
+
+def test_a_run_of_new_pods_is_one_transaction_of_a_bounded_number_of_queries(django_assert_max_num_queries) -> None:
+    Queue.objects.create(name="team-a", gpu_quota=8)
+    cluster = fresh("k8s")
+    events = [event("Pod", ADDED, pod_raw(f"p{i}", 200 + i, f"u{i}", None, "Pending", None, "team-a", 1))
+              for i in range(300)]
+    with django_assert_max_num_queries(40):
+        mirror.apply_events(events, cluster)
+    assert Pod.objects.filter(workload__cluster=cluster).count() == 300
+    assert Workload.objects.filter(cluster=cluster).count() == 301  # one implicit workload each, and pg-a
