@@ -541,8 +541,11 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
         workloads = {(w.namespace, w.name): w for w in wqs}
         pods = {(p.workload.namespace, p.name): p for p in pqs.select_related("workload")}
     else:
+        # Locked until the commit, in one order: the cycle records binds and evictions on these rows
+        # (`record_actions`) at any moment, and a write from what was read before it would undo it.
         pods = {(p.workload.namespace, p.name): p for p in pqs.filter(name__in={n for _, n in pod_keys})
-                .select_related("workload") if (p.workload.namespace, p.name) in pod_keys}
+                .select_related("workload").select_for_update(of=("self",)).order_by("pk")
+                if (p.workload.namespace, p.name) in pod_keys}
         work_keys |= {(p.workload.namespace, p.workload.name) for p in pods.values()}
         workloads = {(w.namespace, w.name): w for w in wqs.filter(name__in={n for _, n in work_keys})
                      if (w.namespace, w.name) in work_keys}
@@ -979,9 +982,10 @@ def _holding_resources(cluster: Cluster, keys: set[tuple[str, str]]) -> dict[tup
     if not keys:
         return {}
     out = {}
+    # Locked, like `_apply_plan`'s rows: a bind recorded meanwhile must not be deleted unseen.
     rows = (Pod.objects.filter(workload__cluster=cluster, name__in={n for _, n in keys},
                                state__in=(*ALLOCATED_POD_STATES, PodState.RELEASING))
-            .select_related("workload", "node"))
+            .select_related("workload", "node").select_for_update(of=("self",)).order_by("pk"))
     for p in rows:
         key = (p.workload.namespace, p.name)
         if key in keys:
@@ -1287,7 +1291,14 @@ def record_actions(cycle: Any) -> None:
                 .values_list("kind", "pod_id", "node_id", "gpu_group"))
     binds = [(pod, node, group) for kind, pod, node, group in done if kind == DecisionKind.BIND]
     evicts = [pod for kind, pod, _, _ in done if kind == DecisionKind.EVICT]
-    pods = {p.pk: p for p in Pod.objects.filter(pk__in=[b[0] for b in binds] + evicts)}
+    with transaction.atomic():
+        # The watcher writes the same rows: each is read and written under its row lock.
+        pods = {p.pk: p for p in Pod.objects.filter(pk__in=[b[0] for b in binds] + evicts)
+                .select_for_update().order_by("pk")}
+        _record(pods, binds, evicts)
+
+
+def _record(pods: dict[int, Pod], binds: list[tuple[int, int, str]], evicts: list[int]) -> None:
     changed = []
     for pod_id, node_id, group in binds:
         p = pods.get(pod_id)
@@ -1311,7 +1322,6 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
     report = WriteBackReport()
     cluster = cycle.shard.cluster
     state = mirror_state(cluster)
-    record_actions(cycle)
 
     # Queue status.
     children: dict[str, list[str]] = {}

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import OperationalError, transaction
 from django.utils import timezone
@@ -286,6 +287,10 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
 
         t = time.perf_counter()
         mark_applied(cycle, to_apply, outcomes)
+        if Capability.MIRRORED in caps:
+            # The binds and evictions the cluster took are in the mirror before the next cycle
+            # reads it, whether or not the watcher has seen them yet (never left to a step that may fail).
+            _against_the_watcher(cycle, "recording the applied actions", lambda: mirror.record_actions(cycle))
         phases["record"] += _ms(t)
 
         if Capability.MIRRORED in caps:
@@ -335,21 +340,29 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
 #: watcher writing the mirror at the same moment (a deadlock or a serialization failure).
 PERSIST_ATTEMPTS = 3
 _RETRIED_SQLSTATES = ("40P01", "40001")  # deadlock_detected, serialization_failure
+T = TypeVar("T")
+
+
+def _against_the_watcher(cycle: SchedulingCycle, what: str, step: Callable[[], T]) -> T:
+    """Run one transaction of the cycle that writes rows the watcher writes too, again when the
+    database aborted it for a lock conflict: it is rolled back whole and does its work afresh."""
+    for attempt in range(1, PERSIST_ATTEMPTS + 1):
+        try:
+            return step()
+        except OperationalError as exc:
+            cause = exc.__cause__
+            code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+            if code not in _RETRIED_SQLSTATES or attempt == PERSIST_ATTEMPTS:
+                raise
+            log.warning("cycle %s: %s lost a lock conflict (%s); trying again", cycle.pk, what, code)
+    raise AssertionError("unreachable")
 
 
 def _persist(cycle: SchedulingCycle, result: m.CycleResult, snapshot: m.ClusterSnapshot,
              index: adapters.SnapshotIndex, repeated: int | None) -> list[Decision]:
-    """`adapters.persist_result`, tried again when it lost a lock conflict: it is one transaction,
-    rolled back whole, and builds its rows afresh on each try."""
-    for attempt in range(1, PERSIST_ATTEMPTS + 1):
-        try:
-            return adapters.persist_result(cycle, result, snapshot, index, repeats=repeated)
-        except OperationalError as exc:
-            code = getattr(getattr(exc, "__cause__", None), "sqlstate", None) or getattr(exc.__cause__, "pgcode", None)
-            if code not in _RETRIED_SQLSTATES or attempt == PERSIST_ATTEMPTS:
-                raise
-            log.warning("cycle %s: recording lost a lock conflict (%s); trying again", cycle.pk, code)
-    raise AssertionError("unreachable")
+    """`adapters.persist_result`, which builds its rows afresh on each try."""
+    return _against_the_watcher(cycle, "recording", lambda: adapters.persist_result(
+        cycle, result, snapshot, index, repeats=repeated))
 
 
 def _fail(cycle: SchedulingCycle, exc: BaseException, phases: dict[str, float], t0: float) -> None:

@@ -150,3 +150,45 @@ def test_a_full_sync_of_an_unchanged_listing_keeps_the_recorded_bind(cluster: Cl
     mirror._apply_plan(cluster, plan, full=False, report=report)
     assert report.stale == 1
     assert row()[:2] == (PodState.BINDING, "gpu-1")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bind_recorded_while_the_watcher_writes_an_older_event_stands(cluster: Cluster,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cycle records its bind (another process) in the very moment the watcher has read the
+    pod's row and is about to write what an older event says: the row lock orders the two."""
+    import threading
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks between two sessions: run on Postgres (DATABASE_URL), as CI does")
+    apply(cluster, raw_pod(100), ADDED)
+    pod = Pod.objects.get(name="p")
+    cycle_row = SchedulingCycle.objects.create(shard=cluster.shards.get(), status="succeeded",
+                                               started_at="2026-11-27T00:00:30Z")
+    Decision.objects.create(cycle=cycle_row, kind=DecisionKind.BIND, status=DecisionStatus.APPLIED, pod=pod,
+                            workload=pod.workload, node=Node.objects.get(name="gpu-1"), workload_ref="x",
+                            pod_name="p", node_name="gpu-1", reason="r", idempotency_key="bind:p")
+
+    def cycle_records() -> None:
+        try:
+            mirror.record_actions(cycle_row)
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=cycle_records)
+    stamp = mirror._stamp_times
+
+    def between_read_and_write(row: Pod, now: Any) -> bool:
+        if not other.is_alive() and other.ident is None:
+            other.start()
+            other.join(timeout=1.0)  # blocked by the watcher's row lock, it waits for the commit
+        return stamp(row, now)
+
+    monkeypatch.setattr(mirror, "_stamp_times", between_read_and_write)
+    apply(cluster, raw_pod(101, annotations={"kaiweb.io/seen": "yes"}))
+    other.join(timeout=30)
+    assert not other.is_alive()
+
+    assert row()[:2] == (PodState.BINDING, "gpu-1")
