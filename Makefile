@@ -35,7 +35,8 @@ test: $(STAMP)
 
 # A real etcd + kube-apiserver + kube-controller-manager for the `kube` tests (envtest's idea), built
 # once into ~/.cache/kaiweb-kube/bin: Kubernetes v1.34 from the Go module proxy, else v1.20 from
-# Debian's sources (the output says so). KUBEBUILDER_ASSETS, when set, is used as it is.
+# Debian's sources (the output says so); beside them kube-scheduler of the same version and KWOK
+# v0.8.0. KUBEBUILDER_ASSETS, when set, is used as it is.
 kube:
 	@start=$$(date +%s); bin=$$(deploy/kube/build.sh | tail -1) && \
 		echo "kube: $$(cat $$bin/.version 2>/dev/null || $$bin/kube-apiserver --version) in $$bin ($$(( $$(date +%s) - start ))s)"

@@ -36,6 +36,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,23 +52,48 @@ def percentile(values: list[float], q: float) -> float | None:
     return round(ordered[k], 2)
 
 
-def prepare_database(args: argparse.Namespace, tmp: Path) -> str:
-    """A fresh, migrated database for the run; returns its URL."""
+def postgres_admin() -> Any:
+    """An autocommit connection to the `postgres` database of DATABASE_URL's server."""
+    import psycopg
+
+    parts = urlparse(os.environ.get("DATABASE_URL", ""))
+    return psycopg.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 5432,
+                           user=parts.username or "postgres", password=parts.password, dbname="postgres",
+                           autocommit=True)
+
+
+def recreate_database(name: str, template: str | None = None) -> str:
+    """Drop the Postgres database `name` (ending its sessions) and create it empty, or as a copy of
+    `template`; returns its URL on DATABASE_URL's server."""
+    admin = postgres_admin()
+    try:
+        for db in (name, template):
+            if db:  # a template being copied must have no sessions either
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (db,))
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+    finally:
+        admin.close()
+    return urlunparse(urlparse(os.environ["DATABASE_URL"])._replace(path=f"/{name}"))
+
+
+def drop_database(name: str) -> None:
+    """Drop the Postgres database `name`, ending its sessions first."""
+    admin = postgres_admin()
+    try:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    finally:
+        admin.close()
+
+
+def prepare_database(args: argparse.Namespace | None, tmp: Path, name: str = "kaiweb_b5") -> str:
+    """A fresh, migrated database for the run (Postgres `name`, else SQLite under `tmp`); returns its URL."""
     base = os.environ.get("DATABASE_URL", "")
     if base.startswith("postgres"):
-        import psycopg
-
-        parts = urlparse(base)
-        url = urlunparse(parts._replace(path="/kaiweb_b5"))
-        admin = psycopg.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 5432,
-                                user=parts.username or "postgres", password=parts.password, dbname="postgres",
-                                autocommit=True)
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'kaiweb_b5'")
-        admin.execute("DROP DATABASE IF EXISTS kaiweb_b5")
-        admin.execute("CREATE DATABASE kaiweb_b5")
-        admin.close()
+        url = recreate_database(name)
     else:
-        url = f"sqlite:///{tmp / 'b5.sqlite3'}"
+        url = f"sqlite:///{tmp / (name + '.sqlite3')}"
     env = dict(os.environ, DATABASE_URL=url, KAI_VAR_DIR=str(tmp / "var"))
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
     return url

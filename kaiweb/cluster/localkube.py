@@ -15,6 +15,14 @@ Usage::
         ...
         kube.reset()                              # empty again, same kubeconfig path
 
+With ``kwok=True`` the cluster also gets KWOK (``sigs.k8s.io/kwok``, built by ``make kube``) with
+our stages (``deploy/kube/kwok-stages.yaml``) and the controllers a cluster of fake nodes needs;
+`LocalKube.create_kwok_nodes` then adds GPU nodes that go Ready, heartbeat, run the pods bound to
+them and finish Job pods that ask to. ``scheduler=True`` starts kube-scheduler of the same version::
+
+    with LocalKube(kwok=True) as kube:
+        names = kube.create_kwok_nodes(50)        # 50 × 8 GPUs, Ready and untainted on return
+
 Every child process is stopped by `LocalKube.stop`, on ``__exit__``, at interpreter exit, and (on
 Linux, when started from the main thread) by the kernel if this process dies without cleaning up.
 """
@@ -38,16 +46,29 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client
 
-__all__ = ["LocalKube", "LocalKubeError", "find_binaries"]
+__all__ = ["KWOK_STAGES", "LocalKube", "LocalKubeError", "find_binaries", "find_tool", "kwok_node", "node_usable"]
 
 DEFAULT_CONTROLLERS = "disruption,garbagecollector,namespace"
+# What a cluster of KWOK nodes needs besides those: the not-ready taint the API server puts on every
+# new node is lifted only by nodelifecycle; job, replicaset, deployment, statefulset and cronjob make
+# workloads create their pods, ttl-after-finished and podgc tidy up after them. Taint-based eviction
+# (taint-eviction-controller) is left out: a fake node never really fails, and an eviction nobody
+# asked for would only blur what the scheduler under test did.
+KWOK_CONTROLLERS = ("nodelifecycle,job,replicaset,deployment,statefulset,cronjob,ttl-after-finished,podgc,"
+                    + DEFAULT_CONTROLLERS)
+KWOK_STAGES = Path(__file__).resolve().parents[2] / "deploy" / "kube" / "kwok-stages.yaml"
+KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+KWOK_LEASE_SECONDS = 40
+NO_KWOK = "no kwok binary beside the kube-apiserver: run `make kube` (it builds KWOK too)"
+NO_SCHEDULER = "no kube-scheduler binary beside the kube-apiserver: run `make kube` (it builds kube-scheduler too)"
 REQUIRED = ("kube-apiserver", "etcd")
 POLL = 0.05  # seconds between readiness probes
 START_TIMEOUT = 90.0
@@ -63,12 +84,7 @@ def _holds_binaries(folder: Path) -> bool:
     return all(os.access(folder / name, os.X_OK) for name in REQUIRED)
 
 
-def find_binaries() -> Path | None:
-    """The folder holding ``kube-apiserver`` and ``etcd``, or None.
-
-    Looked for in ``KUBEBUILDER_ASSETS`` (envtest's layout), then ``$KAI_KUBE_HOME/bin``, then
-    ``~/.cache/kaiweb-kube/bin`` (``XDG_CACHE_HOME`` honoured), where ``make kube`` puts them.
-    """
+def _candidate_folders() -> list[Path]:
     candidates: list[Path] = []
     if os.environ.get("KUBEBUILDER_ASSETS"):
         candidates.append(Path(os.environ["KUBEBUILDER_ASSETS"]))
@@ -76,7 +92,55 @@ def find_binaries() -> Path | None:
         candidates.append(Path(os.environ["KAI_KUBE_HOME"]) / "bin")
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     candidates.append(cache / "kaiweb-kube" / "bin")
-    return next((c for c in candidates if _holds_binaries(c)), None)
+    return candidates
+
+
+def find_binaries() -> Path | None:
+    """The folder holding ``kube-apiserver`` and ``etcd``, or None.
+
+    Looked for in ``KUBEBUILDER_ASSETS`` (envtest's layout), then ``$KAI_KUBE_HOME/bin``, then
+    ``~/.cache/kaiweb-kube/bin`` (``XDG_CACHE_HOME`` honoured), where ``make kube`` puts them.
+    """
+    return next((c for c in _candidate_folders() if _holds_binaries(c)), None)
+
+
+def find_tool(name: str, bin_dir: Path | None = None) -> Path | None:
+    """The executable ``name`` (``kwok``, ``kube-scheduler``) from ``bin_dir`` or the folders
+    `find_binaries` looks in, in that order; None when none holds it (``KUBEBUILDER_ASSETS`` from
+    envtest has neither)."""
+    folders = ([Path(bin_dir)] if bin_dir is not None else []) + _candidate_folders()
+    return next((f / name for f in folders if os.access(f / name, os.X_OK)), None)
+
+
+def kwok_node(name: str, *, gpus: int = 8, cpu: str = "32", memory: str = "256Gi", pods: int = 110,
+              labels: Mapping[str, str] | None = None, gpu_product: str = "NVIDIA-A100-SXM4-80GB",
+              gpu_memory_mib: int = 81920) -> dict[str, Any]:
+    """A Node object for KWOK to manage, shaped as KAI's scale suite shapes its nodes: ``gpus``
+    ``nvidia.com/gpu`` (with the GPU operator's labels), the labels ``type=kwok`` and
+    ``kubernetes.io/role=agent``, the taint ``kwok.x-k8s.io/node=fake:NoSchedule`` and KWOK's
+    annotation. ``labels`` are added to (or override) those."""
+    resources = {"cpu": cpu, "memory": memory, "pods": str(pods), "nvidia.com/gpu": str(gpus)}
+    node_labels = {"type": "kwok", "kubernetes.io/role": "agent", "kubernetes.io/hostname": name,
+                   "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+    if gpus:
+        node_labels.update({"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(gpus),
+                            "nvidia.com/gpu.product": gpu_product, "nvidia.com/gpu.memory": str(gpu_memory_mib)})
+    node_labels.update(labels or {})
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": node_labels, "annotations": {KWOK_ANNOTATION[0]: KWOK_ANNOTATION[1]}},
+        "spec": {"taints": [{"key": KWOK_ANNOTATION[0], "value": KWOK_ANNOTATION[1], "effect": "NoSchedule"}]},
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+    }
+
+
+def node_usable(node: Mapping[str, Any]) -> bool:
+    """A node object (as JSON) is Ready and free of the taints the node controllers put on a node
+    that is not (``node.kubernetes.io/not-ready``, ``unreachable``, ...)."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    taints = (node.get("spec") or {}).get("taints") or []
+    return ready and not any(str(t.get("key", "")).startswith("node.kubernetes.io/") for t in taints)
 
 
 def _free_port() -> int:
@@ -162,14 +226,26 @@ class LocalKube:
     ``replicaset`` and ``deployment`` to have workloads create their pods. ``apiserver_args`` are
     added to the API server's command line (e.g. ``--watch-cache-sizes=pods#0`` sends pod watches
     straight to etcd, where a compaction expires old resourceVersions with 410 Gone).
+
+    ``kwok=True`` also starts KWOK on the nodes annotated ``kwok.x-k8s.io/node=fake`` (its stages from
+    ``kwok_stages``, its own server off) and, unless ``controllers`` is given, the controller-manager
+    with `KWOK_CONTROLLERS`. ``scheduler=True`` starts kube-scheduler (leader election off, no
+    serving port). Both binaries come from ``bin_dir`` (or where `find_tool` finds them); start
+    raises `LocalKubeError` when one asked for is missing (`NO_KWOK`, `NO_SCHEDULER` say why).
     """
 
     kubeconfig: Path
     version: str
 
     def __init__(self, bin_dir: Path | None = None, *, controllers: str | None = DEFAULT_CONTROLLERS,
-                 workdir: Path | None = None, apiserver_args: Sequence[str] = ()) -> None:
+                 workdir: Path | None = None, apiserver_args: Sequence[str] = (), kwok: bool = False,
+                 scheduler: bool = False, kwok_stages: Path = KWOK_STAGES) -> None:
         self.bin_dir = Path(bin_dir) if bin_dir is not None else find_binaries()
+        self.kwok = kwok
+        self.scheduler = scheduler
+        self.kwok_stages = Path(kwok_stages)
+        if kwok and controllers == DEFAULT_CONTROLLERS:
+            controllers = KWOK_CONTROLLERS
         self.controllers = controllers
         self.workdir = Path(workdir) if workdir is not None else None
         self.apiserver_args = list(apiserver_args)
@@ -206,6 +282,10 @@ class LocalKube:
             where = f" in {self.bin_dir}" if self.bin_dir is not None else ""
             raise LocalKubeError(f"no kube-apiserver/etcd binaries{where}: run `make kube` "
                                  "(or point KUBEBUILDER_ASSETS at a folder holding them)")
+        if self.kwok and find_tool("kwok", self.bin_dir) is None:
+            raise LocalKubeError(NO_KWOK)
+        if self.scheduler and find_tool("kube-scheduler", self.bin_dir) is None:
+            raise LocalKubeError(NO_SCHEDULER)
         if self._root is None:
             if self.workdir is not None:
                 self.workdir.mkdir(parents=True, exist_ok=True)
@@ -368,12 +448,122 @@ class LocalKube:
         if self.controllers is not None and os.access(bins / "kube-controller-manager", os.X_OK):
             argv = [str(bins / "kube-controller-manager"), "--kubeconfig", str(self.kubeconfig),
                     "--controllers", self.controllers, "--leader-elect=false", "--secure-port", "0",
-                    "--profiling=false"]
+                    "--profiling=false",
+                    # Its client's default, 20 requests/s, makes lifting the not-ready taint off a few
+                    # hundred new nodes take most of a minute.
+                    "--kube-api-qps", "500", "--kube-api-burst", "1000"]
             if self.version.startswith("v1.") and int(self.version.split(".")[1]) < 24:
                 argv += ["--port", "0"]  # the insecure port exists (and must be closed) only in old releases
             kcm = self._spawn("kube-controller-manager", argv)
             if not kcm.alive():
                 raise kcm.failure("did not start")
+        if self.kwok:
+            self._launch_kwok()
+        if self.scheduler:
+            self._launch_scheduler()
+
+    def _launch_kwok(self) -> None:
+        kwok_bin = find_tool("kwok", self.bin_dir)
+        if kwok_bin is None:
+            raise LocalKubeError(NO_KWOK)
+        if not self.kwok_stages.is_file():
+            raise LocalKubeError(f"KWOK's stages file {self.kwok_stages} is missing")
+        key, value = KWOK_ANNOTATION
+        # No --server-address and no --node-port: KWOK's own server (logs, exec, port-forward) stays off,
+        # so it listens nowhere; it only talks to the API server on loopback.
+        kwok = self._spawn("kwok", [
+            str(kwok_bin), "--kubeconfig", str(self.kubeconfig),
+            "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={key}={value}",
+            "--config", str(self.kwok_stages),
+            "--node-lease-duration-seconds", str(KWOK_LEASE_SECONDS),
+            "--node-ip", "127.0.0.1", "--server-address=",
+            "--v=WARN",  # at INFO it logs every lease renewal of every node
+        ])
+        time.sleep(POLL)
+        if not kwok.alive():
+            raise kwok.failure("did not start")
+
+    def start_scheduler(self) -> None:
+        """Start kube-scheduler now, on the running cluster (and again after each `reset`)."""
+        self.scheduler = True
+        if any(child.name == "kube-scheduler" and child.alive() for child in self._children):
+            return
+        self._launch_scheduler()
+
+    def _launch_scheduler(self) -> None:
+        scheduler_bin = find_tool("kube-scheduler", self.bin_dir)
+        if scheduler_bin is None:
+            raise LocalKubeError(NO_SCHEDULER)
+        kubeconfig = str(self.kubeconfig)
+        scheduler = self._spawn("kube-scheduler", [
+            str(scheduler_bin), "--kubeconfig", kubeconfig, "--authentication-kubeconfig", kubeconfig,
+            "--authorization-kubeconfig", kubeconfig, "--leader-elect=false",
+            "--bind-address", "127.0.0.1", "--secure-port", "0", "--profiling=false",
+        ])
+        time.sleep(POLL)
+        if not scheduler.alive():
+            raise scheduler.failure("did not start")
+
+    def child_log(self, name: str) -> Path:
+        """The log file of one child process (``etcd``, ``kube-apiserver``, ``kwok``, ...)."""
+        return self.root / f"{name}.log"
+
+    def create_kwok_nodes(self, count: int, *, prefix: str = "kwok-node-", start: int = 0,
+                          timeout: float = 180.0, node: Any = kwok_node, workers: int = 8,
+                          **node_options: Any) -> list[str]:
+        """Create ``count`` KWOK nodes (``node(name, **node_options)`` gives each object, `kwok_node` by
+        default) and wait until every one is Ready and free of the not-ready taint; returns their names.
+
+        The API server taints each new node not-ready; KWOK's stage reports it Ready and the
+        controller-manager's nodelifecycle controller then lifts the taint, so both must be running
+        (``kwok=True``).
+        """
+        if not self.kwok:
+            raise LocalKubeError("create_kwok_nodes needs a LocalKube started with kwok=True")
+        names = [f"{prefix}{i}" for i in range(start, start + count)]
+        with client.ApiClient(self.configuration()) as api_client:
+            core = client.CoreV1Api(api_client)
+
+            def create(name: str) -> None:
+                try:
+                    core.create_node(node(name, **node_options))
+                except client.ApiException as exc:
+                    if exc.status != 409:
+                        raise LocalKubeError(f"node {name} refused: {exc.status} {exc.body}") from exc
+
+            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                list(pool.map(create, names))
+            self.wait_for_nodes(names, timeout=timeout, api_client=api_client)
+        return names
+
+    def wait_for_nodes(self, names: Iterable[str], *, timeout: float = 180.0,
+                       api_client: client.ApiClient | None = None) -> None:
+        """Wait until every named node is Ready and untainted by the node controllers."""
+        waiting = set(names)
+        deadline = time.monotonic() + timeout
+        owned = api_client is None
+        api = api_client or client.ApiClient(self.configuration())
+        try:
+            core = client.CoreV1Api(api)
+            while waiting:
+                # Raw JSON: the client's model classes take seconds to build thousands of nodes.
+                response = core.list_node(_preload_content=False, _request_timeout=30)
+                items = json.loads(response.data).get("items") or []
+                waiting -= {n["metadata"]["name"] for n in items if node_usable(n)}
+                if not waiting:
+                    break
+                for child in self._children:
+                    if not child.alive():
+                        raise child.failure("exited while the nodes were coming up")
+                if time.monotonic() > deadline:
+                    sample = ", ".join(sorted(waiting)[:5])
+                    raise LocalKubeError(
+                        f"{len(waiting)} nodes not Ready and untainted within {timeout:.0f}s (e.g. {sample}); "
+                        f"last lines of the kwok log:\n{_tail(self.child_log('kwok'))}")
+                time.sleep(0.5)
+        finally:
+            if owned:
+                api.close()
 
     def _etcd_supports(self, flag: str) -> bool:
         assert self.bin_dir is not None

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes import config as kube_config
 
-from kaiweb.cluster.localkube import LocalKube, LocalKubeError, find_binaries
+from kaiweb.cluster.localkube import LocalKube, LocalKubeError, find_binaries, find_tool, kwok_node
 from tests.kube.fixtures import CRDS
 
 
@@ -95,3 +95,32 @@ def test_start_serves_a_real_api_reset_empties_it_and_stop_ends_every_process(tm
     assert not root.exists()
     assert [child.process.returncode is not None for child in after] == [True, True]
     kube.stop()  # twice is fine
+
+
+def test_kwok_node_is_shaped_as_the_kai_scale_suite_shapes_its_nodes() -> None:
+    node = kwok_node("gpu-7", labels={"cloud.provider.com/topology-rack": "rack3"})
+
+    assert node["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"}
+    assert node["metadata"]["labels"]["type"] == "kwok"
+    assert node["metadata"]["labels"]["kubernetes.io/role"] == "agent"
+    assert node["metadata"]["labels"]["cloud.provider.com/topology-rack"] == "rack3"
+    assert node["spec"]["taints"] == [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
+    assert node["status"]["allocatable"] == {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
+    assert node["status"]["capacity"] == node["status"]["allocatable"]
+
+
+def test_without_a_kwok_binary_a_kwok_cluster_says_how_to_get_one(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("KUBEBUILDER_ASSETS", "KAI_KUBE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    for name in ("kube-apiserver", "etcd"):
+        _executable(bins / name)
+
+    assert find_tool("kwok", bins) is None
+    with pytest.raises(LocalKubeError, match=r"no kwok binary .*make kube"):
+        LocalKube(bins, kwok=True, workdir=tmp_path / "work").start()
+    with pytest.raises(LocalKubeError, match=r"no kube-scheduler binary .*make kube"):
+        LocalKube(bins, scheduler=True, workdir=tmp_path / "work").start()
