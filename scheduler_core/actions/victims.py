@@ -532,6 +532,14 @@ def commit_attempt(s: Session, stmt: Statement, job: JobState, attempt: Attempt,
     touched = stmt.commit()
     for t in attempt.evicted:
         s.eviction_reasons[t.index] = (action, job.uid, reason_for(t))
+    # A victim the simulation re-placed on another node is moved: it leaves its node (KAI evicts it;
+    # its pod comes back through its owner), so its eviction is decided too. One put back on its own
+    # node is not evicted.
+    names = s.nodes
+    for t in attempt.moved:
+        if (t.orig_status in m.ACTIVE_USED_STATES and t.orig_status != m.PIPELINED and t.node is not None
+                and names[t.node].name != t.spec.node):
+            s.eviction_reasons[t.index] = (action, job.uid, reason_for(t))
     for t in touched:
         if t.status == m.PIPELINED and t.index >= 0:
             s.pipeline_actions[t.index] = action

@@ -61,3 +61,12 @@ def test_without_consolidating_reclaim_victims_are_not_moved():
     plain = run_cycle(snap, m.CycleConfig(actions=("reclaim",), allow_consolidating_reclaim=False))
     assert status_of(plain)["a-0"] == (m.RELEASING, "n1")
     assert status_of(plain)["b-0"] == (m.PIPELINED, "n1")
+
+def test_a_victim_reclaim_moves_to_another_node_is_evicted_from_its_own():
+    """A moved victim leaves its node: without its eviction the cluster would keep it there, and the
+    reclaimer, pipelined onto that node, would wait for it for ever."""
+    qs = [queue("qA", gpu_quota=0), queue("qB", gpu_quota=4, creation=1)]
+    jobs = [job("a", "qA", running_on=["n1"], gpus=2), job("b", "qB", gpus=4)]
+    result = run_cycle(snapshot([node("n1", 4), node("n2", 2)], qs, jobs), m.CycleConfig(actions=("reclaim",)))
+    assert [(e.task, e.node, e.action, e.preemptor) for e in result.evictions] == [("a-0", "n1", "reclaim", "b")]
+    assert {(p.task, p.node, p.moved_from) for p in result.pipelined} == {("a-0", "n2", "n1"), ("b-0", "n1", None)}
