@@ -32,6 +32,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import queue
+import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -1137,6 +1140,76 @@ def apply_events(events: Sequence[Any], cluster: Cluster, gateway: Any = None) -
         run[(event.namespace, event.name)] = event
     if run:
         _apply_pod_run(cluster, list(run.values()), gateway)
+
+
+class EventWriter(threading.Thread):
+    """Writes the watch's events to the mirror on a thread of its own, in the order they were handed
+    over, as many as are waiting at once (`apply_events`, up to ``batch``): the watch threads only
+    hand events over, so a burst of thousands of new pods costs a few transactions, not one each.
+
+    A batch whose write fails is written again after a pause, so no event is lost or reordered;
+    the queue is bounded (``limit``), so a slow database holds the watch back instead of memory.
+    ``flush`` waits until everything handed over is written (the watcher's ``--once`` and tests)."""
+
+    def __init__(self, cluster: Cluster, gateway: Any = None, *, batch: int = 1000, limit: int = 100_000,
+                 pause: float = 1.0, before: Any = None) -> None:
+        super().__init__(name="mirror-writer", daemon=True)
+        self.cluster, self.gateway, self.batch, self.pause = cluster, gateway, batch, pause
+        self.before = before  # called before each write (the command refreshes its connection)
+        self.events: queue.Queue[Any] = queue.Queue(maxsize=limit)
+        self.stopping = threading.Event()
+        self.written = 0
+        self.batches = 0
+        self.failures = 0
+
+    def put(self, event: Any) -> None:
+        self.events.put(event)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event handed over is written; False if ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.events.all_tasks_done:
+            while self.events.unfinished_tasks:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self.events.all_tasks_done.wait(left)
+        return True
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        while not (self.stopping.is_set() and self.events.empty()):
+            try:
+                first = self.events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            batch = [first]
+            while len(batch) < self.batch:
+                try:
+                    batch.append(self.events.get_nowait())
+                except queue.Empty:
+                    break
+            self._write(batch)
+            for _ in batch:
+                self.events.task_done()
+
+    def _write(self, batch: list[Any]) -> None:
+        while True:
+            try:
+                if self.before is not None:
+                    self.before()
+                apply_events(batch, self.cluster, self.gateway)
+                self.written += len(batch)
+                self.batches += 1
+                return
+            except Exception:  # noqa: BLE001 - the database may be away for a moment: the same batch again
+                self.failures += 1
+                log.exception("mirror: %d watch events not written; trying again in %.1fs", len(batch), self.pause)
+                if self.stopping.wait(self.pause) and self.failures > 3:
+                    log.error("mirror: stopping with %d events not written", len(batch))
+                    return
 
 
 def _apply_pod_run(cluster: Cluster, events: list[Any], gateway: Any) -> None:

@@ -131,3 +131,43 @@ def test_a_run_of_new_pods_is_one_transaction_of_a_bounded_number_of_queries(dja
         mirror.apply_events(events, cluster)
     assert Pod.objects.filter(workload__cluster=cluster).count() == 300
     assert Workload.objects.filter(cluster=cluster).count() == 301  # one implicit workload each, and pg-a
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_event_writer_writes_everything_handed_over_in_order_and_retries_a_failed_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import connection
+
+    Queue.objects.create(name="team-a", gpu_quota=8)
+    cluster = fresh("k8s")
+    real = mirror.apply_events
+    calls: list[int] = []
+
+    def flaky(events: list[Any], c: Cluster, gateway: Any = None) -> None:
+        calls.append(len(events))
+        try:
+            if len(calls) == 1:
+                raise RuntimeError("the database went away for a moment")
+            real(events, c, gateway)
+        finally:
+            connection.close()  # the writer's thread has its own connection
+
+    monkeypatch.setattr(mirror, "apply_events", flaky)
+    writer = mirror.EventWriter(cluster, batch=40, pause=0.01)
+    for i in range(100):
+        writer.put(event("Pod", ADDED, pod_raw(f"p{i}", 200 + i, f"u{i}", None, "Pending", None, "team-a", 1)))
+    # p7 is bound then, later, deleted: the writer keeps the order of what it was handed
+    writer.put(event("Pod", MODIFIED, pod_raw("p7", 400, "u7", "gpu-1", "Running", None, "team-a", 1)))
+    writer.put(event("Pod", DELETED, pod_raw("p8", 401, "u8", None, "Pending", None, "team-a", 1)))
+    writer.start()
+    assert writer.flush(timeout=60)
+    writer.stop()
+    writer.join(timeout=10)
+
+    assert writer.failures == 1
+    assert writer.written == 102
+    assert sum(calls[1:]) == 102
+    assert max(calls) <= 40
+    names = set(Pod.objects.filter(workload__cluster=cluster).values_list("name", flat=True))
+    assert names == {f"p{i}" for i in range(100)} - {"p8"}
+    assert Pod.objects.get(name="p7").state == "Running"
