@@ -592,7 +592,10 @@ class LocalKube:
         ca = self.root / "certs" / "apiserver.crt"
         if not ca.exists():
             return None
-        return ssl.create_default_context(cafile=str(ca))
+        try:
+            return ssl.create_default_context(cafile=str(ca))
+        except ssl.SSLError:
+            return None  # the API server is still writing its certificate: not ready yet
 
     def _get(self, url: str, *, secure: bool = True) -> bytes | None:
         context = None

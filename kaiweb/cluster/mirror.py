@@ -1123,23 +1123,27 @@ def _apply_pod_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None, r
 def apply_events(events: Sequence[Any], cluster: Cluster, gateway: Any = None) -> None:
     """Apply watch events in order, with the same result as `apply_event` on each in turn.
 
-    A run of events that add or change readable pods is written together: one plan and one
-    transaction for the run (the last event of each pod stands for it, as it would after the others),
-    so the watcher keeps up with thousands of new pods a second. Any other event is applied on its
-    own, between the runs, so the order of what depends on what is kept. Proven equal to the
-    event-by-event path by a property test."""
-    run: dict[tuple[str, str], Any] = {}
+    A run of events that add or change readable pods and PodGroups, one event per object, is
+    written together: one plan and one transaction for the run, so the watcher keeps up with
+    thousands of new pods a second. Any other event is applied on its own, between the runs, so the
+    order of what depends on what is kept. Proven equal to the event-by-event path by a property test."""
+    run: dict[tuple[str, str, str], Any] = {}
     for event in events:
-        if not (event.kind == "Pod" and event.type in (ADDED, MODIFIED) and event.problem is None):
+        if not (event.kind in ("Pod", "PodGroup") and event.type in (ADDED, MODIFIED) and event.problem is None):
             if run:
-                _apply_pod_run(cluster, list(run.values()), gateway)
+                _apply_run(cluster, list(run.values()), gateway)
                 run = {}
             apply_event(event, cluster, gateway)
             continue
-        run.pop((event.namespace, event.name), None)
-        run[(event.namespace, event.name)] = event
+        key = (event.kind, event.namespace, event.name)
+        if key in run:
+            # An object's second event in a run: what the first one leaves decides how the second is
+            # applied (a row that holds resources is kept through a problem), so the run ends here.
+            _apply_run(cluster, list(run.values()), gateway)
+            run = {}
+        run[key] = event
     if run:
-        _apply_pod_run(cluster, list(run.values()), gateway)
+        _apply_run(cluster, list(run.values()), gateway)
 
 
 class EventWriter(threading.Thread):
@@ -1212,19 +1216,21 @@ class EventWriter(threading.Thread):
                     return
 
 
-def _apply_pod_run(cluster: Cluster, events: list[Any], gateway: Any) -> None:
-    """Readable pods, one event each, in one transaction; a pod that has a problem (its queue or
-    PodGroup unknown, its node not known yet) goes through `apply_event` on its own afterwards."""
-    pods: list[ObservedPod] = [e.obj for e in events]
-    raws = {("Pod", e.namespace, e.name): dict(e.raw) for e in events if e.raw}
-    alone: list[Any] = []
+def _apply_run(cluster: Cluster, events: list[Any], gateway: Any) -> None:
+    """Readable pods and PodGroups, one event each, in one transaction. What has a problem (a queue or
+    PodGroup unknown, a PodGroup not scheduled) goes through `apply_event` on its own afterwards, in
+    the order of the events; pods deferred until one of the run's PodGroups came are tried again, as
+    `apply_event` does for a PodGroup."""
+    pods: list[ObservedPod] = [e.obj for e in events if e.kind == "Pod"]
+    groups: list[ObservedPodGroup] = [e.obj for e in events if e.kind == "PodGroup"]
+    raws = {(e.kind, e.namespace, e.name): dict(e.raw) for e in events if e.raw}
     with transaction.atomic():
         report = SyncReport()
-        groups = _known_groups(cluster, {workload_key(p) for p in pods if p.pod_group})
-        plan = _plan([], pods, _QueueIndex(), _class_ids(), known_groups=groups, raws=raws)
-        troubled = {(p.namespace, p.name) for p in plan.problems}
-        if troubled:
-            alone = [e for e in events if (e.namespace, e.name) in troubled]
+        in_run = {(g.namespace, g.name) for g in groups}
+        known = _known_groups(cluster, {workload_key(p) for p in pods if p.pod_group} - in_run)
+        plan = _plan(groups, pods, _QueueIndex(), _class_ids(), known_groups=known, raws=raws)
+        troubled = {(p.kind, p.namespace, p.name) for p in plan.problems}
+        alone = [e for e in events if (e.kind, e.namespace, e.name) in troubled]
         names = {p.name for p in pods}
         previous: dict[tuple[str, str], set[tuple[str, str]]] = {}
         for ns, name, w_ns, w_name in Pod.objects.filter(workload__cluster=cluster, name__in=names).values_list(
@@ -1236,7 +1242,12 @@ def _apply_pod_run(cluster: Cluster, events: list[Any], gateway: Any) -> None:
         moved = {w for key, ws in previous.items() for w in ws if w != plan.pods[key][0]}
         _drop_empty_implicit(cluster, moved)
         left_out = {(w.namespace, w.name) for w in waiting}
-        _store_problems(cluster, waiting, clear=[("Pod", ns, n) for ns, n in plan.pods if (ns, n) not in left_out])
+        applied_groups = [g for g in groups if ("PodGroup", g.namespace, g.name) not in troubled]
+        _store_problems(cluster, waiting, clear=[*(("Pod", ns, n) for ns, n in plan.pods if (ns, n) not in left_out),
+                                                 *(("PodGroup", g.namespace, g.name) for g in applied_groups)])
+        for g in applied_groups:
+            _retry_deferred(cluster, lambda p, g=g: p.kind == "Pod" and p.namespace == g.namespace
+                            and _annotation(p.raw, POD_GROUP_ANNOTATION) == g.name)
     for event in alone:
         apply_event(event, cluster, gateway)
 

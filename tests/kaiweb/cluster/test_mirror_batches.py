@@ -106,7 +106,7 @@ def fresh(name: str) -> Cluster:
     return cluster
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
           deadline=None)
 @given(plan=steps, cuts=st.lists(st.integers(0, 14), max_size=4))
 def test_runs_of_pod_events_give_the_mirror_the_events_give_one_by_one(plan: list[tuple[Any, ...]],
