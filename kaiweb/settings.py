@@ -309,6 +309,12 @@ KAI_RESERVATION_IMAGE = env.str("KAI_RESERVATION_IMAGE", default="registry.k8s.i
 # recent a heartbeat of `manage.py watch_cluster` must be for the cycle to skip its own full list.
 KAI_KUBERNETES_HOST = env.str("KAI_KUBERNETES_HOST", default="")
 KAI_KUBERNETES_TIMEOUT = env.float("KAI_KUBERNETES_TIMEOUT", default=10.0)
+# Concurrent API calls when a cycle binds and evicts (KAI's binder: 100 concurrent reconciles).
+KAI_BIND_CONCURRENCY = env.int("KAI_BIND_CONCURRENCY", default=32)
+# watch_cluster's pod-grouper: threads writing PodGroups and pod marks, and how long a namespace's
+# labels and an owner it read are reused for further pods.
+KAI_GROUPER_WORKERS = env.int("KAI_GROUPER_WORKERS", default=8)
+KAI_GROUPER_CACHE_SECONDS = env.float("KAI_GROUPER_CACHE_SECONDS", default=5.0)
 KAI_WATCH_HEARTBEAT_SECONDS = env.float("KAI_WATCH_HEARTBEAT_SECONDS", default=30.0)
 # Periodic work, seeded into django-celery-beat's tables (editable at runtime in the admin):
 # one cycle per enabled shard every KAI_CYCLE_SECONDS, usage accounting, daily roll-up.

@@ -292,10 +292,14 @@ class ClusterWatcher:
                         for k in resource_kinds(gateway, kinds)]
         self.stop_event = threading.Event()
 
-    def run_once(self, timeout_seconds: int = 1) -> None:
-        """List every kind, then one watch pass each (bounded by ``timeout_seconds``)."""
+    def run_once(self, timeout_seconds: int = 1, *, settle: Callable[[], object] | None = None) -> None:
+        """List every kind, then one watch pass each (bounded by ``timeout_seconds``). ``settle`` runs
+        between the two (``watch_cluster --once`` lets its pod-grouper finish there, so the pass sees
+        what the grouper wrote)."""
         for w in self.watches:
             w.step()
+        if settle is not None:
+            settle()
         for w in self.watches:
             w.step(timeout_seconds)
 

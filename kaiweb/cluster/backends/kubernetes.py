@@ -19,8 +19,10 @@ import json
 import logging
 import os
 import re
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -93,6 +95,10 @@ KAI_GROUP = "kai.scheduler"
 TASK_PRIORITY_LABEL = "kai.scheduler/task-priority"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 PAGE_SIZE = 500
+# Concurrent API calls of one bulk `KubernetesGateway.apply` (KAI_BIND_CONCURRENCY).
+DEFAULT_BIND_CONCURRENCY = 32
+# Connections kept open beyond the bind pool: the watcher's streams and the pod-grouper's writers.
+SPARE_CONNECTIONS = 16
 # nvidia.com/gpu.memory is MiB; values this large can only be bytes (KAI-SEMANTICS §5).
 _BYTES_THRESHOLD_MIB = 1024 * 1024
 
@@ -682,8 +688,12 @@ def apply_queue_sync(gateway: KubernetesGateway, actions: Iterable[QueueSyncActi
 # -- the gateway ----------------------------------------------------------------------------------
 
 
-def load_configuration(host: str | None = None) -> client.Configuration:
-    """Client configuration: an explicit host (tests), in-cluster (service account), or KUBECONFIG."""
+def load_configuration(host: str | None = None, *, concurrency: int | None = None) -> client.Configuration:
+    """Client configuration: an explicit host (tests), in-cluster (service account), or KUBECONFIG.
+
+    Its urllib3 pool keeps a connection open for each of ``concurrency`` concurrent calls (default
+    ``KAI_BIND_CONCURRENCY``) plus a few spare: a smaller pool would open and drop a connection (a
+    TLS handshake) for every call beyond its size."""
     from kubernetes import config as kube_config
 
     configuration = client.Configuration()
@@ -697,13 +707,41 @@ def load_configuration(host: str | None = None) -> client.Configuration:
                                      client_configuration=configuration)
     # The gateway retries with its own bounded backoff; urllib3's retries would multiply them.
     configuration.retries = False
+    ensure_connection_pool(configuration, bind_concurrency() if concurrency is None else concurrency)
     return configuration
+
+
+def bind_concurrency() -> int:
+    """``KAI_BIND_CONCURRENCY`` when Django is configured, else the default; at least 1."""
+    try:
+        from django.conf import settings
+
+        value = int(getattr(settings, "KAI_BIND_CONCURRENCY", DEFAULT_BIND_CONCURRENCY))
+    except Exception:  # noqa: BLE001 - outside Django (a script, the fake server's tests)
+        value = DEFAULT_BIND_CONCURRENCY
+    return max(1, value)
+
+
+def ensure_connection_pool(configuration: client.Configuration, concurrency: int) -> None:
+    """Make the urllib3 pool of clients built from ``configuration`` hold ``concurrency`` calls
+    at once (plus `SPARE_CONNECTIONS`). Only clients made afterwards see it: call before `ApiClient`."""
+    wanted = max(1, concurrency) + SPARE_CONNECTIONS
+    current = getattr(configuration, "connection_pool_maxsize", None) or 0
+    configuration.connection_pool_maxsize = max(int(current), wanted)
+
+
+# How an action has its event written: at once (`bind`, `evict`) or queued behind the actions (`apply`).
+_Later = Callable[[Callable[[], None]], None]
+
+
+def _at_once(note: Callable[[], None]) -> None:
+    note()
 
 
 class KubernetesGateway:
     """`ClusterGateway` on a Kubernetes API server (see the module docstring)."""
 
-    capabilities = frozenset({Capability.MIRRORED, Capability.RECONCILES})
+    capabilities = frozenset({Capability.MIRRORED, Capability.RECONCILES, Capability.BULK_APPLY})
 
     def __init__(
         self,
@@ -717,8 +755,10 @@ class KubernetesGateway:
         sleep: Callable[[float], None] = time.sleep,
         reservation_namespace: str = "kai-resource-reservation",
         reservation_image: str = "registry.k8s.io/pause:3.10",
+        bind_concurrency: int = DEFAULT_BIND_CONCURRENCY,
     ) -> None:
         self.api_client = api_client
+        self.bind_concurrency = max(1, int(bind_concurrency))
         self.scheduler_name = scheduler_name
         self.request_timeout = request_timeout
         self.max_attempts = max(1, max_attempts)
@@ -730,6 +770,8 @@ class KubernetesGateway:
         self.reservation_namespace = reservation_namespace
         self.reservation_image = reservation_image
         self._namespaces_seen: set[str] = set()
+        self._uid_precondition: bool | None = None
+        self._version_lock = threading.Lock()
         self.scheduling = client.SchedulingV1Api(api_client)
         self.version = client.VersionApi(api_client)
 
@@ -737,12 +779,15 @@ class KubernetesGateway:
     def from_settings(cls) -> KubernetesGateway:
         from django.conf import settings
 
-        configuration = load_configuration(getattr(settings, "KAI_KUBERNETES_HOST", None) or None)
+        concurrency = bind_concurrency()
+        configuration = load_configuration(getattr(settings, "KAI_KUBERNETES_HOST", None) or None,
+                                           concurrency=concurrency)
         return cls(client.ApiClient(configuration),
                    scheduler_name=getattr(settings, "KAI_SCHEDULER_NAME", "kai-scheduler"),
                    request_timeout=float(getattr(settings, "KAI_KUBERNETES_TIMEOUT", 10.0)),
                    reservation_namespace=settings.KAI_RESERVATION_NAMESPACE,
-                   reservation_image=settings.KAI_RESERVATION_IMAGE)
+                   reservation_image=settings.KAI_RESERVATION_IMAGE,
+                   bind_concurrency=concurrency)
 
     # -- transport ---------------------------------------------------------------------------
 
@@ -909,8 +954,53 @@ class KubernetesGateway:
 
     # -- actions ----------------------------------------------------------------------------
 
+    def apply(self, binds: Sequence[BindAction] = (), evicts: Sequence[EvictAction] = ()
+              ) -> list[ActionResult | Exception]:
+        """A cycle's actions at once, as KAI's binder carries them out: the evictions, then the binds,
+        each set on up to ``bind_concurrency`` concurrent API calls (the binds start once every
+        eviction has its answer, so a bind onto what an eviction frees comes after it).
+
+        One entry per action, evictions first, each in the order given: the `ActionResult`, or the
+        exception the action raised, as `evict` and `bind` called one after another give. The events
+        that say what was done (``Scheduled``, the eviction's reason) are queued behind the actions
+        in the same pool: no action waits for an event, and an event that cannot be written is logged."""
+        if not binds and not evicts:
+            return []
+        notes: list[Future[None]] = []
+        guard = threading.Lock()
+        workers = min(self.bind_concurrency, max(len(binds), len(evicts)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-apply") as pool:
+
+            def later(note: Callable[[], None]) -> None:
+                with guard:
+                    notes.append(pool.submit(note))
+
+            results = self._all(pool, self._evict, evicts, later)
+            results += self._all(pool, self._bind, binds, later)
+            for done in notes:
+                exc = done.exception()
+                if exc is not None:
+                    logger.warning("an event after apply was not written: %s", exc)
+        return results
+
+    @staticmethod
+    def _all(pool: ThreadPoolExecutor, fn: Callable[[Any, _Later], ActionResult], actions: Sequence[Any],
+             later: _Later) -> list[ActionResult | Exception]:
+        futures = [pool.submit(fn, action, later) for action in actions]
+        results: list[ActionResult | Exception] = []
+        for future in futures:
+            try:
+                results.append(future.result())
+            except Exception as exc:  # noqa: BLE001 - the action's failure is its result, as on the serial path
+                results.append(exc)
+        return results
+
     def bind(self, action: BindAction) -> ActionResult:
-        """Bind through the Binding subresource.
+        """Bind through the Binding subresource (its ``Scheduled`` event written before returning)."""
+        return self._bind(action, _at_once)
+
+    def _bind(self, action: BindAction, later: _Later) -> ActionResult:
+        """Bind through the Binding subresource; ``later`` writes the ``Scheduled`` event.
 
         For a shared GPU the still-unbound pod first gets the GPU group label (what KAI reads back
         for existing groups) and annotation, guarded by its resourceVersion; the Binding carries the decision's idempotency key and
@@ -920,9 +1010,10 @@ class KubernetesGateway:
         success; elsewhere, or another incarnation of the pod, is refused.
         """
         operation = f"bind pod {action.namespace}/{action.name} to {action.node}"
-        if action.uid and not action.gpu_group:
-            # The API server does not take a Binding's uid as a precondition: check the incarnation
-            # first (a shared-GPU bind checks it in its guarded label patch below).
+        if action.uid and not action.gpu_group and not self._binding_checks_uid():
+            # An API server before 1.27 may bind whatever pod has the name (the Binding's uid is no
+            # precondition there): check the incarnation first. A newer one refuses another incarnation
+            # with 409, read back below; a shared-GPU bind checks it in its guarded label patch.
             done = self._check_bindable(action, self.read_pod(action.namespace, action.name), operation)
             if done is not None:
                 return done
@@ -942,7 +1033,7 @@ class KubernetesGateway:
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=action.node),
         )
         try:
-            self._json(operation, self.core.create_namespaced_binding, action.namespace, body)
+            self._json(operation, self.core.create_namespaced_pod_binding, action.name, action.namespace, body)
         except ClusterRejected as err:
             if err.status == 404:
                 raise ClusterRejected(operation, "the pod no longer exists", status=404) from err
@@ -954,12 +1045,32 @@ class KubernetesGateway:
             raise ClusterRejected(operation, f"the server refused the binding: {err.detail}", status=409,
                                   reason="Conflict") from err
         message = f"Successfully assigned pod {action.namespace}/{action.name} to node {action.node}"
-        try:
-            self._event(PodRef(action.namespace, action.name, action.uid), "Normal", "Scheduled",
-                        f"{message} at node-pool {action.node_pool or 'default'}", bump=False)
-        except ClusterError as exc:  # the pod is bound; a lost event is only logged
-            logger.warning("%s: Scheduled event not written: %s", operation, exc)
+        later(functools.partial(self._note, operation, PodRef(action.namespace, action.name, action.uid),
+                                "Normal", "Scheduled", f"{message} at node-pool {action.node_pool or 'default'}",
+                                bump=False))
         return ActionResult(ActionOutcome.BOUND, message)
+
+    def _note(self, operation: str, pod: PodRef, type_: str, reason: str, message: str, *, bump: bool = True) -> None:
+        """An event after an action: the action took effect, so a lost event is only logged."""
+        try:
+            self._event(pod, type_, reason, message, bump=bump)
+        except ClusterError as exc:
+            logger.warning("%s: %s event not written: %s", operation, reason, exc)
+
+    def _binding_checks_uid(self) -> bool:
+        """Whether the server takes the ``metadata.uid`` of a pod's ``binding`` subresource as a
+        precondition: since Kubernetes 1.23, but for 1.25 and 1.26 before the fix of 1.27
+        (kubernetes#105913, #116550); asked once. (The older ``bindings`` resource drops the uid.)"""
+        with self._version_lock:
+            if self._uid_precondition is None:
+                try:
+                    info = self._json("read the server version", self.version.get_code)
+                    major = int(re.sub(r"\D.*", "", str(info.get("major", ""))) or 0)
+                    minor = int(re.sub(r"\D.*", "", str(info.get("minor", ""))) or 0)
+                    self._uid_precondition = (major, minor) >= (1, 27)
+                except (ClusterError, ValueError, AttributeError):
+                    return False  # unknown for now: read the pod first, ask again next time
+            return self._uid_precondition
 
     def _check_bindable(self, action: BindAction, pod: Mapping[str, Any] | None, operation: str) -> ActionResult | None:
         """None if the pod can still be bound; ALREADY_BOUND if it is on the target node; else raises."""
@@ -1082,7 +1193,11 @@ class KubernetesGateway:
 
     def evict(self, action: EvictAction) -> ActionResult:
         """Evict through the Eviction API with the grace period and the pod's UID as precondition
-        (so a same-named newer pod is never evicted by an old decision)."""
+        (so a same-named newer pod is never evicted by an old decision); the event saying why is
+        written before returning."""
+        return self._evict(action, _at_once)
+
+    def _evict(self, action: EvictAction, later: _Later) -> ActionResult:
         operation = f"evict pod {action.namespace}/{action.name}"
         body = client.V1Eviction(
             metadata=client.V1ObjectMeta(name=action.name, namespace=action.namespace),
@@ -1109,7 +1224,8 @@ class KubernetesGateway:
                                          "eviction", status=429, reason=err.reason) from err
             raise
         if action.message:
-            self._event(PodRef(action.namespace, action.name, action.uid), "Normal", action.reason, action.message)
+            later(functools.partial(self._note, operation, PodRef(action.namespace, action.name, action.uid),
+                                    "Normal", action.reason, action.message))
         return ActionResult(ActionOutcome.EVICTED, f"pod {action.namespace}/{action.name} evicted")
 
     def report_pending(self, pod: PodRef | ObservedPod, reason: str, message: str) -> None:
@@ -1342,14 +1458,19 @@ class KubernetesGateway:
         raw = self.get_object("v1", "Namespace", "", namespace)
         return dict(_meta(raw).get("labels") or {}) if raw else {}
 
+    def create_pod_group(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the PodGroup (`ClusterRejected` with status 409 when it exists); the object made."""
+        meta = manifest["metadata"]
+        return self._json(f"write PodGroup {meta['namespace']}/{meta['name']}", self.custom.create_namespaced_custom_object,
+                          PODGROUP_GROUP, PODGROUP_VERSION, meta["namespace"], PODGROUP_PLURAL, dict(manifest))
+
     def upsert_pod_group(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         """Create the PodGroup, or update its spec, labels and owners when they differ."""
         meta = manifest["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         operation = f"write PodGroup {namespace}/{name}"
         try:
-            return self._json(operation, self.custom.create_namespaced_custom_object, PODGROUP_GROUP,
-                              PODGROUP_VERSION, namespace, PODGROUP_PLURAL, dict(manifest))
+            return self.create_pod_group(manifest)
         except ClusterRejected as err:
             if err.status != 409:
                 raise

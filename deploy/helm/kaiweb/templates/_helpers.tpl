@@ -141,6 +141,12 @@ The migrate hook passes its own Secret: it runs before the release's Secret exis
   value: {{ $root.Values.scheduling.kubernetesTimeoutSeconds | quote }}
 - name: KAI_WATCH_HEARTBEAT_SECONDS
   value: {{ $root.Values.scheduling.watchHeartbeatSeconds | quote }}
+- name: KAI_BIND_CONCURRENCY
+  value: {{ $root.Values.scheduling.bindConcurrency | quote }}
+- name: KAI_GROUPER_WORKERS
+  value: {{ $root.Values.scheduling.grouperWorkers | quote }}
+- name: KAI_GROUPER_CACHE_SECONDS
+  value: {{ $root.Values.scheduling.grouperCacheSeconds | quote }}
 - name: KAI_RESERVATION_NAMESPACE
   value: {{ $root.Values.gpuSharing.reservationNamespace | quote }}
 - name: KAI_RESERVATION_IMAGE

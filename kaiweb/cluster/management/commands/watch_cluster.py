@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -53,34 +54,37 @@ class Command(BaseCommand):
         try:
             from kubernetes import client
 
-            configuration = load_configuration(options["host"] or getattr(settings, "KAI_KUBERNETES_HOST", "") or None)
+            # A connection per watch stream and per pod-grouper worker (plus spare).
+            configuration = load_configuration(options["host"] or getattr(settings, "KAI_KUBERNETES_HOST", "") or None,
+                                               concurrency=len(kinds) + settings.KAI_GROUPER_WORKERS)
             gateway = KubernetesGateway(client.ApiClient(configuration), scheduler_name=settings.KAI_SCHEDULER_NAME)
             target = "" if cluster is None else f" into cluster {cluster.name}"
             self.stdout.write(f"watching {', '.join(kinds)} on {gateway.ping()} at {configuration.host}{target}")
             counts: dict[str, int] = {}
+            grouper = None if cluster is None else grouping.LiveGrouper.from_settings(gateway)
+            # Watching for good, the mirror is written on a thread of its own, as many events at a time
+            # as wait (`mirror.EventWriter`); --once writes each event as it comes, in this thread.
+            writer = None if cluster is None or options["once"] else mirror.EventWriter(
+                cluster, gateway, before=_fresh_connection)
 
-            def callback(event: WatchEvent) -> None:
-                counts[event.type] = counts.get(event.type, 0) + 1
-                log_event(event)
-                if cluster is not None:
-                    _fresh_connection()
-                    if grouping.wants_grouping(event):
-                        # The pod-grouper's turn first: the pod gets its owner's PodGroup, and the
-                        # pod's own update arrives as a later event.
-                        grouping.group_pods(gateway, pods=[dict(event.raw)])
-                    mirror.apply_event(event, cluster, gateway)
+            def echo(event: WatchEvent) -> None:
                 if options["verbosity"] >= 2:
                     where = f"{event.namespace}/{event.name}" if event.namespace else event.name
                     self.stdout.write(f"{event.type} {event.kind} {where} rv={event.resource_version}")
 
+            callback = make_callback(gateway, cluster, grouper, counts, echo, writer)
             watcher = ClusterWatcher(gateway, callback, kinds=kinds, timeout_seconds=options["timeout_seconds"])
         except (ValueError, ClusterError) as exc:
             raise CommandError(str(exc)) from exc
         except Exception as exc:  # the client's config loaders raise several unrelated types
             raise CommandError(f"cannot configure the Kubernetes client: {exc}") from exc
         heartbeat = _Heartbeat(cluster, watcher.stop_event)
+        if grouper is not None:
+            grouper.start()
+        if writer is not None:
+            writer.start()
         if options["once"]:
-            watcher.run_once()
+            watcher.run_once(settle=grouper.drain if grouper is not None else None)
             heartbeat.beat()
         else:
             heartbeat.start()
@@ -95,9 +99,43 @@ class Command(BaseCommand):
                 if in_main:
                     signal.signal(signal.SIGTERM, previous)
                 heartbeat.join()
+        if grouper is not None:
+            grouper.stop()
+            log.info("pod-grouper: %s", grouper.counts)
+        if writer is not None:
+            writer.flush(timeout=30)
+            writer.stop()
+            writer.join(timeout=5)
         log.info("watch_cluster done: %s", counts)
         summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no events"
         self.stdout.write(self.style.SUCCESS(f"watch ended: {summary}"))
+
+
+def make_callback(gateway: KubernetesGateway, cluster: Any, grouper: grouping.LiveGrouper | None,
+                  counts: dict[str, int], echo: Callable[[WatchEvent], None] | None = None,
+                  writer: mirror.EventWriter | None = None) -> Callable[[WatchEvent], None]:
+    """The watcher's callback: each change counted, logged and applied to the mirror of ``cluster``
+    (None: only logged), by ``writer`` on its own thread when there is one, else at once. The
+    pod-grouper works beside the watch: the callback only hands it the pods (no API call under the
+    watcher's lock); the PodGroups and marks it writes come back as events."""
+
+    def callback(event: WatchEvent) -> None:
+        counts[event.type] = counts.get(event.type, 0) + 1
+        log_event(event)
+        if cluster is not None:
+            if grouper is not None:
+                grouper.observe(event)
+                if grouping.wants_grouping(event):
+                    grouper.submit(event.raw)
+            if writer is not None:
+                writer.put(event)
+            else:
+                _fresh_connection()
+                mirror.apply_event(event, cluster, gateway)
+        if echo is not None:
+            echo(event)
+
+    return callback
 
 
 def _fresh_connection() -> None:
