@@ -1,4 +1,4 @@
-"""B8 — throughput of the Kubernetes path around the engine, as a binder has it: one JSON object on stdout.
+"""Throughput of the Kubernetes path around the engine, as a binder has it: one JSON object on stdout.
 
 On a real kube-apiserver (`kaiweb.cluster.localkube.LocalKube`: etcd + kube-apiserver on loopback,
 from `make kube`) and a scratch database (a `kaiweb_b8` Postgres database when DATABASE_URL points
@@ -23,8 +23,8 @@ at Postgres, else a temporary SQLite file):
    (`KubernetesGateway.apply`, ``--concurrency`` calls at once: ``concurrent``), each on fresh pods;
    ``speedup`` is the first against the last.
 
-Quick run: `python benchmarks/b8_watch_and_bind.py --pods 300 --binds 200 --modes after`.
-Issue sizes: `python benchmarks/b8_watch_and_bind.py --pods 2000 --binds 1000`.
+Quick run: `python benchmarks/watch_and_bind.py --pods 300 --binds 200 --modes after`.
+Issue sizes: `python benchmarks/watch_and_bind.py --pods 2000 --binds 1000`.
 """
 
 from __future__ import annotations
@@ -362,7 +362,7 @@ def main() -> None:
     if bin_dir is None:
         print(json.dumps({"error": "no kube-apiserver/etcd binaries: run `make kube`"}))
         sys.exit(2)
-    result: dict[str, Any] = {"benchmark": "b8_watch_and_bind", "database": url.split("://")[0],
+    result: dict[str, Any] = {"benchmark": "watch_and_bind", "database": url.split("://")[0],
                               "cpus": os.cpu_count()}
     with LocalKube(bin_dir, controllers=None) as kube:
         result["kubernetes"] = kube.version
