@@ -590,6 +590,9 @@ def _product_env(settings: Settings, kube: LocalKube, database_url: str, logs: P
     return env
 
 
+CYCLE_END_SECONDS = 120.0
+
+
 def _cycles_report() -> tuple[dict[str, Any], list[str]]:
     """The scratch database's cycles: counts, binds, and every one that did not end `succeeded`."""
     from django.db import connections
@@ -597,10 +600,17 @@ def _cycles_report() -> tuple[dict[str, Any], list[str]]:
     from kaiweb.scheduling.choices import CycleStatus
     from kaiweb.scheduling.models import SchedulingCycle
 
+    # A cycle still running when the pods are all scheduled (it writes status back after its binds)
+    # is given time to end before it is judged.
+    deadline = time.monotonic() + CYCLE_END_SECONDS
     try:
-        rows = list(SchedulingCycle.objects.order_by("pk").values("pk", "status", "binds", "evictions", "error",
-                                                                 "duration_seconds", "jobs_considered", "pipelined",
-                                                                 "pending"))
+        while True:
+            rows = list(SchedulingCycle.objects.order_by("pk").values(
+                "pk", "status", "binds", "evictions", "error", "duration_seconds", "jobs_considered", "pipelined",
+                "pending"))
+            if all(r["status"] != CycleStatus.RUNNING for r in rows) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
     finally:
         connections.close_all()
     bad = [f"cycle {r['pk']} ended {r['status']}: {(r['error'] or '').strip()[:200]}"
