@@ -70,7 +70,8 @@ from kaiweb.cluster.localkube import (  # noqa: E402
 CRDS = ROOT / "deploy" / "kubernetes" / "crds.yaml"
 # One pair per run, so two runs on one Postgres server do not drop each other's (both are dropped at the end).
 SCRATCH_DB, TEMPLATE_DB = f"kaiweb_b7_{os.getpid()}", f"kaiweb_b7_{os.getpid()}_template"
-BROKER_DB = 13
+# The Redis database the product's broker uses here (flushed): one run at a time per database.
+BROKER_DB = int(os.environ.get("KAI_B7_BROKER_DB", "13"))
 KAI_SCHEDULER = "kai-scheduler"
 GPUS_PER_NODE = 8
 APP_LABEL = ("app", "engine-e2e")
