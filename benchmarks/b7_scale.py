@@ -267,6 +267,10 @@ class Product:
                 tail = "\n".join(self.log(name).splitlines()[-15:])
                 raise RuntimeError(f"the product's {name} exited with {process.returncode}:\n{tail}")
 
+    def stop_beat(self) -> None:
+        if self.beat is not None:
+            _stop_group(self.beat)
+
     def stop(self) -> None:
         # Beat first, so that no cycle is queued behind the one the worker finishes (warm shutdown).
         for process in (self.beat, self.worker, self.watcher):
@@ -594,6 +598,28 @@ def _product_env(settings: Settings, kube: LocalKube, database_url: str, logs: P
 CYCLE_END_SECONDS = 120.0
 
 
+def _let_cycles_end() -> None:
+    """Wait (at most CYCLE_END_SECONDS) until no cycle of the scratch database is running."""
+    from django.db import connections
+
+    from kaiweb.scheduling.choices import CycleStatus
+    from kaiweb.scheduling.models import SchedulingCycle
+
+    deadline = time.monotonic() + CYCLE_END_SECONDS
+    quiet_since = None  # a task the worker had already taken may still start a cycle: wait for quiet
+    try:
+        while time.monotonic() < deadline:
+            if SchedulingCycle.objects.filter(status=CycleStatus.RUNNING).exists():
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= 3.0:
+                return
+            time.sleep(0.5)
+    finally:
+        connections.close_all()
+
+
 def _cycles_report() -> tuple[dict[str, Any], list[str]]:
     """The scratch database's cycles: counts, binds, and every one that did not end `succeeded`."""
     from django.db import connections
@@ -688,6 +714,11 @@ def play(settings: Settings, key: str, *, peer: bool, kube: LocalKube) -> dict[s
         error = f"{type(exc).__name__}: {exc}"
     finally:
         if product is not None:
+            # A cycle writes status back after its binds: no new one is dispatched, and the one
+            # running is let end before the worker stops, so no cycle is cut short.
+            product.stop_beat()
+            _flush_broker(settings.broker)
+            _let_cycles_end()
             product.stop()
         api.close()
     with contextlib.suppress(Exception):  # diagnostics only
