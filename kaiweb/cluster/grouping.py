@@ -69,6 +69,15 @@ class GroupingReport:
                 "pods_marked": self.pods_marked, "skipped": self.skipped, "problems": self.problems[:20]}
 
 
+def _pods(gateway: Any, namespace: str, labels: Mapping[str, str]) -> list[Mapping[str, Any]]:
+    """A namespace's pods with these labels (a staged owner's siblings); none when they cannot be read."""
+    try:
+        return list(gateway.list_pods_raw(namespace, labels))
+    except ClusterError as exc:
+        log.warning("pod-grouper: %s", exc)
+        return []
+
+
 class _CachedLookup:
     """Owner look-ups for one pass: each object is read once however many pods it owns."""
 
@@ -88,11 +97,7 @@ class _CachedLookup:
         return self.objects[key]
 
     def pods(self, namespace: str, labels: Mapping[str, str]) -> list[Mapping[str, Any]]:
-        try:
-            return list(self.gateway.list_pods_raw(namespace, labels))
-        except ClusterError as exc:
-            log.warning("pod-grouper: %s", exc)
-            return []
+        return _pods(self.gateway, namespace, labels)
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         if namespace not in self.namespaces:
@@ -336,11 +341,7 @@ class _LiveLookup:
         return found
 
     def pods(self, namespace: str, labels: Mapping[str, str]) -> list[Mapping[str, Any]]:
-        try:
-            return list(self.gateway.list_pods_raw(namespace, labels))
-        except ClusterError as exc:
-            log.warning("pod-grouper: %s", exc)
-            return []
+        return _pods(self.gateway, namespace, labels)
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         g = self.grouper

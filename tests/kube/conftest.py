@@ -5,4 +5,5 @@ from tests.kube.fixtures import (  # noqa: F401 - fixtures
     apiserver,
     kube_cluster,
     kube_cluster_fresh,
+    server,
 )

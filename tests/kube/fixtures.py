@@ -53,6 +53,14 @@ def kube_cluster_fresh(kube_cluster: LocalKube) -> LocalKube:
     return kube_cluster
 
 
+@pytest.fixture
+def server(kube_cluster: LocalKube) -> RealServer:
+    """The module's real API server, emptied for this test, behind the drivers' interface."""
+    real = RealServer(kube_cluster)
+    real.wipe()
+    return real
+
+
 @pytest.fixture(scope="module")
 def _real_server(kube_cluster: LocalKube) -> RealServer:
     return RealServer(kube_cluster)

@@ -36,12 +36,6 @@ def wait_for(what: str, check: Callable[[], Any], seconds: float = 30.0) -> Any:
     return value
 
 
-@pytest.fixture
-def server(kube_cluster: LocalKube) -> RealServer:
-    real = RealServer(kube_cluster)
-    real.wipe()
-    return real
-
 
 @pytest.fixture
 def gateway(server: RealServer) -> KubernetesGateway:

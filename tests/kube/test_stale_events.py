@@ -14,7 +14,6 @@ import pytest
 from kaiweb.cluster import mirror
 from kaiweb.cluster.backends.kubernetes import KubernetesGateway
 from kaiweb.cluster.invariants import check_cluster
-from kaiweb.cluster.localkube import LocalKube
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.cluster.watch import ClusterWatcher, WatchEvent
 from kaiweb.scheduling.choices import CycleStatus
@@ -30,12 +29,6 @@ QUEUE = {"priority": 100, "resources": {"gpu": {"quota": 8, "limit": -1, "overQu
                                         "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
                                         "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1}}}
 
-
-@pytest.fixture
-def server(kube_cluster: LocalKube) -> RealServer:
-    real = RealServer(kube_cluster)
-    real.wipe()
-    return real
 
 
 @pytest.fixture
