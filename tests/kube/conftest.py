@@ -5,5 +5,6 @@ from tests.kube.fixtures import (  # noqa: F401 - fixtures
     apiserver,
     kube_cluster,
     kube_cluster_fresh,
+    kube_shard,
     server,
 )

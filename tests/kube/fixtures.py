@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,6 +60,20 @@ def server(kube_cluster: LocalKube) -> RealServer:
     real = RealServer(kube_cluster)
     real.wipe()
     return real
+
+
+@pytest.fixture
+def kube_shard(server: RealServer, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """kaiweb configured for the real server (through its kubeconfig): the default shard of its cluster."""
+    from kaiweb.cluster import mirror
+    from kaiweb.cluster.models import SchedulingShard
+
+    monkeypatch.setenv("KUBECONFIG", str(server.kube.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    settings.KAI_CLUSTER_BACKEND = "kubernetes"
+    settings.KAI_KUBERNETES_HOST = ""
+    settings.KAI_KUBERNETES_TIMEOUT = 5.0
+    return SchedulingShard.objects.get(cluster=mirror.kubernetes_cluster("k8s"), name="default")
 
 
 @pytest.fixture(scope="module")

@@ -113,18 +113,6 @@ def test_an_eviction_blocked_by_a_pdb_is_refused_as_retry_later(server: RealServ
     assert "deletionTimestamp" not in server.get("pods", "borrowed-0")["metadata"]
 
 
-@pytest.fixture
-def kube_shard(server: RealServer, settings: Any, monkeypatch: pytest.MonkeyPatch) -> SchedulingShard:
-    """kaiweb configured for the real server (through its kubeconfig)."""
-    monkeypatch.setenv("KUBECONFIG", str(server.kube.kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    settings.KAI_CLUSTER_BACKEND = "kubernetes"
-    settings.KAI_KUBERNETES_HOST = ""
-    settings.KAI_KUBERNETES_TIMEOUT = 5.0
-    cluster = mirror.kubernetes_cluster("k8s")
-    return SchedulingShard.objects.get(cluster=cluster, name="default")
-
-
 def _run_cycle(shard: SchedulingShard) -> SchedulingCycle:
     cycle = SchedulingCycle.objects.get(pk=run_cycle_task(shard.pk, "test"))
     assert cycle.status == CycleStatus.SUCCEEDED, cycle.error

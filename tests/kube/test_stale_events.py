@@ -31,23 +31,14 @@ QUEUE = {"priority": 100, "resources": {"gpu": {"quota": 8, "limit": -1, "overQu
 
 
 
-@pytest.fixture
-def shard(server: RealServer, settings: Any, monkeypatch: pytest.MonkeyPatch) -> SchedulingShard:
-    monkeypatch.setenv("KUBECONFIG", str(server.kube.kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    settings.KAI_CLUSTER_BACKEND = "kubernetes"
-    settings.KAI_KUBERNETES_HOST = ""
-    settings.KAI_KUBERNETES_TIMEOUT = 5.0
-    return SchedulingShard.objects.get(cluster=mirror.kubernetes_cluster("k8s"), name="default")
-
-
 def cycle(shard: SchedulingShard) -> SchedulingCycle:
     row = SchedulingCycle.objects.get(pk=run_cycle_task(shard.pk, "test"))
     assert row.status == CycleStatus.SUCCEEDED, row.error
     return row
 
 
-def test_a_late_event_from_before_a_bind_does_not_free_the_node(server: RealServer, shard: SchedulingShard) -> None:
+def test_a_late_event_from_before_a_bind_does_not_free_the_node(server: RealServer, kube_shard: SchedulingShard) -> None:
+    shard = kube_shard
     cluster = shard.cluster
     gateway = KubernetesGateway(server.api_client, request_timeout=5.0, max_attempts=2, sleep=lambda _: None)
     held: list[WatchEvent] = []
