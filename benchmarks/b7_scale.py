@@ -80,17 +80,8 @@ from kai_scale.harness import (  # noqa: E402
     mirror_counts,
 )
 
-SCENARIOS: dict[str, tuple[str, Callable[[Run, str], dict[str, Any]]]] = {
-    "B1": ("B1 fill with single-GPU jobs, scheduler off during creation",
-           lambda run, scheduler: fills.fill(run, scheduler=scheduler)),
-    "B2": ("B2 fill with single-GPU jobs, scheduler running during creation",
-           lambda run, scheduler: fills.fill(run, scheduler=scheduler, scheduler_during_creation=True)),
-    "B3": ("B3 fill with a pending background",
-           lambda run, scheduler: fills.fill(run, scheduler=scheduler, background=max(1, run.nodes * GPUS_PER_NODE // 10))),
-    "B4": ("B4 time to unschedulable (average of 10 gangs)", reclaims.time_to_unschedulable),
-    "B5": ("B5 reclaim for one very large job (single-GPU victims)", reclaims.big_reclaim),
-    "B6": ("B6 reclaim latency, single-GPU (average of 10)", reclaims.reclaim_latency),
-}
+# Every scenario, by key: (title, body). Each family's module registers its own.
+SCENARIOS: dict[str, tuple[str, Callable[[Run, str], dict[str, Any]]]] = {**fills.SCENARIOS, **reclaims.SCENARIOS}
 
 
 # ------------------------------------------------------------------------------ the whole run

@@ -4,6 +4,7 @@ never-schedulable background)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .harness import (
@@ -69,3 +70,13 @@ def fill(run: Run, *, scheduler: str, queue: str = "filler", background: int = 0
         details["background_scheduled"] = scheduled_background
     return details
 
+
+
+SCENARIOS: dict[str, tuple[str, Callable[[Run, str], dict[str, Any]]]] = {
+    "B1": ("B1 fill with single-GPU jobs, scheduler off during creation",
+           lambda run, scheduler: fill(run, scheduler=scheduler)),
+    "B2": ("B2 fill with single-GPU jobs, scheduler running during creation",
+           lambda run, scheduler: fill(run, scheduler=scheduler, scheduler_during_creation=True)),
+    "B3": ("B3 fill with a pending background",
+           lambda run, scheduler: fill(run, scheduler=scheduler, background=max(1, run.nodes * GPUS_PER_NODE // 10))),
+}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .harness import (
@@ -121,3 +122,10 @@ def reclaim_latency(run: Run, scheduler: str) -> dict[str, Any]:
             "latencies": [round(x, 2) for x in latencies], "pods": 10, "scheduled": len(latencies),
             "checks": {"all_scheduled": len(latencies) == 10}}
 
+
+
+SCENARIOS: dict[str, tuple[str, Callable[[Run, str], dict[str, Any]]]] = {
+    "B4": ("B4 time to unschedulable (average of 10 gangs)", time_to_unschedulable),
+    "B5": ("B5 reclaim for one very large job (single-GPU victims)", big_reclaim),
+    "B6": ("B6 reclaim latency, single-GPU (average of 10)", reclaim_latency),
+}
