@@ -225,11 +225,26 @@ class WeightedPodAffinityTerm:
 
 
 @dataclass(frozen=True, slots=True)
+class OtherUse:
+    """What a node's pods that no kai scheduler placed hold there (other schedulers' pods,
+    DaemonSets, static pods): not free for anyone, though no task of the snapshot stands for it.
+    Their sum of requests, and how many pods."""
+
+    cpu_millis: float = 0.0
+    memory_bytes: float = 0.0
+    gpus: float = 0.0  # whole devices
+    pods: int = 0
+    mig_instances: dict[str, float] = field(default_factory=dict)
+    extended: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSpec:
     """A node: allocatable resources, GPU devices, MIG instances, labels, taints.
 
     ``unschedulable`` (cordoned): no new pod is placed, running pods stay. ``extended``: other
-    allocatable resources by name (e.g. ``ephemeral-storage``, ``example.com/nic``)."""
+    allocatable resources by name (e.g. ``ephemeral-storage``, ``example.com/nic``). ``other_use``:
+    what pods the snapshot does not hold (`OtherUse`) take of it."""
 
     name: str
     cpu_millis: float = 0.0
@@ -246,6 +261,7 @@ class NodeSpec:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     extended: dict[str, float] = field(default_factory=dict)
+    other_use: OtherUse | None = None
 
     @property
     def whole_gpus(self) -> int:

@@ -134,6 +134,9 @@ class Session:
                 self.nodes[i].ext_idle = {k: float(v) for k, v in n.extended.items()}
                 self.nodes[i].ext_releasing = {k: 0.0 for k in n.extended}
         self.idle = self.cap.copy()
+        for i, n in enumerate(nodes):
+            if n.other_use is not None:
+                self._charge_other_use(i, n.other_use)
         self.rel = np.zeros((count, 4))
         self.gpu_mem = np.array([float(n.gpu_memory_mib) for n in nodes]) if nodes else np.zeros(0)
         self.ready = np.array([n.ready for n in nodes], dtype=bool)
@@ -152,6 +155,18 @@ class Session:
         if self.snapshot.total_capacity is not None:
             total = [float(x) for x in self.snapshot.total_capacity]
         self.total = total
+
+    def _charge_other_use(self, i: int, use: m.OtherUse) -> None:
+        """What pods outside the snapshot hold on node ``i`` is not idle (KAI counts every pod of a
+        node, whoever placed it). A node they overfill has less than nothing idle: nothing fits."""
+        self.idle[i] -= (use.cpu_millis, use.memory_bytes, use.gpus, float(use.pods))
+        ns = self.nodes[i]
+        for profile, count in use.mig_instances.items():
+            if profile in ns.mig_idle:
+                ns.mig_idle[profile] -= count
+        for name, amount in use.extended.items():
+            if name in ns.ext_idle:
+                ns.ext_idle[name] -= amount
 
     def _restore_nodes(self, base: Charged) -> None:
         """The node tables of the last session, holding its kept jobs' charges (``hand_over``)."""

@@ -3,8 +3,8 @@
 The scheduling cycle decides from the database (Node, GpuDevice, Workload, Pod, Queue rows). This
 module keeps those rows equal to what the cluster says, and tells the cluster what was decided:
 
-* `sync_full(gateway, cluster)` lists everything (nodes, pods for our scheduler, PodGroups,
-  Queues, PriorityClasses) and creates, updates and deletes rows so the mirror equals the
+* `sync_full(gateway, cluster)` lists everything (nodes, pods for our scheduler, the bound pods of
+  other schedulers as `OtherPod` rows, PodGroups, Queues, PriorityClasses) and creates, updates and deletes rows so the mirror equals the
   cluster, in a fixed number of queries per kind whatever the cluster's size (bulk operations);
 * `apply_event(event, cluster)` applies one `WatchEvent` of ``manage.py watch_cluster``
   incrementally, with the same result;
@@ -51,6 +51,7 @@ from kaiweb.cluster.backends.types import (
     POD_GROUP_ANNOTATION,
     Listing,
     ObservedNode,
+    ObservedOtherPod,
     ObservedPod,
     ObservedPodGroup,
     ObservedPriorityClass,
@@ -66,6 +67,7 @@ from kaiweb.cluster.models import (
     GpuDevice,
     MirrorState,
     Node,
+    OtherPod,
     PendingReport,
     Topology,
     UnreadableObject,
@@ -894,6 +896,7 @@ def sync_full(gateway: Any, cluster: Cluster) -> SyncReport:
     report = SyncReport()
     nodes = gateway.list_nodes()
     pods = gateway.list_pods()
+    others = gateway.list_other_pods() if hasattr(gateway, "list_other_pods") else None
     groups = _list_optional(gateway.list_pod_groups)
     queues = _list_optional(gateway.list_queues)
     classes = gateway.list_priority_classes()
@@ -920,6 +923,10 @@ def sync_full(gateway: Any, cluster: Cluster) -> SyncReport:
     with transaction.atomic():
         _apply_nodes(cluster, nodes.items, unreadable=[p.name for p in problems if p.kind == "Node"], full=True,
                      report=report)
+        if others is not None:
+            problems.extend(Problem.of(u) for u in others.problems)
+            # An unreadable one keeps its row: what it held is still held, as far as we know.
+            _replace_other_pods(cluster, others.items, keep={(u.namespace, u.name) for u in others.problems})
         plan = _plan(groups.items, pods.items, _QueueIndex(), _class_ids())
         problems.extend(plan.problems)
         unreadable_pods = {(p.namespace, p.name) for p in problems if p.kind == "Pod"}
@@ -1021,11 +1028,20 @@ def _release_reservations(gateway: Any) -> dict[str, Any]:
 
 def sync_into(gateway: Any, cluster: Cluster) -> dict[str, Any]:
     """The cycle's observe step: a full sync unless watch_cluster keeps the mirror current, in
-    which case only the Queue CRDs are synced (database changes reach the cluster every cycle)."""
+    which case only the Queue CRDs are synced (database changes reach the cluster every cycle),
+    and the Topology and SchedulingShard objects, which the watcher does not watch (a few small
+    cluster-scoped objects: without this they would never reach the mirror while it watches)."""
     if watcher_is_current(cluster):
         messages, problems = sync_queues(gateway, cluster)
-        # The Queue listing is complete: its problems replace the recorded ones (fixed CRDs drop out).
-        _store_problems(cluster, [p for p in problems if p.kind == "Queue"], replace_kinds=("Queue",))
+        topologies = _list_optional(gateway.list_topologies)
+        shards = _list_optional(gateway.list_shards)
+        _apply_topologies(cluster, topologies.items)
+        _apply_shards(cluster, shards.items)
+        kinds = ("Queue", "Topology", "SchedulingShard")
+        problems = [*(p for p in problems if p.kind == "Queue"),
+                    *(Problem.of(u) for u in (*topologies.problems, *shards.problems))]
+        # These listings are complete: their problems replace the recorded ones (fixed objects drop out).
+        _store_problems(cluster, problems, replace_kinds=kinds)
         return {"mode": "queues", "queues": messages}
     return {"mode": "full", **sync_full(gateway, cluster).as_json()}
 
@@ -1040,6 +1056,9 @@ def apply_event(event: Any, cluster: Cluster, gateway: Any = None) -> None:
     database wins); without one the next cycle's queue sync does it."""
 
     if event.type == SYNCED:
+        if event.kind == "OtherPod" and isinstance(event.obj, frozenset):
+            with transaction.atomic():  # a watcher started afresh drops what it kept from before
+                _replace_other_pods(cluster, (), keep=event.obj)
         record_heartbeat(cluster)
         return
     # One event, one transaction: a failure leaves the mirror as it was, and the watcher
@@ -1055,7 +1074,9 @@ def _apply_event(event: Any, cluster: Cluster, gateway: Any) -> None:
     raw = dict(event.raw) if event.raw else None
     if event.problem is not None and event.type != DELETED:
         problem = Problem.of(event.problem)
-        if event.kind == "Node":
+        if event.kind == "OtherPod":
+            pass  # its row, if any, stays: what it held is still held, as far as we know
+        elif event.kind == "Node":
             _apply_nodes(cluster, [], unreadable=[event.name], full=False, report=report)
         elif event.kind == "Pod":
             # A pod the cluster has bound stays counted on its node, unreadable or not.
@@ -1078,10 +1099,50 @@ def _apply_event(event: Any, cluster: Cluster, gateway: Any) -> None:
                             and ((p.raw or {}).get("spec") or {}).get("nodeName") == event.name)
     elif event.kind == "Pod":
         _apply_pod_event(cluster, event, raw, report)
+    elif event.kind == "OtherPod":
+        if event.type == DELETED or not event.obj.holds:
+            OtherPod.objects.filter(cluster=cluster, namespace=event.namespace, name=event.name).delete()
+        else:
+            _write_other_pods(cluster, [event.obj])
+        _store_problems(cluster, [], clear=[("Pod", event.namespace, event.name)])
     elif event.kind == "PodGroup":
         _apply_group_event(cluster, event, raw, report)
     elif event.kind == "Queue":
         _apply_queue_event(cluster, event, gateway)
+
+
+_OTHER_POD_FIELDS = ("uid", "node_name", "scheduler_name", "cpu_millis", "memory_bytes", "gpus", "mig", "other",
+                     "resource_version", "observed_at")
+
+
+def _other_pod_values(pod: ObservedOtherPod) -> dict[str, Any]:
+    r = pod.requests
+    return {"uid": pod.uid, "node_name": pod.node or "", "scheduler_name": pod.scheduler_name[:253],
+            "cpu_millis": r.cpu_millis, "memory_bytes": r.memory_bytes, "gpus": float(r.gpus),
+            "mig": {f"nvidia.com/{k}": int(v) for k, v in sorted(r.mig.items()) if v},
+            "other": {k: int(v) for k, v in sorted(r.other.items()) if v},
+            "resource_version": pod.resource_version[:64]}
+
+
+def _write_other_pods(cluster: Cluster, pods: Iterable[ObservedOtherPod]) -> None:
+    """Create or update the `OtherPod` row of each pod that holds resources on a node."""
+    rows = [OtherPod(cluster=cluster, namespace=p.namespace, name=p.name, **_other_pod_values(p))
+            for p in pods if p.holds]
+    if rows:
+        OtherPod.objects.bulk_create(rows, update_conflicts=True, unique_fields=("cluster", "namespace", "name"),
+                                     update_fields=_OTHER_POD_FIELDS)
+
+
+def _replace_other_pods(cluster: Cluster, pods: Iterable[ObservedOtherPod], *, keep: Iterable[tuple[str, str]] = ()
+                        ) -> None:
+    """Make the `OtherPod` rows equal to ``pods`` (those that hold), leaving the rows named in ``keep``."""
+    pods = list(pods)
+    wanted = {(p.namespace, p.name) for p in pods if p.holds} | set(keep)
+    stale = [pk for pk, ns, name in OtherPod.objects.filter(cluster=cluster).values_list("pk", "namespace", "name")
+             if (ns, name) not in wanted]
+    if stale:
+        OtherPod.objects.filter(pk__in=stale).delete()
+    _write_other_pods(cluster, pods)
 
 
 def _known_groups(cluster: Cluster, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:

@@ -161,9 +161,10 @@ class Node(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def to_spec(self) -> m.NodeSpec:
+    def to_spec(self, other_use: m.OtherUse | None = None) -> m.NodeSpec:
         """This node as the engine's NodeSpec: capacity, labels, taints, cordon, MIG instances and
-        the other extended resources."""
+        the other extended resources; ``other_use``: what pods of other schedulers hold on it
+        (`OtherPod.use_by_node`)."""
         extended = {str(k): v for k, v in (self.extended_resources or {}).items()
                     if isinstance(v, (int, float)) and not isinstance(v, bool)}
         return m.NodeSpec(
@@ -182,6 +183,7 @@ class Node(models.Model):
             mig_strategy=self.mig_strategy or None,
             mig_instances={k: int(v) for k, v in extended.items() if k.startswith(MIG_PREFIX)},
             extended={k: float(v) for k, v in extended.items() if not k.startswith(MIG_PREFIX)},
+            other_use=other_use,
         )
 
     @classmethod
@@ -219,6 +221,55 @@ class GpuDevice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node}/gpu{self.index}"
+
+
+class OtherPod(models.Model):
+    """A pod bound to a node of the cluster that no kai scheduler placed (another scheduler's, a
+    DaemonSet's, a static pod): what it requests is held on its node, so the cycle does not give it
+    again. Terminal pods are not kept. Reservation pods of shared GPUs are not others: their sharers
+    count them."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="other_pods")
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64, blank=True)
+    node_name = models.CharField(max_length=253, db_index=True)
+    scheduler_name = models.CharField(max_length=253, blank=True)
+    cpu_millis = models.BigIntegerField(default=0)
+    memory_bytes = models.BigIntegerField(default=0)
+    gpus = models.FloatField(default=0, help_text="Whole devices.")
+    mig = models.JSONField(default=dict, blank=True, help_text="MIG instances by resource name.")
+    other = models.JSONField(default=dict, blank=True, help_text="Other extended resources by name.")
+    resource_version = models.CharField(max_length=64, blank=True)
+    observed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("node_name", "namespace", "name")
+        constraints = [
+            models.UniqueConstraint(fields=("cluster", "namespace", "name"),
+                                    name="%(app_label)s_%(class)s_unique_cluster_namespace_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} on {self.node_name}"
+
+    @staticmethod
+    def use_by_node(rows: Any) -> dict[tuple[int, str], m.OtherUse]:
+        """The `OtherUse` of each (cluster id, node name) ``rows`` (OtherPod rows) name: their
+        requests summed."""
+        sums: dict[tuple[int, str], dict[str, Any]] = {}
+        for row in rows:
+            s = sums.setdefault((row.cluster_id, row.node_name), {"cpu": 0.0, "memory": 0.0, "gpus": 0.0, "pods": 0, "mig": {}, "other": {}})
+            s["cpu"] += row.cpu_millis
+            s["memory"] += row.memory_bytes
+            s["gpus"] += row.gpus
+            s["pods"] += 1
+            for key, into in (("mig", s["mig"]), ("other", s["other"])):
+                for name, amount in (getattr(row, key) or {}).items():
+                    if isinstance(amount, (int, float)) and not isinstance(amount, bool):
+                        into[str(name)] = into.get(str(name), 0.0) + float(amount)
+        return {name: m.OtherUse(cpu_millis=s["cpu"], memory_bytes=s["memory"], gpus=s["gpus"], pods=s["pods"],
+                                 mig_instances=s["mig"], extended=s["other"]) for name, s in sums.items()}
 
 
 class UnreadableObject(models.Model):

@@ -1,11 +1,14 @@
-"""List + watch of nodes, pods, PodGroups and Queues, keeping a mirror of the cluster current.
+"""List + watch of nodes, pods (ours, and other schedulers' bound ones), PodGroups and Queues,
+keeping a mirror of the cluster current.
 
 One `ResourceWatch` per kind: it lists (remembering each object's resourceVersion and the list's
 resourceVersion), then watches from there with ``allow_watch_bookmarks``. BOOKMARK events only move
 the resourceVersion forward. A ``410 Gone`` (the server compacted the history we asked for)
 triggers a re-list that is *diffed* against what was already handed out, so the callback sees
 each change once: objects that appeared, changed or vanished while the watch was broken come
-as ADDED / MODIFIED / DELETED, unchanged ones are not repeated. Other failures (dropped streams,
+as ADDED / MODIFIED / DELETED, unchanged ones are not repeated. The SYNCED event that ends a list
+carries the keys (namespace, name) of everything the list held, so a mirror started afresh can drop
+what it kept from before. Other failures (dropped streams,
 5xx, timeouts) reconnect from the last resourceVersion with bounded backoff.
 
 The callback receives `WatchEvent` objects and nothing here touches Django models, so the loop
@@ -35,6 +38,7 @@ from kaiweb.cluster.backends.kubernetes import (
     QUEUE_VERSION,
     KubernetesGateway,
     parse_node,
+    parse_other_pod,
     parse_pod,
     parse_pod_group,
     parse_queue,
@@ -45,14 +49,15 @@ from kaiweb.cluster.errors import ClusterError
 logger = logging.getLogger(__name__)
 
 ADDED, MODIFIED, DELETED, SYNCED = "ADDED", "MODIFIED", "DELETED", "SYNCED"
-KINDS = ("Node", "Pod", "PodGroup", "Queue")
+KINDS = ("Node", "Pod", "OtherPod", "PodGroup", "Queue")
 
 
 @dataclass(frozen=True)
 class WatchEvent:
     """One change handed to the callback. ``obj`` is the parsed observed object (for DELETED, its
     last state); ``problem`` is set instead when the object is unreadable. SYNCED marks the end
-    of a (re-)list: the mirror of that kind is complete as of ``resource_version``."""
+    of a (re-)list: the mirror of that kind is complete as of ``resource_version``, and ``obj`` is
+    the frozenset of the (namespace, name) keys the list held."""
 
     kind: str
     type: str
@@ -92,6 +97,9 @@ def resource_kinds(gateway: KubernetesGateway, kinds: Iterable[str] = KINDS) -> 
         "Node": ResourceKind("Node", gateway.core.list_node, (), {}, parse_node),
         "Pod": ResourceKind("Pod", gateway.core.list_pod_for_all_namespaces, (),
                             {"field_selector": gateway.pod_field_selector()}, parse_pod),
+        # Bound pods of other schedulers: what they hold on their nodes is not free.
+        "OtherPod": ResourceKind("OtherPod", gateway.core.list_pod_for_all_namespaces, (),
+                                 {"field_selector": gateway.other_pod_field_selector()}, parse_other_pod),
         "PodGroup": ResourceKind("PodGroup", gateway.custom.list_cluster_custom_object,
                                  (PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL), {}, parse_pod_group),
         "Queue": ResourceKind("Queue", gateway.custom.list_cluster_custom_object,
@@ -162,7 +170,7 @@ class ResourceWatch:
             self._last.pop(key, None)
         self.resource_version = rv
         self.relists += 1
-        self.callback(WatchEvent(self.kind.kind, SYNCED, "", "", rv))
+        self.callback(WatchEvent(self.kind.kind, SYNCED, "", "", rv, frozenset(current)))
 
     def _handle(self, event: Mapping[str, Any]) -> None:
         type_, raw = event.get("type"), event.get("raw_object") or event.get("object") or {}

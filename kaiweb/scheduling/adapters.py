@@ -25,7 +25,7 @@ from django.db import connection, transaction
 from django.db.models import FloatField, Func, TextField
 from django.db.models.functions import Cast
 
-from kaiweb.cluster.models import MIG_PREFIX, Node, SchedulingShard, Topology
+from kaiweb.cluster.models import MIG_PREFIX, Node, OtherPod, SchedulingShard, Topology
 from kaiweb.core.changes import listing_version
 from kaiweb.queues.models import PriorityClass, Queue
 from kaiweb.scheduling.choices import DecisionKind, DecisionStatus, PreemptionAction
@@ -457,12 +457,15 @@ def build_snapshot(
     if shard is not None:
         node_qs = node_qs.filter(cluster_id=shard.cluster_id)
     restricted = restricts_nodes(shard)
+    # What other schedulers' pods hold on each node is not free (`OtherPod`).
+    other_rows = OtherPod.objects.all() if shard is None else OtherPod.objects.filter(cluster_id=shard.cluster_id)
+    other_use = OtherPod.use_by_node(other_rows)
     nodes: list[m.NodeSpec] = []
     for n in node_qs:
         if restricted and not ({GPU_WORKER_LABEL, CPU_WORKER_LABEL} & set(n.labels or {})):
             continue  # KAI's restrict-node-scheduling: a node marked neither way is not scheduled on
         if shard is None or shard.matches(n.labels):
-            nodes.append(n.to_spec())
+            nodes.append(n.to_spec(other_use.get((n.cluster_id, n.name))))
             index.nodes[n.name] = n.pk
     node_names = {pk: name for name, pk in index.nodes.items()}
 

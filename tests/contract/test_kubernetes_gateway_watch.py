@@ -244,7 +244,7 @@ def test_the_cluster_watcher_follows_every_kind_for_a_bounded_time(
 
     assert sorted((e.kind, e.name) for e in recorder.events if e.type == "ADDED") == [
         ("Node", "n1"), ("Pod", "p1"), ("PodGroup", "pg"), ("Queue", "team-a")]
-    assert sorted(e.kind for e in recorder.events if e.type == "SYNCED") == ["Node", "Pod", "PodGroup", "Queue"]
+    assert sorted(e.kind for e in recorder.events if e.type == "SYNCED") == ["Node", "OtherPod", "Pod", "PodGroup", "Queue"]
 
 
 def test_the_cluster_watcher_runs_its_threads_until_the_deadline(

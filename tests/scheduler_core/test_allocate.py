@@ -140,3 +140,41 @@ def test_a_shared_gpu_pod_that_would_open_a_group_without_a_pod_slot_for_its_res
     result = run_cycle(snapshot, m.CycleConfig())
     assert result.binds == ()
     assert "pod number exceeded" in result.pending["half"].message
+
+
+def test_what_other_schedulers_pods_hold_on_a_node_is_not_given_again():
+    # Node a: 8 GPUs, 6 held by pods another scheduler placed; b: 8 GPUs, all free.
+    other = m.OtherUse(gpus=6, pods=6, cpu_millis=6000, memory_bytes=6 * 2**30)
+    nodes = [node("a", 8, other_use=other), node("b", 8)]
+    jobs = [job("g", "q", pods=1, gpus=4), job("s", "q", pods=2, gpus=1)]
+    result = run_cycle(snapshot(nodes, [queue("q", gpu_quota=16)], jobs), ALLOCATE_ONLY)
+    st = status_of(result)
+    assert st["g-0"] == (m.BINDING, "b")  # 4 GPUs fit only on b
+    # binpack puts the one-GPU pods on the fuller node: a has exactly 2 left, then no more
+    assert sorted(st[f"s-{i}"] for i in range(2)) == [(m.BINDING, "a"), (m.BINDING, "a")]
+
+
+def test_a_node_other_pods_overfill_takes_nothing_even_cpu_only():
+    other = m.OtherUse(cpu_millis=70000, pods=3)  # more CPU than the node has
+    snap = snapshot([node("a", 8, cpu=64000, other_use=other)], [queue("q", gpu_quota=8)],
+                    [job("p", "q", pods=1, gpus=1)])
+    result = run_cycle(snap, ALLOCATE_ONLY)
+    assert status_of(result)["p-0"][0] == m.PENDING
+    assert result.binds == ()
+
+
+def test_other_pods_use_a_nodes_mig_slices_and_extended_resources():
+    n = node("a", 0, mig_instances={"mig-1g.10gb": 2}, extended={"example.com/nic": 1},
+             other_use=m.OtherUse(mig_instances={"mig-1g.10gb": 2}, extended={"example.com/nic": 1}))
+    mig = m.TaskSpec("p-0", m.TaskRequest(cpu_millis=100, gpu_kind=m.GPU_MIG, mig={"mig-1g.10gb": 1}))
+    nic = m.TaskSpec("c-0", m.TaskRequest(cpu_millis=100, extended={"example.com/nic": 1}))
+    snap = snapshot([n], [queue("q", gpu_quota=8)], [job("p", "q", tasks=[mig]), job("c", "q", tasks=[nic])])
+    st = status_of(run_cycle(snap, ALLOCATE_ONLY))
+    assert st["p-0"][0] == m.PENDING
+    assert st["c-0"][0] == m.PENDING
+    # without the other pods both fit: the test sees the charge, not a node that cannot host them
+    free = snapshot([node("a", 0, mig_instances={"mig-1g.10gb": 2}, extended={"example.com/nic": 1})],
+                    [queue("q", gpu_quota=8)], [job("p", "q", tasks=[mig]), job("c", "q", tasks=[nic])])
+    st = status_of(run_cycle(free, ALLOCATE_ONLY))
+    assert st["p-0"][0] == m.BINDING
+    assert st["c-0"][0] == m.BINDING

@@ -62,6 +62,7 @@ from kaiweb.cluster.backends.types import (
     EvictAction,
     Listing,
     ObservedNode,
+    ObservedOtherPod,
     ObservedPod,
     ObservedPodGroup,
     ObservedPriorityClass,
@@ -253,6 +254,20 @@ def parse_pod(raw: Mapping[str, Any]) -> ObservedPod | Unreadable:
         return _parse_pod(raw)
     except _Bad as bad:
         return _unreadable("Pod", raw, bad)
+
+
+@_never_raises("Pod")
+def parse_other_pod(raw: Mapping[str, Any]) -> ObservedOtherPod | Unreadable:
+    """A pod of another scheduler as an `ObservedOtherPod` (its node, phase and requests as KAI
+    sums them), or an `Unreadable` naming the field."""
+    meta, spec = _meta(raw), raw.get("spec") or {}
+    return ObservedOtherPod(
+        namespace=meta.get("namespace", "") or "", name=meta.get("name", "") or "", uid=meta.get("uid", "") or "",
+        node=spec.get("nodeName") or None, scheduler_name=str(spec.get("schedulerName") or ""),
+        phase=str((raw.get("status") or {}).get("phase") or "Pending"),
+        requests=_to_resource_amounts(pod_requests(spec)),
+        resource_version=str(meta.get("resourceVersion", "")),
+    )
 
 
 def _parse_pod(raw: Mapping[str, Any]) -> ObservedPod:
@@ -916,6 +931,22 @@ class KubernetesGateway:
 
     def pod_field_selector(self) -> str:
         return f"spec.schedulerName={self.scheduler_name}"
+
+    def other_pod_field_selector(self) -> str:
+        """Bound pods of every other scheduler, but the reservation pods of shared GPUs (their
+        sharers count them). Every field is one that never changes, so a pod never leaves the
+        selection while it lives: a finished one is seen finishing."""
+        return (f"spec.schedulerName!={self.scheduler_name},spec.nodeName!=,"
+                f"metadata.namespace!={self.reservation_namespace}")
+
+    def list_other_pods(self) -> Listing[ObservedOtherPod]:
+        raws, rv = self.list_raw("list other schedulers' pods", self.core.list_pod_for_all_namespaces,
+                                 field_selector=self.other_pod_field_selector())
+        # The field selector already filters; this guards against servers that ignore it.
+        raws = [r for r in raws if (r.get("spec") or {}).get("schedulerName") != self.scheduler_name
+                and (r.get("spec") or {}).get("nodeName")
+                and (r.get("metadata") or {}).get("namespace") != self.reservation_namespace]
+        return self._listing(raws, rv, parse_other_pod)
 
     def list_pods(self) -> Listing[ObservedPod]:
         raws, rv = self.list_raw("list pods", self.core.list_pod_for_all_namespaces,

@@ -139,6 +139,26 @@ class ObservedNode:
 
 
 @dataclass(frozen=True)
+class ObservedOtherPod:
+    """A pod no kai scheduler places (``spec.schedulerName`` is another's), read only for what it
+    holds on its node: its requests, while it is bound and not finished."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str | None
+    scheduler_name: str
+    phase: str
+    requests: ResourceAmounts
+    resource_version: str
+
+    @property
+    def holds(self) -> bool:
+        """Bound, and not Succeeded or Failed: its node's resources are taken."""
+        return bool(self.node) and self.phase not in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
 class ObservedPod:
     namespace: str
     name: str
