@@ -6,7 +6,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from kaiweb.cluster.models import GpuDevice, Node, SchedulingShard
+from kaiweb.cluster.models import GpuDevice, Node, OtherPod, SchedulingShard
 from kaiweb.ui.charts import queue_colour
 from kaiweb.ui.pages import PER_PAGE_CHOICES, filter_context, filter_queryset, paginate, render_page
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES
@@ -156,6 +156,8 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     queues: dict[str, float] = {}
     for p in pods:
         queues[p.workload.queue.name] = queues.get(p.workload.queue.name, 0.0) + (p.gpu_fraction or p.gpu or 0.0)
+    other_pods = list(OtherPod.objects.filter(cluster_id=node.cluster_id, node_name=node.name)
+                      .order_by("namespace", "name")[:NODE_PODS])
     decisions = list(Decision.objects.filter(Q(node=node) | Q(node__isnull=True, node_name=node.name))
                      .select_related("cycle").order_by("-cycle__started_at", "-id")[:NODE_EVENTS])
     preemptions = list(PreemptionEvent.objects.filter(decision__node_name=node.name)
@@ -168,6 +170,8 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
         "stranded": stranded,
         "pods": pods,
         "pods_capped": len(pods) == NODE_PODS,
+        "other_pods": other_pods,
+        "other_pods_capped": len(other_pods) == NODE_PODS,
         "queues": sorted(queues.items(), key=lambda kv: (-kv[1], kv[0])),
         "decisions": decisions,
         "preemptions": preemptions,

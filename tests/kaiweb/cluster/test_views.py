@@ -107,6 +107,20 @@ def test_a_node_page_shows_its_gpus_pods_queues_constraints_and_events(client, v
         assert f"cycle #{decision.cycle_id}" in html[html.index('id="node-events"'):]
 
 
+def test_a_node_page_lists_the_pods_of_other_schedulers_that_hold_it(client, viewer, ui_data):
+    from kaiweb.cluster.models import OtherPod
+
+    node = Node.objects.order_by("name").first()
+    client.force_login(viewer)
+    assert 'id="node-other-pods"' not in client.get(f"/nodes/{node.name}/").content.decode()
+    OtherPod.objects.create(cluster=node.cluster, namespace="kube-system", name="dcgm-exporter-x1",
+                            node_name=node.name, scheduler_name="default-scheduler", gpus=2, cpu_millis=500)
+    html = client.get(f"/nodes/{node.name}/").content.decode()
+    section = html[html.index('id="node-other-pods"'):]
+    assert "kube-system/dcgm-exporter-x1" in section
+    assert "default-scheduler" in section
+
+
 def test_node_names_link_to_their_page_and_an_unknown_node_is_a_404(client, viewer, ui_data):
     client.force_login(viewer)
     node = Node.objects.order_by("name").first()
