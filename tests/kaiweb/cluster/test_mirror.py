@@ -13,7 +13,15 @@ from django.test.utils import CaptureQueriesContext
 from kaiweb.audit.models import AuditEntry
 from kaiweb.cluster import mirror
 from kaiweb.cluster.backends.kubernetes import KubernetesGateway
-from kaiweb.cluster.models import Cluster, GpuDevice, MirrorState, Node, PendingReport, UnreadableObject
+from kaiweb.cluster.models import (
+    Cluster,
+    GpuDevice,
+    MirrorState,
+    Node,
+    PendingReport,
+    Topology,
+    UnreadableObject,
+)
 from kaiweb.cluster.watch import ClusterWatcher
 from kaiweb.queues.models import PriorityClass, Queue
 from kaiweb.scheduling.models import PendingReason
@@ -389,12 +397,31 @@ def test_sync_into_lists_only_queues_while_the_watcher_is_alive(
     assert mirror.observe(gateway, cluster)["mode"] == "queues"
     paths = [r.path for r in server.requests[before:] if r.method == "GET"]
     assert paths
-    # Only the Queue CRDs, and the few reservation pods of shared GPUs: no pod or node listing.
-    assert all("/queues" in p or "/namespaces/kai-resource-reservation/pods" in p for p in paths)
+    # Only the Queue CRDs, the Topology and SchedulingShard objects (not watched) and the few
+    # reservation pods of shared GPUs: no pod or node listing.
+    assert all(p.endswith(("/queues", "/topologies", "/schedulingshards"))
+               or "/namespaces/kai-resource-reservation/pods" in p for p in paths)
 
     MirrorState.objects.filter(cluster=cluster).update(watcher_heartbeat_at=None)
     assert mirror.observe(gateway, cluster)["mode"] == "full"
     assert Pod.objects.filter(workload__cluster=cluster).count() == 4
+
+
+def test_a_topology_reaches_the_mirror_while_the_watcher_keeps_it(
+        server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
+    """The watcher does not watch Topologies: the cycle's observe step lists them, so a Topology made
+    while watch_cluster runs is known to the scheduler (its constraints are not silently ignored)."""
+    server.register("topologies", "Topology", "kai.scheduler/v1alpha1", namespaced=False)
+    mirror.record_heartbeat(cluster)
+    levels = ["cloud.provider.com/topology-zone", "cloud.provider.com/topology-rack"]
+    server.put("topologies", {"apiVersion": "kai.scheduler/v1alpha1", "kind": "Topology",
+                              "metadata": {"name": "tree"}, "spec": {"levels": [{"nodeLabel": k} for k in levels]}})
+    assert mirror.observe(gateway, cluster)["mode"] == "queues"
+    assert list(Topology.objects.filter(cluster=cluster).values_list("name", "levels")) == [("tree", levels)]
+
+    server.remove("topologies", "tree")
+    assert mirror.observe(gateway, cluster)["mode"] == "queues"
+    assert not Topology.objects.filter(cluster=cluster).exists()
 
 
 # -- commands ---------------------------------------------------------------------------------
