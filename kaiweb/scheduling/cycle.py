@@ -138,15 +138,29 @@ def resolve_shard(shard: SchedulingShard | int | str | None) -> SchedulingShard:
     return found
 
 
+# KAI's --max-consolidation-preemptees, set per shard in its SchedulingShard spec.args: at most that
+# many victim jobs for one consolidation (0 turns consolidation off). Absent, or not a whole number
+# ≥ 0, KAI's default (16, `CycleConfig`) holds.
+MAX_CONSOLIDATION_PREEMPTEES_ARG = "max-consolidation-preemptees"
+
+
+def max_consolidation_preemptees(shard: SchedulingShard) -> int | None:
+    """The shard's ``max-consolidation-preemptees`` argument, or None when it sets none (or none valid)."""
+    raw = str((shard.args or {}).get(MAX_CONSOLIDATION_PREEMPTEES_ARG, "")).strip()
+    return int(raw) if raw.isascii() and raw.isdigit() else None
+
+
 def cycle_config(shard: SchedulingShard) -> m.CycleConfig:
     def seconds(value: Any) -> float:
         return value.total_seconds() if value is not None else 0.0
 
+    cap = max_consolidation_preemptees(shard)
     return m.CycleConfig(
         gpu_placement=shard.gpu_placement, cpu_placement=shard.cpu_placement, k_value=shard.k_value,
         typical_pods=shard_typical_pods(shard),
         default_preempt_min_runtime_s=seconds(shard.preempt_min_runtime),
         default_reclaim_min_runtime_s=seconds(shard.reclaim_min_runtime),
+        **({} if cap is None else {"max_consolidation_preemptees": cap}),
     )
 
 
