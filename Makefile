@@ -75,7 +75,7 @@ chart: helm
 	deploy/helm/render.sh
 
 # KAI's end-to-end scenarios (../shared/corpus/kai-e2e) through the product's Kubernetes path on a
-# real API server; fails below the floor in tests/e2e_scenario_floor.txt.
+# real API server, KWOK playing the nodes' kubelets; fails below the floor in tests/e2e_scenario_floor.txt.
 E2E_CORPUS ?= ../shared/corpus/kai-e2e
 e2e-kai: $(STAMP) kube
 	$(PY) manage.py cluster_scenarios $(E2E_CORPUS) --out var/kai-e2e-results.json --floor $$(cat tests/e2e_scenario_floor.txt)

@@ -5,7 +5,7 @@ format) is played against a real API server on loopback (`kaiweb.cluster.localku
 product is deployed:
 
     apply objects with the official client → cycle: observe (pod-grouper, mirror) → snapshot →
-    decide → bind / evict through the API → write status and events back → kubelet stand-in
+    decide → bind / evict through the API → write status and events back → KWOK plays the kubelets
 
 Nothing here decides anything: the runner only plays the parts that a real cluster has and a bare API
 server lacks. It writes no database rows of its own and never reads the scenario's expectations.
@@ -16,8 +16,12 @@ server lacks. It writes no database rows of its own and never reads the scenario
   (PyTorchJob, JobSet, RayCluster, ...) get a permissive CRD, as the corpus README asks.
 * **Scheduler configuration.** A scenario's ``scheduler.config`` (KAI's ``SchedulingShard.spec``)
   is applied as a SchedulingShard object in the cluster; the mirror reads it like any other.
-* **The kubelet's part.** There is no kubelet: after each cycle, a pod that was evicted (terminating)
-  is deleted with grace 0, and a bound pod is marked Running.
+* **The kubelet's part.** There is no kubelet: every node is a KWOK node (``LocalKube(kwok=True)``; the
+  runner adds KWOK's annotation ``kwok.x-k8s.io/node=fake`` to the scenario's nodes and changes nothing
+  else on them), and KWOK's stages (``deploy/kube/kwok-stages.yaml``) do what kubelets would: a bound
+  pod goes Running, a pod being deleted (evicted) goes away. After each cycle the runner waits, bounded,
+  until KWOK has done so (`LocalKube.wait_for_pods`), so the next step sees what a cluster would. On
+  the in-process fake API server (`FakeCluster`), which has no KWOK, its store does the same at once.
 * **Time.** ``advance_seconds`` moves `kaiweb.core.clock`; cycles themselves do not advance it.
 * **Isolation.** Every scenario gets an empty API server (etcd wiped) and an empty database.
 """
@@ -39,6 +43,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+from kaiweb.cluster.localkube import KWOK_ANNOTATION, LocalKubeError
 
 log = logging.getLogger(__name__)
 
@@ -135,10 +141,13 @@ def _creation_order(objects: Sequence[Mapping[str, Any]]) -> list[Mapping[str, A
 
 
 class Applier:
-    """Creates, replaces and deletes arbitrary objects on the API server (the dynamic client)."""
+    """Creates, replaces and deletes arbitrary objects on the API server (the dynamic client).
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    With ``kwok`` every Node gets KWOK's annotation, so that KWOK plays its kubelet."""
+
+    def __init__(self, api_client: client.ApiClient, *, kwok: bool = False) -> None:
         self.api_client = api_client
+        self.kwok = kwok
         self._dynamic: DynamicClient | None = None
         self.uids: dict[str, str] = {}  # the scenario's uid → the uid the API server gave
 
@@ -186,6 +195,8 @@ class Applier:
                 ref["uid"] = self.uids[ref["uid"]]
         status = body.pop("status", None)
         kind, api_version = body.get("kind", ""), body.get("apiVersion", "")
+        if kind == "Node" and self.kwok:
+            meta["annotations"] = {**(meta.get("annotations") or {}), KWOK_ANNOTATION[0]: KWOK_ANNOTATION[1]}
         _selector_in_template(body)
         res = self.resource(api_version, kind)
         namespace = meta.get("namespace") if res.namespaced else None
@@ -362,6 +373,11 @@ class FakeCluster:
     def api_client(self) -> client.ApiClient:
         return self.server.api_client
 
+    def wait_for_pods(self, *, timeout: float = 60.0) -> None:
+        """`LocalKube.wait_for_pods`'s counterpart: the fake has no KWOK, so its store does the
+        kubelets' part at once (`FakeKubeApiServer.play_kubelets`)."""
+        self.server.play_kubelets()
+
     def stop(self) -> None:
         if self.server is not None:
             self.server.stop()
@@ -375,35 +391,9 @@ class FakeCluster:
 
 
 def applier_for(kube: Any) -> Applier:
-    return FakeApplier(kube) if isinstance(kube, FakeCluster) else Applier(kube.api_client())
-
-
-# ----------------------------------------------------------------------------------- kubelet
-
-
-def play_kubelet(core: client.CoreV1Api) -> dict[str, int]:
-    """What kubelets would do between two cycles: evicted (terminating) pods go away, bound pods run."""
-    deleted = started = 0
-    for pod in core.list_pod_for_all_namespaces().items:
-        meta, spec, status = pod.metadata, pod.spec, pod.status
-        if meta.deletion_timestamp is not None:
-            try:
-                core.delete_namespaced_pod(meta.name, meta.namespace, grace_period_seconds=0)
-                deleted += 1
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-            continue
-        if spec.node_name and ((status.phase if status else None) or "Pending") == "Pending":
-            body = {"status": {"phase": "Running", "startTime": _rfc3339(time.time()), "conditions": [
-                {"type": "Ready", "status": "True", "lastTransitionTime": _rfc3339(time.time())}]}}
-            try:
-                core.patch_namespaced_pod_status(meta.name, meta.namespace, body)
-                started += 1
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-    return {"deleted": deleted, "started": started}
+    if isinstance(kube, FakeCluster):
+        return FakeApplier(kube)
+    return Applier(kube.api_client(), kwok=bool(getattr(kube, "kwok", False)))
 
 
 # ----------------------------------------------------------------------------------- observation
@@ -457,17 +447,21 @@ class ScenarioResult:
 class ScenarioRunner:
     """Plays scenarios one after another on one API server harness and one database.
 
-    ``kube`` is a started `LocalKube` (or anything with ``reset()``, ``install_crds()`` and
-    ``api_client()``); ``prepare`` empties the database and points the product at ``kube``;
-    ``run_cycle`` runs one scheduling cycle of the product."""
+    ``kube`` is a started `LocalKube` with KWOK (``kwok=True``: KWOK plays the kubelets; no workload
+    controllers, as the corpus asks), or anything with ``reset()``, ``install_crds()``,
+    ``api_client()`` and ``wait_for_pods()`` (`FakeCluster`); ``prepare`` empties the database and
+    points the product at ``kube``; ``run_cycle`` runs one scheduling cycle of the product. After each
+    cycle the runner waits at most ``kubelet_timeout`` seconds for the kubelets' part to be done."""
 
     def __init__(self, kube: Any, *, prepare: Callable[[Any], None], run_cycle: Callable[[], Any],
-                 crds: Path = CRDS_FILE, check: Callable[[Any], list[str]] | None = None) -> None:
+                 crds: Path = CRDS_FILE, check: Callable[[Any], list[str]] | None = None,
+                 kubelet_timeout: float = 60.0) -> None:
         self.kube = kube
         self.prepare = prepare
         self.run_cycle = run_cycle
         self.check = check  # the invariants after each cycle, given what run_cycle returned
         self.crds = crds
+        self.kubelet_timeout = kubelet_timeout
         self._fresh = True
 
     def run(self, scenario: Mapping[str, Any]) -> ScenarioResult:
@@ -488,7 +482,6 @@ class ScenarioRunner:
             self.prepare(self.kube)
             api_client = self.kube.api_client()
             applier = applier_for(self.kube)
-            core = client.CoreV1Api(api_client)
             applier.apply_one(shard_object((scenario.get("scheduler") or {}).get("config") or {}))
             seen: dict[str, dict[str, Any]] = {}
             for step in scenario.get("steps", []):
@@ -501,8 +494,8 @@ class ScenarioRunner:
                         outcome = self.run_cycle()
                         if self.check is not None:
                             result.violations.extend(self.check(outcome))
-                        play_kubelet(core)
                         result.cycles += 1
+                        self._await_kubelets(result.cycles)
                 elif "advance_seconds" in step:
                     clock.advance(float(step["advance_seconds"]))
                 elif "expect" in step:
@@ -518,6 +511,13 @@ class ScenarioRunner:
             clock.reset()  # the scenario's time does not outlive it
         result.seconds = time.perf_counter() - started
         return result
+
+    def _await_kubelets(self, cycle: int) -> None:
+        """What the cycle bound runs and what it evicted is gone (KWOK's part), before the next step."""
+        try:
+            self.kube.wait_for_pods(timeout=self.kubelet_timeout)
+        except LocalKubeError as exc:
+            raise ScenarioError(f"after cycle {cycle}: {exc}") from exc
 
 
 def summarise(results: Mapping[str, ScenarioResult]) -> dict[str, Any]:

@@ -424,6 +424,26 @@ class FakeKubeApiServer:
             self.remove("pods", name, ns)
         return len(doomed)
 
+    def play_kubelets(self) -> dict[str, int]:
+        """What KWOK's stages do on the real server (`LocalKube(kwok=True)`), at once: terminating
+        pods go away (`complete_terminations`) and bound Pending pods become Running and Ready."""
+        deleted = self.complete_terminations()
+        started = 0
+        with self._lock:
+            for key, pod in list(self.state.objects.items()):
+                if key[0] != "pods" or not pod["spec"].get("nodeName"):
+                    continue
+                if ((pod.get("status") or {}).get("phase") or "Pending") != "Pending":
+                    continue
+                now = _now()
+                running = copy.deepcopy(pod)
+                running["status"] = _strategic_merge_patch(running.get("status") or {}, {
+                    "phase": "Running", "startTime": now,
+                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]})
+                self.put("pods", running)
+                started += 1
+        return {"deleted": deleted, "started": started}
+
     # -- builders for tests --------------------------------------------------------------------
 
     def add_node(

@@ -18,7 +18,9 @@ Usage::
 With ``kwok=True`` the cluster also gets KWOK (``sigs.k8s.io/kwok``, built by ``make kube``) with
 our stages (``deploy/kube/kwok-stages.yaml``) and the controllers a cluster of fake nodes needs;
 `LocalKube.create_kwok_nodes` then adds GPU nodes that go Ready, heartbeat, run the pods bound to
-them and finish Job pods that ask to. ``scheduler=True`` starts kube-scheduler of the same version::
+them and finish Job pods that ask to (any node annotated ``kwok.x-k8s.io/node=fake`` is KWOK's), and
+`LocalKube.wait_for_pods` waits until KWOK has taken on what was bound or deleted. ``scheduler=True``
+starts kube-scheduler of the same version::
 
     with LocalKube(kwok=True) as kube:
         names = kube.create_kwok_nodes(50)        # 50 × 8 GPUs, Ready and untainted on return
@@ -229,7 +231,8 @@ class LocalKube:
 
     ``kwok=True`` also starts KWOK on the nodes annotated ``kwok.x-k8s.io/node=fake`` (its stages from
     ``kwok_stages``, its own server off) and, unless ``controllers`` is given, the controller-manager
-    with `KWOK_CONTROLLERS`. ``scheduler=True`` starts kube-scheduler (leader election off, no
+    with `KWOK_CONTROLLERS`; ``extra_kwok_stages`` are more stage files KWOK loads besides (stages a
+    caller adds without touching the default ones). ``scheduler=True`` starts kube-scheduler (leader election off, no
     serving port). Both binaries come from ``bin_dir`` (or where `find_tool` finds them); start
     raises `LocalKubeError` when one asked for is missing (`NO_KWOK`, `NO_SCHEDULER` say why).
     """
@@ -239,11 +242,13 @@ class LocalKube:
 
     def __init__(self, bin_dir: Path | None = None, *, controllers: str | None = DEFAULT_CONTROLLERS,
                  workdir: Path | None = None, apiserver_args: Sequence[str] = (), kwok: bool = False,
-                 scheduler: bool = False, kwok_stages: Path = KWOK_STAGES) -> None:
+                 scheduler: bool = False, kwok_stages: Path = KWOK_STAGES,
+                 extra_kwok_stages: Sequence[Path] = ()) -> None:
         self.bin_dir = Path(bin_dir) if bin_dir is not None else find_binaries()
         self.kwok = kwok
         self.scheduler = scheduler
         self.kwok_stages = Path(kwok_stages)
+        self.extra_kwok_stages = [Path(p) for p in extra_kwok_stages]
         if kwok and controllers == DEFAULT_CONTROLLERS:
             controllers = KWOK_CONTROLLERS
         self.controllers = controllers
@@ -466,8 +471,9 @@ class LocalKube:
         kwok_bin = find_tool("kwok", self.bin_dir)
         if kwok_bin is None:
             raise LocalKubeError(NO_KWOK)
-        if not self.kwok_stages.is_file():
-            raise LocalKubeError(f"KWOK's stages file {self.kwok_stages} is missing")
+        for stages in (self.kwok_stages, *self.extra_kwok_stages):
+            if not stages.is_file():
+                raise LocalKubeError(f"KWOK's stages file {stages} is missing")
         key, value = KWOK_ANNOTATION
         # No --server-address and no --node-port: KWOK's own server (logs, exec, port-forward) stays off,
         # so it listens nowhere; it only talks to the API server on loopback.
@@ -475,6 +481,7 @@ class LocalKube:
             str(kwok_bin), "--kubeconfig", str(self.kubeconfig),
             "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={key}={value}",
             "--config", str(self.kwok_stages),
+            *(arg for stages in self.extra_kwok_stages for arg in ("--config", str(stages))),
             "--node-lease-duration-seconds", str(KWOK_LEASE_SECONDS),
             "--node-ip", "127.0.0.1", "--server-address=",
             "--v=WARN",  # at INFO it logs every lease renewal of every node
@@ -564,6 +571,65 @@ class LocalKube:
         finally:
             if owned:
                 api.close()
+
+    def wait_for_pods(self, *, timeout: float = 60.0, api_client: client.ApiClient | None = None) -> None:
+        """Wait until KWOK has done a kubelet's part for every pod on one of its nodes (annotated
+        ``kwok.x-k8s.io/node=fake``): a bound pod is no longer Pending (the stages make it Running) and
+        a pod being deleted is gone. A pod with finalizers is left to whoever holds them, and a pod on
+        a node KWOK does not manage is not waited for (nothing would move it).
+
+        Raises `LocalKubeError` naming the pods still waiting after ``timeout`` seconds, with the
+        last lines of KWOK's log, or at once when the cluster runs no KWOK (``kwok=False``)."""
+        if not self.kwok:
+            raise LocalKubeError("wait_for_pods needs a LocalKube started with kwok=True: "
+                                 "without KWOK nothing plays the kubelets")
+        deadline = time.monotonic() + timeout
+        owned = api_client is None
+        api = api_client or client.ApiClient(self.configuration())
+        pause = 0.02
+        try:
+            core = client.CoreV1Api(api)
+            while True:
+                waiting = self._pods_awaiting_kwok(core)
+                if not waiting:
+                    return
+                for child in self._children:
+                    if not child.alive():
+                        raise child.failure("exited while pods waited for KWOK")
+                if time.monotonic() > deadline:
+                    sample = ", ".join(f"{key} ({why})" for key, why in sorted(waiting.items())[:5])
+                    raise LocalKubeError(
+                        f"{len(waiting)} pods not taken on by KWOK within {timeout:.0f}s (e.g. {sample}); "
+                        f"last lines of the kwok log:\n{_tail(self.child_log('kwok'))}")
+                time.sleep(pause)
+                pause = min(pause * 1.5, 0.2)
+        finally:
+            if owned:
+                api.close()
+
+    @staticmethod
+    def _pods_awaiting_kwok(core: client.CoreV1Api) -> dict[str, str]:
+        """``namespace/name`` → what KWOK still has to do, for the pods on KWOK's nodes."""
+        key, value = KWOK_ANNOTATION
+        # Raw JSON, as in wait_for_nodes: quicker than the client's model classes.
+        nodes = json.loads(core.list_node(_preload_content=False, _request_timeout=30).data).get("items") or []
+        managed = {n["metadata"]["name"] for n in nodes
+                   if ((n["metadata"].get("annotations") or {}).get(key)) == value}
+        if not managed:
+            return {}
+        pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=30).data)
+        waiting: dict[str, str] = {}
+        for pod in pods.get("items") or []:
+            meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+            if spec.get("nodeName") not in managed:
+                continue
+            where = f"{meta.get('namespace')}/{meta.get('name')}"
+            if meta.get("deletionTimestamp"):
+                if not meta.get("finalizers"):
+                    waiting[where] = "being deleted"
+            elif ((pod.get("status") or {}).get("phase") or "Pending") == "Pending":
+                waiting[where] = f"bound to {spec['nodeName']}, still Pending"
+        return waiting
 
     def _etcd_supports(self, flag: str) -> bool:
         assert self.bin_dir is not None

@@ -15,7 +15,8 @@ import pytest
 from django.core.management import call_command
 
 from kaiweb.cluster import e2e, mirror
-from kaiweb.cluster.localkube import LocalKube
+from kaiweb.cluster.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
+from tests.kube.fixtures import NO_BINARIES, start_cluster
 
 pytestmark = [pytest.mark.kube, pytest.mark.django_db(transaction=True)]
 
@@ -71,8 +72,23 @@ def base(*nodes: dict[str, Any], gpu_limit: float = -1) -> list[dict[str, Any]]:
     return [*nodes, queue("dept"), queue("q", parent="dept", gpu_limit=gpu_limit), namespace("team")]
 
 
+@pytest.fixture(scope="module")
+def kwok_cluster() -> Iterator[LocalKube]:
+    """The cluster `make e2e-kai` plays on: KWOK for the kubelets, no controller-manager."""
+    bin_dir = find_binaries()
+    if bin_dir is None:
+        pytest.skip(NO_BINARIES)
+    if find_tool("kwok", bin_dir) is None:
+        pytest.skip(NO_KWOK)
+    kube = start_cluster(kwok=True, controllers=None)
+    try:
+        yield kube
+    finally:
+        kube.stop()
+
+
 @pytest.fixture
-def play(kube_cluster: LocalKube, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
+def play(kwok_cluster: LocalKube, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
     """Run a list of steps through the product's Kubernetes path; returns the last observation."""
 
     def prepare(kube: LocalKube) -> None:
@@ -83,8 +99,8 @@ def play(kube_cluster: LocalKube, settings: Any, monkeypatch: pytest.MonkeyPatch
         mirror.kubernetes_cluster()
 
     def run(steps: list[dict[str, Any]], config: dict[str, Any] | None = None) -> dict[str, Any]:
-        kube_cluster.reset()
-        runner = e2e.ScenarioRunner(kube_cluster, prepare=prepare, run_cycle=e2e.product_cycle)
+        kwok_cluster.reset()
+        runner = e2e.ScenarioRunner(kwok_cluster, prepare=prepare, run_cycle=e2e.product_cycle)
         result = runner.run({"id": "regression", "scheduler": {"config": config or {}},
                              "steps": [*steps, {"expect": {}}]})
         assert result.error is None, result.error

@@ -145,3 +145,18 @@ def test_kube_scheduler_of_the_same_version_binds_a_pod_to_a_kwok_node(kwok_kube
     pod = _wait_for("kube-scheduler's bind and KWOK's Running", lambda: (
         p := core.read_namespaced_pod("by-kube-scheduler", "kwok-test")).status.phase == "Running" and p)
     assert pod.spec.node_name in {"kwok-node-0", "kwok-node-1"}
+
+
+def test_wait_for_pods_returns_once_kwok_ran_the_bound_pod_and_removed_the_deleted_one(kwok_kube: LocalKube) -> None:
+    core = client.CoreV1Api(kwok_kube.api_client())
+    core.create_namespaced_pod("kwok-test", {"metadata": {"name": "awaited"}, "spec": _pod_spec()})
+    _bind(core, "kwok-test", "awaited", "kwok-node-0")
+
+    kwok_kube.wait_for_pods(timeout=STUCK)
+
+    assert core.read_namespaced_pod("awaited", "kwok-test").status.phase == "Running"
+    core.delete_namespaced_pod("awaited", "kwok-test", grace_period_seconds=30)
+
+    kwok_kube.wait_for_pods(timeout=STUCK)
+
+    assert not core.list_namespaced_pod("kwok-test", field_selector="metadata.name=awaited").items

@@ -124,3 +124,8 @@ def test_without_a_kwok_binary_a_kwok_cluster_says_how_to_get_one(tmp_path: Path
         LocalKube(bins, kwok=True, workdir=tmp_path / "work").start()
     with pytest.raises(LocalKubeError, match=r"no kube-scheduler binary .*make kube"):
         LocalKube(bins, scheduler=True, workdir=tmp_path / "work").start()
+
+
+def test_waiting_for_kwok_on_a_cluster_without_it_says_so_at_once(tmp_path: Path) -> None:
+    with pytest.raises(LocalKubeError, match=r"kwok=True"):
+        LocalKube(tmp_path, workdir=tmp_path / "work").wait_for_pods(timeout=0)

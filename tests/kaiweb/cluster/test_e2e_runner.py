@@ -71,3 +71,64 @@ def test_owners_are_created_before_what_they_own_across_kinds():
         {"kind": "StatefulSet", "name": "workers", "uid": "u-workers"}]}}
     Recording().apply([worker, workers, leader])
     assert created == ["leader", "workers", "worker-0"]
+
+
+class _Created:
+    def __init__(self, body):
+        self.body = body
+
+    def to_dict(self):
+        return {**self.body, "metadata": {**self.body["metadata"], "uid": "uid-1"}}
+
+
+class _NodeResource:
+    namespaced = False
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+
+    def create(self, body, namespace=None):
+        self.bodies.append(body)
+        return _Created(body)
+
+
+def _applier_with(resource: _NodeResource, *, kwok: bool) -> e2e.Applier:
+    applier = e2e.Applier(api_client=None, kwok=kwok)  # type: ignore[arg-type]
+    applier.resource = lambda api_version, kind: resource  # type: ignore[method-assign]
+    return applier
+
+
+def test_on_a_kwok_cluster_nodes_get_kwoks_annotation_and_nothing_else_changes():
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "node-0", "labels": {"kubernetes.io/hostname": "node-0"},
+                         "annotations": {"kept": "yes"}},
+            "spec": {"taints": [{"key": "testKey", "value": "v", "effect": "NoSchedule"}]}}
+    kwok, plain = _NodeResource(), _NodeResource()
+
+    _applier_with(kwok, kwok=True).apply_one(node)
+    _applier_with(plain, kwok=False).apply_one(node)
+
+    assert kwok.bodies[0]["metadata"]["annotations"] == {"kept": "yes", "kwok.x-k8s.io/node": "fake"}
+    assert kwok.bodies[0]["metadata"]["labels"] == node["metadata"]["labels"]
+    assert kwok.bodies[0]["spec"] == node["spec"]  # no KWOK taint: the scenarios' pods do not tolerate one
+    assert plain.bodies[0]["metadata"]["annotations"] == {"kept": "yes"}
+
+
+def test_the_fake_cluster_plays_the_kubelets_at_once():
+    with e2e.FakeCluster() as kube:
+        server = kube.server
+        server.add_node("node-0")
+        server.add_pod("bound", node="node-0")
+        server.add_pod("waiting")
+        server.add_pod("leaving", node="node-0", phase="Running")
+        leaving = server.get("pods", "leaving")
+        leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        server.put("pods", leaving)
+
+        kube.wait_for_pods()
+
+        bound = server.get("pods", "bound")
+        assert bound["status"]["phase"] == "Running"
+        assert {c["type"]: c["status"] for c in bound["status"]["conditions"]}["Ready"] == "True"
+        assert (server.get("pods", "waiting").get("status") or {}).get("phase", "Pending") == "Pending"
+        assert server.get("pods", "leaving") is None

@@ -21,7 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("--out", type=Path, help="write the results JSON to this file")
         parser.add_argument("--only", default=None, help="a regular expression: run the scenarios whose id matches")
         parser.add_argument("--apiserver", choices=("real", "fake"), default="real",
-                            help="real: kube-apiserver + etcd built by `make kube` (the default, what CI runs); "
+                            help="real: kube-apiserver + etcd + KWOK built by `make kube` (the default, what CI runs); "
                                  "fake: the in-process fake API server, for quick local runs")
         parser.add_argument("--floor", type=int, default=None,
                             help="score the results with the corpus's own evaluate.py (beside PATH) and fail "
@@ -29,7 +29,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         from kaiweb.cluster import e2e
-        from kaiweb.cluster.localkube import LocalKube, find_binaries
+        from kaiweb.cluster.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
 
         path: Path = opts["path"]
         if not path.exists():
@@ -44,7 +44,12 @@ class Command(BaseCommand):
             if binaries is None:
                 raise CommandError("apiserver: no kube-apiserver/etcd binaries; run `make kube` "
                                    "(or set KUBEBUILDER_ASSETS), or use --apiserver fake")
-            cluster = LocalKube(binaries, controllers=None)
+            if find_tool("kwok", binaries) is None:
+                raise CommandError(f"apiserver: {NO_KWOK}; KWOK plays the kubelets of the scenarios' nodes "
+                                   "(or use --apiserver fake)")
+            # KWOK plays the kubelets; no controller-manager: the corpus applies what workload
+            # controllers would create, and nothing else may create or evict pods.
+            cluster = LocalKube(binaries, controllers=None, kwok=True)
         results: dict[str, e2e.ScenarioResult] = {}
         with _throwaway_database(), cluster as kube:
             runner = e2e.ScenarioRunner(kube, prepare=_prepare, run_cycle=e2e.product_cycle,
