@@ -21,7 +21,7 @@ import numpy as np
 from scheduler_core import model as m
 from scheduler_core import reasons
 from scheduler_core import reclaimable as rc
-from scheduler_core.allocate import Placer, allocate_job
+from scheduler_core.allocate import Placer, allocate_job, queue_capacity_problem
 from scheduler_core.model import Key
 from scheduler_core.ordering import JobsOrder, tasks_to_allocate
 from scheduler_core.proportion import QueueAttrs, compare_victim_queues
@@ -266,6 +266,56 @@ def _greedy_gpu_fit(s: Session, demand: list[float], freed: np.ndarray, allowed:
         cap[: k + 1] = np.sort(cap[: k + 1])[::-1]
     return True
 
+def _required_domains(s: Session, job: JobState, tasks: list[TaskState]) -> list[tuple[np.ndarray, list[float]]]:
+    """KAI's topology-aware idle-GPU filter input (``accumulated_scenario_filters/idle_gpus/
+    topology_aware_idle_gpus.go``): per required topology level of the job's gang tree, the node →
+    domain index map (-1 = no domain) and the GPUs each constrained subgroup of ``tasks`` needs,
+    largest first. Only constraints placement honours (a known topology and level) are kept."""
+    by_level: dict[str, list[float]] = {}
+
+    def walk(x: PodSet | SubGroupSet) -> list[TaskState]:
+        if isinstance(x, PodSet):
+            mine = [t for t in tasks if t.pod_set is x]
+        else:
+            mine = [t for y in x.members for t in walk(y)]
+        tc = x.topology
+        if tc is not None and tc.required_level:
+            topo = next((z for z in s.snapshot.topologies if z.name == tc.topology), None)
+            if topo is not None and tc.required_level in topo.levels:
+                need = sum(float(t.request.gpus) for t in mine if t.request.gpu_kind == m.GPU_WHOLE)
+                if need > 0:
+                    by_level.setdefault(tc.required_level, []).append(need)
+        return mine
+
+    walk(job.root)
+    out = []
+    for level, needs in sorted(by_level.items()):
+        names: dict[str, int] = {}
+        dom = np.full(len(s.nodes), -1, dtype=np.int64)
+        for ns in s.nodes:
+            v = ns.spec.labels.get(level)
+            if v is not None:
+                dom[ns.index] = names.setdefault(v, len(names))
+        out.append((dom, sorted(needs, reverse=True)))
+    return out
+
+def _domains_fit(s: Session, required: list[tuple[np.ndarray, list[float]]], freed: np.ndarray) -> bool:
+    """Whether each constrained subgroup finds a domain of its required level whose idle, releasing
+    and freed GPUs cover it, matched largest first into the roomiest domain that still fits it
+    (KAI's ``greedyMatchRequirements``)."""
+    if not required:
+        return True
+    room = np.maximum(s.idle[:, GPU] + s.rel[:, GPU], 0) + freed
+    for dom, needs in required:
+        inside = dom >= 0
+        cap = np.sort(np.bincount(dom[inside], weights=room[inside]))[::-1].copy() if inside.any() else np.zeros(0)
+        for need in needs:
+            idx = np.nonzero(cap + EPS >= need)[0]
+            if len(idx) == 0:
+                return False
+            cap[idx[0]] -= need
+    return True
+
 def _local_hopeless(s: Session, victims: list[JobState], base_free: float, need_total: float) -> bool:
     """Whether every node-local scenario of ``solve`` would fail its quick GPU count: true when
     each victim's evictable pods sit on one node and, on every node, the free GPUs plus all that
@@ -287,6 +337,31 @@ def _local_hopeless(s: Session, victims: list[JobState], base_free: float, need_
             per_node[node] = per_node.get(node, 0.0) + t.freed_gpus
     return all(base_free + f + EPS < need_total for f in per_node.values())
 
+def _put_back(s: Session, placer: Placer, stmt: Statement, jobs: list[JobState], done: set[int]) -> None:
+    """Once the preemptor is placed, every victim job (in job order) whose next batch (the one
+    its turn in the simulation would try) consists of evicted pods that all still fit on their
+    own nodes, within its queue's limits, is put back there (un-evicted) before any victim is
+    re-placed elsewhere; that was its one attempt (``done``). KAI re-places the victims by plain
+    node order, so one victim may take the room another left on its own node, and both are then
+    moved, i.e. evicted; the preemptor's placement is the same either way. (Consolidation too: a
+    victim put back was not moved and needs no re-placement.)"""
+    for vj in jobs:
+        batch = tasks_to_allocate(vj, simulation=True)
+        if not batch or any(t.status != m.RELEASING or t.orig_status == m.RELEASING or t.node is None or t.shared
+                            for t in batch):
+            continue
+        if queue_capacity_problem(s, vj, batch) is not None:
+            continue
+        cp = stmt.checkpoint()
+        for t in batch:
+            node = t.node
+            if not placer.place(stmt, t, np.array([node], dtype=np.int64), True) or t.node != node \
+                    or t.status == m.PIPELINED:
+                stmt.rollback(cp)
+                break
+        else:
+            done.add(vj.index)
+
 def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks: list[list[TaskState]],
               validate: Validator, attempt: Attempt, move_all: bool = False, replace_victims: bool = True) -> bool:
     """Evict ``chunks``, re-place preemptor and victims pipeline-only, validate; roll back on failure."""
@@ -305,10 +380,15 @@ def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks
     # A batch that found no room fails again for any batch of the same shape in the same queue as
     # long as no node changed: remember (shape, node version) to skip the repeats.
     no_room: dict[Key, int] = {}
+    tried_jobs: set[int] = set()  # victim jobs that had their attempt
+    put_back: set[int] = set()  # victim jobs put back onto their own nodes (``_put_back``)
     while True:
         j = order.pop()
         if j is None:
             break
+        if j.index in put_back:
+            continue
+        tried_jobs.add(j.index)
         sig = None
         if j is not job and not j.has_topology:
             batch = tasks_to_allocate(j, simulation=True)
@@ -321,6 +401,8 @@ def _simulate(s: Session, placer: Placer, stmt: Statement, job: JobState, chunks
             stmt.rollback(sub)
             if sig is not None:
                 no_room[sig] = s.node_version
+        elif j is job:
+            _put_back(s, placer, stmt, [v for v in replace if v.index not in tried_jobs], put_back)
     placed = job.gang_satisfied() and job.active_allocated() > before
     if placed:
         still = [[t for t in c if t.status == m.RELEASING] for c in chunks]
@@ -366,6 +448,7 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
 
     base_free = float(np.maximum(s.idle[:, GPU] + s.rel[:, GPU], 0).sum()) + s.n_groups
     need_total = sum(demand)
+    required = _required_domains(s, job, tasks) if job.has_topology else []
 
     def run(chunks: list[list[TaskState]], freed: np.ndarray | None = None) -> bool:
         if demand and freed is None:
@@ -404,45 +487,68 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
     acc: list[list[TaskState]] = []
     local: dict[int, list[int]] = {}
     hopeless = _local_hopeless(s, victims, base_free, need_total)
+    acc_freed = np.zeros(n_nodes)
     for ci in collect(acc, () if hopeless else VictimOrder(s, victims, victim_heaps)):
         chunk = acc[ci]
         nodes_of = sorted({t.node for t in chunk if t.node is not None})
         for node in nodes_of:
             local.setdefault(node, []).append(ci)
+        if required:
+            for t in chunk:
+                if t.node is not None:
+                    acc_freed[t.node] += t.freed_gpus
+            if not _domains_fit(s, required, acc_freed):
+                continue  # KAI's accumulated-scenario filter: no required domain has room yet
         for node in nodes_of:
             if run([acc[k] for k in local[node]]):
                 attempt.ok = True
                 return attempt
-    # generator 2: multi-node gang (smallest node prefix by capacity after eviction, then growing)
+    # generator 2: multi-node gang (KAI's sub-scenario emitter, ``sub_scenario_emitter.go``): the
+    # nodes bearing accumulated victims whose room after eviction can host the smallest pending
+    # pod, roomiest last (ties: the node whose first victim came first), starting with the
+    # smallest prefix that covers the demand beyond the room of the other free nodes, and growing
+    # one node at a time. A node freed too little to host any pending pod is never picked, so its
+    # victims are not evicted for nothing.
     acc = []
     freed = np.zeros(n_nodes)
     by_node: dict[int, list[int]] = {}
+    first_seen: dict[int, int] = {}
+    room = np.maximum(s.idle[:, GPU] + s.rel[:, GPU], 0)
+    min_task = demand[-1] if demand else 0.0
     for ci in collect(acc, VictimOrder(s, victims, victim_heaps)):
         for t in acc[ci]:
             if t.node is not None:
                 freed[t.node] += t.freed_gpus
+                first_seen.setdefault(t.node, len(first_seen))
                 lst = by_node.setdefault(t.node, [])
                 if not lst or lst[-1] != ci:
                     lst.append(ci)
+        if required and not _domains_fit(s, required, freed):
+            continue
         if not _greedy_gpu_fit(s, demand, freed, allowed):
             continue
-        nodes = sorted(by_node, key=lambda i: (s.idle[i, GPU] + s.rel[i, GPU] + freed[i], s.nodes[i].name.encode()))
-        size, have = 0, 0.0
+        nodes = sorted((i for i in by_node if min_task <= 0 or room[i] + freed[i] + EPS >= min_task),
+                       key=lambda i: (room[i] + freed[i], first_seen[i]))
+        # the room of free nodes without accumulated victims is there in every sub-scenario
+        baseline = float(room.sum() - sum(room[i] for i in by_node))
+        size, have = 0, baseline
         for i in nodes:
-            size += 1
-            have += s.idle[i, GPU] + s.rel[i, GPU] + freed[i]
             if have + EPS >= need_total:
                 break
+            size += 1
+            have += room[i] + freed[i]
+        if have + EPS < need_total:
+            continue  # no prefix covers the demand
         size = max(size, 1)
-        while True:
+        while size <= len(nodes):
             chosen = nodes[:size]
             idx = sorted({ci for i in chosen for ci in by_node[i]})
             if run([acc[k] for k in idx]):
                 attempt.ok = True
                 return attempt
-            if size >= len(nodes) or attempt.scenarios >= budget:
+            if attempt.scenarios >= budget:
                 break
-            size = min(len(nodes), size * 2)
+            size += 1
     if not attempt.verdict:
         attempt.verdict = "no set of evictable jobs frees room for the whole gang"
     return attempt
