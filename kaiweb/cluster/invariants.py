@@ -9,7 +9,9 @@ The mirror is what a scheduler can get wrong, so these checks look at the cluste
   device by the fractional pods bound to it;
 - **gangs**: no PodGroup has fewer bound pods than its ``minMember`` while some of them are bound,
   once the binds have settled (a gang is bound pod by pod, so a sample may fall between two of its
-  binds; ``settle_seconds`` after its latest bind it must be whole).
+  binds; ``settle_seconds`` after its latest bind it must be whole). A member that has Succeeded
+  still counts: it was bound with its gang and finished on its own (as KAI counts it), so a gang whose
+  pods end one by one is not broken.
 
 `violations` is pure, over the objects as the API returns them; `check_cluster` lists them first.
 Every violation is one sentence naming the object, the resource and the figures.
@@ -158,7 +160,8 @@ def _gangs(groups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]
         key = (meta.get("namespace", ""), meta.get("name", ""))
         minimum = (group.get("spec") or {}).get("minMember")
         bound = [p for p in members.get(key, []) if _holds_resources(p)]
-        if not isinstance(minimum, int) or not bound or len(bound) >= minimum:
+        finished = sum(1 for p in members.get(key, []) if (p.get("status") or {}).get("phase") == "Succeeded")
+        if not isinstance(minimum, int) or not bound or len(bound) + finished >= minimum:
             continue
         latest = max((t for t in map(_bound_at, bound) if t is not None), default=None)
         if latest is not None and (now - latest).total_seconds() < settle_seconds:

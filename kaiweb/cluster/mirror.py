@@ -16,9 +16,11 @@ module keeps those rows equal to what the cluster says, and tells the cluster wh
   explanation to each pending pod, only when it changed since it was last written.
 
 How pods become workloads (as KAI's podgrouper does): a pod naming a PodGroup (annotation
-``pod-group-name``) belongs to that PodGroup's workload and queue; a pod without one is a
-workload of its own (``pg-<pod>-<uid>``, labelled `IMPLICIT_GROUP_LABEL`) in the queue of its
-``kai.scheduler/queue`` label.
+``pod-group-name``) belongs to that PodGroup's workload and queue; a pod without one and without an
+owner is a workload of its own (``pg-<pod>-<uid>``, labelled `IMPLICIT_GROUP_LABEL`) in the queue of
+its ``kai.scheduler/queue`` label; a pod with an owner but no PodGroup yet is in no workload (a problem
+until the pod-grouper names its owner's PodGroup on it: scheduled alone, a gang's pod would be bound
+before the rest of its gang exists).
 
 Objects that cannot be used are recorded as `UnreadableObject` rows naming the field and the
 rule, and everything else is still applied: unreadable objects (a malformed ``gpu-fraction``),
@@ -507,6 +509,15 @@ def _plan(groups: Iterable[ObservedPodGroup], pods: Iterable[ObservedPod], queue
                     "must name an existing PodGroup in the pod's namespace", deferred=True,
                     what=f" = {p.pod_group!r}"), raw))
                 continue
+        elif p.owned:
+            # As KAI's scheduler, which takes only pods of a PodGroup: a pod with an owner waits for the
+            # pod-grouper to name its owner's PodGroup (a one-pod workload of it would be a gang member
+            # scheduled alone, bound before the rest of its gang exists).
+            plan.problems.append(_problem_with_raw(_problem(
+                "Pod", p.namespace, p.name, p.uid, f"metadata.annotations[{POD_GROUP_ANNOTATION}]",
+                "is written by the pod-grouper on a pod with an owner (its owner's PodGroup), not yet",
+                deferred=False), raw))
+            continue
         elif key not in plan.workloads:
             problem = queues.check("Pod", p.namespace, p.name, p.uid, p.queue,
                                    "metadata.labels[kai.scheduler/queue]")

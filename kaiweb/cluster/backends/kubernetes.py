@@ -350,6 +350,7 @@ def _parse_pod(raw: Mapping[str, Any]) -> ObservedPod:
                      for i, v in enumerate(spec.get("volumes") or [])
                      if isinstance(v, Mapping) and isinstance(v.get("persistentVolumeClaim"), Mapping)
                      and v["persistentVolumeClaim"].get("claimName")),
+        owned=bool(meta.get("ownerReferences")),
     )
 
 

@@ -191,6 +191,9 @@ class ObservedPod:
     task_priority: int | None = None  # label kai.scheduler/task-priority (None: absent or not a number)
     config_maps: tuple[tuple[str, str], ...] = ()
     claims: tuple[tuple[str, str], ...] = ()
+    # metadata.ownerReferences is not empty: the pod-grouper gives the pod its owner's PodGroup
+    # (annotation pod-group-name); until then it belongs to no workload.
+    owned: bool = False
 
     @property
     def ref(self) -> PodRef:

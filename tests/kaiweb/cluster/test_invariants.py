@@ -80,3 +80,13 @@ def test_a_gang_left_below_its_minimum_is_a_violation_once_its_binds_have_settle
     found = violations(nodes, [*whole, *half, *binding, *pending], groups, now=NOW)
     assert rules(found) == [("gang", "PodGroup ns/half")]
     assert "1 bound pods, below its minMember 2" in found[0].message
+
+
+def test_a_gang_whose_pods_finish_one_by_one_is_not_broken_but_one_that_lost_a_pod_is() -> None:
+    ending = [pod("e0", "n1", group="ending", phase="Succeeded"), pod("e1", "n1", group="ending", phase="Succeeded"),
+              pod("e2", "n1", group="ending")]
+    failed = [pod("f0", "n1", group="failed", phase="Failed"), pod("f1", "n1", group="failed")]
+    gone = [pod("g0", "n1", group="gone")]  # its sibling was deleted: one left of two
+    groups = [group("ending", 3), group("failed", 2), group("gone", 2)]
+    found = violations([node("n1")], [*ending, *failed, *gone], groups, now=NOW)
+    assert rules(found) == [("gang", "PodGroup ns/failed"), ("gang", "PodGroup ns/gone")]

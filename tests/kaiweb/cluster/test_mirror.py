@@ -552,3 +552,32 @@ def test_reservations_that_cannot_be_collected_are_reported_and_do_not_fail_the_
     assert Pod.objects.filter(workload__cluster=cluster).count() == 4  # the sync went through
     assert observed["reservations"]["released"] == []
     assert "forbidden" in observed["reservations"]["error"]
+
+
+def test_a_pod_with_an_owner_is_no_workload_until_the_pod_grouper_names_its_podgroup(
+        server: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:
+    # A Job's pod that carries the queue label, seen before the pod-grouper annotated it: scheduled as
+    # a one-pod workload, a member of an 8-pod gang would be bound alone (found by B7's B11).
+    mirror.sync_full(gateway, cluster)
+    pod = server.add_pod("nccl-0", queue="team-a", requests={"nvidia.com/gpu": "8"})
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "nccl",
+                                           "uid": "job-uid", "controller": True}]
+    server.put("pods", pod)
+    mirror.sync_full(gateway, cluster)
+
+    assert not Pod.objects.filter(name="nccl-0").exists()
+    row = UnreadableObject.objects.get(cluster=cluster, name="nccl-0")
+    assert (row.field, row.deferred) == ("metadata.annotations[pod-group-name]", False)
+    assert "pod-grouper" in row.message
+    watcher = ClusterWatcher(gateway, lambda e: mirror.apply_event(e, cluster, gateway))
+    watcher.run_once()  # the watch says the same
+    assert not Pod.objects.filter(name="nccl-0").exists()
+    assert UnreadableObject.objects.filter(cluster=cluster, name="nccl-0").exists()
+
+    server.add_pod_group("pg-nccl", {"queue": "team-a", "minMember": 8})
+    pod["metadata"]["annotations"]["pod-group-name"] = "pg-nccl"
+    server.put("pods", pod)
+    watcher.run_once()
+
+    assert Pod.objects.get(workload__cluster=cluster, name="nccl-0").workload.name == "pg-nccl"
+    assert not UnreadableObject.objects.filter(cluster=cluster, name="nccl-0").exists()
