@@ -23,7 +23,9 @@ bound twice, a gang below minMember), and every ``SchedulingCycle`` row must hav
 version, same machine, a fresh LocalKube) and adds it to the results as ``B1/kube-scheduler``.
 
 The scenarios live in ``benchmarks/kai_scale/`` (one module per family, on ``harness.py``); this
-file registers them and plays them. So far: B1, B2, B3 (``fills``), B4, B5, B6 (``reclaims``).
+file registers them and plays them. So far: B1, B2, B3 (``fills``), B4–B10, B12 (``reclaims``),
+T1, T2, T3, T4 (``topology``), B11, B13, B14 (``mixed``; B11's pods end by
+``deploy/kube/kwok-stages-complete.yaml``, which KWOK loads besides its stages).
 
     python benchmarks/b7_scale.py --nodes 20 --scenarios B1,B2,B3,B4,B5 --json
     python benchmarks/b7_scale.py --nodes 500 --scenarios B1 --peer
@@ -70,7 +72,7 @@ SCRATCH_DB, TEMPLATE_DB = f"kaiweb_b7_{os.getpid()}", f"kaiweb_b7_{os.getpid()}_
 BROKER_DB = int(os.environ.get("KAI_B7_BROKER_DB", "13"))
 MAX_VIOLATIONS_LISTED = 20
 
-from kai_scale import fills, reclaims  # noqa: E402
+from kai_scale import fills, mixed, reclaims, topology  # noqa: E402
 from kai_scale.harness import (  # noqa: E402
     GPUS_PER_NODE,
     KAI_SCHEDULER,
@@ -81,7 +83,8 @@ from kai_scale.harness import (  # noqa: E402
 )
 
 # Every scenario, by key: (title, body). Each family's module registers its own.
-SCENARIOS: dict[str, tuple[str, Callable[[Run, str], dict[str, Any]]]] = {**fills.SCENARIOS, **reclaims.SCENARIOS}
+SCENARIOS: dict[str, tuple[str, Callable[[Run, str], dict[str, Any]]]] = {**fills.SCENARIOS, **reclaims.SCENARIOS,
+                                                                     **topology.SCENARIOS, **mixed.SCENARIOS}
 
 
 # ------------------------------------------------------------------------------ the whole run
@@ -205,7 +208,8 @@ def play(settings: Settings, key: str, *, peer: bool, kube: LocalKube) -> dict[s
         product = Product(_product_env(settings, kube, database_url, logs), logs)
         product.start_watcher()
     run = Run(test_name, settings.nodes, kube, api, product, settings.sample_seconds, settings.timeout,
-              evidence=logs if settings.keep_logs else None)
+              evidence=logs if settings.keep_logs else None,
+              cycle_seconds=settings.cycle_seconds or float(os.environ.get("KAI_CYCLE_SECONDS") or 5.0))
     error = None
     details: dict[str, Any] = {}
     try:
@@ -342,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
 
         django.setup()
         results = []
-        kube = stack.enter_context(LocalKube(bin_dir, kwok=True, workdir=work / "kube"))
+        kube = stack.enter_context(LocalKube(bin_dir, kwok=True, workdir=work / "kube",
+                                             extra_kwok_stages=[mixed.COMPLETION_STAGES]))
         for key in keys:
             results.append(play(settings, key, peer=False, kube=kube))
         kube.stop()

@@ -128,6 +128,13 @@ class Api:
             self.custom.create_cluster_custom_object("scheduling.run.ai", "v2", "queues", obj, _preload_content=False)
         elif kind == "PriorityClass":
             self.scheduling.create_priority_class(obj, _preload_content=False)
+        elif kind == "Topology":
+            self.custom.create_cluster_custom_object("kai.scheduler", "v1alpha1", "topologies", obj,
+                                                     _preload_content=False)
+        elif kind == "PodGroup":  # made by hand (with subgroups): scheduling.run.ai/v2alpha2
+            group, version = obj["apiVersion"].split("/")
+            self.custom.create_namespaced_custom_object(group, version, meta["namespace"], "podgroups", obj,
+                                                        _preload_content=False)
         else:
             raise ValueError(f"the benchmark does not create {kind}")
 
@@ -251,6 +258,7 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     first_seen: dict[str, float] = field(default_factory=dict)
     evidence: Path | None = None
+    cycle_seconds: float = 5.0  # the product's cycle period in this run (KAI_CYCLE_SECONDS)
 
     def sample(self) -> None:
         self.samples += 1
@@ -368,5 +376,99 @@ def mirror_counts() -> dict[str, int]:
         return {"mirrored_pods": Pod.objects.count(), "mirrored_workloads": Workload.objects.count()}
     except Exception:  # noqa: BLE001 - only a diagnostic
         return {}
+    finally:
+        connections.close_all()
+
+
+# ------------------------------------------------------------------------------ scheduler off, fillers as Jobs
+
+# A Job's backoff limit no eviction reaches: an evicted pod counts as a failure of its Job, and a Job
+# past its limit fails and deletes its other pods; with this, the Job replaces the pod instead.
+EVICTIONS_TOLERATED = 1_000_000
+
+
+def filler_job_object(name: str, queue: str, pods: int = 1, *, gpus: int = 1, min_member: int | None = None,
+                      scheduler: str = KAI_SCHEDULER) -> dict[str, Any]:
+    """A preemptible Job as KAI's fillers are (``createJobObjectForKwok``): the fillers' priority class,
+    and an evicted pod replaced by its Job (a pending pod) as in KAI's suite. An evicted pod is removed
+    once the Job controller has counted it and dropped its tracking finalizer (after its failure
+    back-off when several of a Job's pods fail at once: seconds, not part of the scheduler's work)."""
+    job = gang_job_object(name, queue, pods, gpus=gpus, min_member=min_member, scheduler=scheduler)
+    job["spec"]["backoffLimit"] = EVICTIONS_TOLERATED
+    job["spec"]["template"]["spec"]["priorityClassName"] = FILLER_PRIORITY[0]
+    return job
+
+
+def sanity_jobs_fill_the_cluster(run: Run, scheduler: str, extra_queues: list[dict[str, Any]],
+                                 sanity_gpu: tuple[float, float, float], *, gpus: int = 1) -> int:
+    """KAI's ``fillClusterWithJobs`` into ``sanity`` (``sanity_gpu`` quota): one-pod filler Jobs of
+    ``gpus`` GPUs each (``filler_job_object``), N·8/gpus of them, all bound before the scenario goes
+    on; returns how many. Pods are named ``sanity-<i>-<suffix>``."""
+    queues = [q for q in base_tree(extra_queues) if q["metadata"]["name"] != "sanity"]
+    set_up(run, [*queues, queue_object("sanity", "parent", gpu=sanity_gpu)])
+    count = run.nodes * GPUS_PER_NODE // gpus
+    run.api.create_all(filler_job_object(f"sanity-{i}", "sanity", gpus=gpus, scheduler=scheduler)
+                       for i in range(count))
+    start_scheduling(run)
+    if not run.wait(lambda: count_scheduled(run.api.pods(), "sanity-") >= count, "the sanity fill"):
+        raise RuntimeError(f"set-up: the sanity queue's {count} pods were not all bound")
+    run.notes["setup_seconds"] = round(time.monotonic() - run.started, 1)
+    return count
+
+
+def _no_cycle_running(quiet: float = 3.0, timeout: float = 120.0) -> None:
+    """Return once no cycle of the scratch database has been running for ``quiet`` seconds."""
+    from django.db import connections
+
+    from kaiweb.scheduling.choices import CycleStatus
+    from kaiweb.scheduling.models import SchedulingCycle
+
+    deadline, quiet_since = time.monotonic() + timeout, None
+    try:
+        while time.monotonic() < deadline:
+            if SchedulingCycle.objects.filter(status=CycleStatus.RUNNING).exists():
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= quiet:
+                return
+            time.sleep(0.5)
+    finally:
+        connections.close_all()
+
+
+def stop_scheduling(run: Run) -> None:
+    """KAI's ``DisableScheduler`` for a "D" scenario whose set-up the scheduler placed: beat stops, the
+    cycle running is let end, then the worker stops; the watcher (with the pod-grouper) keeps running.
+    ``start_scheduling`` starts worker and beat again, logging afresh (the earlier logs are kept as
+    ``worker.<n>.log`` and ``beat.<n>.log``, so the restart's readiness is read from its own log)."""
+    product = run.product
+    if product is None:
+        raise RuntimeError("stop_scheduling: only the product's scheduler is stopped and started again")
+    product.stop_beat()
+    _no_cycle_running()
+    for process in (product.worker, product.beat):
+        if process is not None:
+            _stop_group(process)
+    product.worker = product.beat = None
+    turn = 1
+    while (product.logs / f"worker.{turn}.log").exists():
+        turn += 1
+    for name in ("worker", "beat"):
+        with contextlib.suppress(OSError):
+            (product.logs / f"{name}.log").rename(product.logs / f"{name}.{turn}.log")
+
+
+def evictions_by_action() -> dict[str, int]:
+    """The scratch database's preemption events (evictions carried out), counted by the action that
+    decided them (reclaim, preempt, consolidate, stale-gang)."""
+    from django.db import connections
+    from django.db.models import Count
+
+    from kaiweb.scheduling.models import PreemptionEvent
+
+    try:
+        return {row["action"]: row["n"] for row in
+                PreemptionEvent.objects.values("action").annotate(n=Count("id")).order_by("action")}
     finally:
         connections.close_all()
