@@ -164,3 +164,42 @@ def test_a_bind_on_a_current_server_is_the_binding_and_its_event(kube_apiserver:
 
     made = sorted((r.method, r.path.rstrip("/").rsplit("/", 1)[-1]) for r in kube_apiserver.requests[before:])
     assert made == [("GET", "version"), *[("POST", "binding")] * 3, *[("POST", "events")] * 3]
+
+
+def test_the_sharers_of_one_gpu_find_or_make_its_reservation_pod_once(apiserver: Server) -> None:  # noqa: F811
+    """Eight sharers of one device, bound in one `apply`: one look for the reservation pod and one
+    reservation pod; each sharer then has its ConfigMap and its Binding (four GPUs, four groups, in
+    a second apply, make four more)."""
+    apiserver.add_node("gpu-0", gpus=8)
+    uids = [apiserver.add_pod(f"s{i}", annotations={"gpu-fraction": "0.125"})["metadata"]["uid"] for i in range(8)]
+    gateway = _gateway(apiserver, 8)
+
+    results = gateway.apply(binds=[BindAction("default", f"s{i}", uid, "gpu-0", gpu_group="grp-a", gpu_portion=0.125)
+                                   for i, uid in enumerate(uids)])
+
+    assert [r.outcome for r in results] == [ActionOutcome.BOUND] * 8  # type: ignore[union-attr]
+    held = apiserver.list("pods", "kai-resource-reservation")
+    assert [(p["spec"]["nodeName"], p["metadata"]["labels"]["runai-gpu-group"]) for p in held] == [("gpu-0", "grp-a")]
+    assert all(apiserver.get("pods", f"s{i}", "default")["spec"]["nodeName"] == "gpu-0" for i in range(8))
+
+    more = [apiserver.add_pod(f"t{i}", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"] for i in range(8)]
+    gateway.apply(binds=[BindAction("default", f"t{i}", uid, "gpu-0", gpu_group=f"grp-{i // 2}", gpu_portion=0.5)
+                         for i, uid in enumerate(more)])
+    groups = sorted(p["metadata"]["labels"]["runai-gpu-group"] for p in apiserver.list("pods", "kai-resource-reservation"))
+    assert groups == ["grp-0", "grp-1", "grp-2", "grp-3", "grp-a"]
+
+
+def test_one_reservation_lookup_per_group_within_an_apply(kube_apiserver: FakeKubeApiServer) -> None:  # noqa: F811
+    kube_apiserver.add_node("gpu-0", gpus=8)
+    uids = [kube_apiserver.add_pod(f"s{i}", annotations={"gpu-fraction": "0.125"})["metadata"]["uid"] for i in range(8)]
+    gateway = _gateway(kube_apiserver, 8)
+    before = len(kube_apiserver.requests)
+
+    gateway.apply(binds=[BindAction("default", f"s{i}", uid, "gpu-0", gpu_group="grp-a", gpu_portion=0.125)
+                         for i, uid in enumerate(uids)])
+
+    listed = [r for r in kube_apiserver.requests[before:]
+              if r.method == "GET" and r.path.endswith("/namespaces/kai-resource-reservation/pods")]
+    made = [r for r in kube_apiserver.requests[before:]
+            if r.method == "POST" and r.path.endswith("/namespaces/kai-resource-reservation/pods")]
+    assert (len(listed), len(made)) == (1, 1)

@@ -788,6 +788,10 @@ class KubernetesGateway:
         self._namespaces_seen: set[str] = set()
         self._uid_precondition: bool | None = None
         self._version_lock = threading.Lock()
+        # While `apply` runs: each (node, GPU group)'s reservation pod, found or made once for all the
+        # sharers it binds there (a lock per key, so the others wait for the first).
+        self._holders: dict[tuple[str, str], list[Any]] | None = None
+        self._holders_lock = threading.Lock()
         self.scheduling = client.SchedulingV1Api(api_client)
         self.version = client.VersionApi(api_client)
 
@@ -1001,18 +1005,22 @@ class KubernetesGateway:
         notes: list[Future[None]] = []
         guard = threading.Lock()
         workers = min(self.bind_concurrency, max(len(binds), len(evicts)))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-apply") as pool:
+        self._holders = {}
+        try:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-apply") as pool:
 
-            def later(note: Callable[[], None]) -> None:
-                with guard:
-                    notes.append(pool.submit(note))
+                def later(note: Callable[[], None]) -> None:
+                    with guard:
+                        notes.append(pool.submit(note))
 
-            results = self._all(pool, self._evict, evicts, later)
-            results += self._all(pool, self._bind, binds, later)
-            for done in notes:
-                exc = done.exception()
-                if exc is not None:
-                    logger.warning("an event after apply was not written: %s", exc)
+                results = self._all(pool, self._evict, evicts, later)
+                results += self._all(pool, self._bind, binds, later)
+                for done in notes:
+                    exc = done.exception()
+                    if exc is not None:
+                        logger.warning("an event after apply was not written: %s", exc)
+        finally:
+            self._holders = None
         return results
 
     @staticmethod
@@ -1050,10 +1058,10 @@ class KubernetesGateway:
             if done is not None:
                 return done
         if action.gpu_group:
-            done = self._label_gpu_group(action, operation)
+            done, pod = self._label_gpu_group(action, operation)
             if done is not None:
                 return done
-            self._reserve_shared_gpu(action, operation)
+            self._reserve_shared_gpu(action, pod, operation)
         annotations = {}
         if action.idempotency_key:
             annotations[BIND_KEY_ANNOTATION] = action.idempotency_key
@@ -1120,30 +1128,12 @@ class KubernetesGateway:
             raise ClusterRejected(operation, f"the pod is already bound to {bound}", status=409, reason="Conflict")
         return None
 
-    def _reserve_shared_gpu(self, action: BindAction, operation: str) -> None:
-        """Before a sharer is bound: its group's reservation pod on the node (made once), and the
-        sharer's ConfigMap (`kaiweb.cluster.backends.gpu_sharing`). A reservation that cannot be made
-        refuses the bind: the pod would otherwise run on a device the plugin may give away."""
-        pod = self.read_pod(action.namespace, action.name)
-        if pod is None:
-            raise ClusterRejected(operation, "the pod no longer exists", status=404)
-        group = action.gpu_group or ""
-        ns = self.reservation_namespace
-        self._ensure_namespace(ns, operation)
-        selector = f"{gpu_sharing.APP_LABEL}={gpu_sharing.RESERVATION_APP},{GPU_GROUP_LABEL}={group}"
-        held, _ = self.list_raw(f"{operation}: reservation", self.core.list_namespaced_pod, ns, label_selector=selector)
-        holder = next((r for r in held if (r.get("spec") or {}).get("nodeName") == action.node
-                       and not _meta(r).get("deletionTimestamp")), None)
-        if holder is None:
-            manifest = gpu_sharing.reservation_pod(namespace=ns, node=action.node, group=group,
-                                                   image=self.reservation_image,
-                                                   tolerations=(pod.get("spec") or {}).get("tolerations") or ())
-            try:
-                holder = self._json(f"{operation}: reservation", self.core.create_namespaced_pod, ns, manifest)
-            except ClusterRejected as err:
-                if err.status != 409:
-                    raise
-                holder = self.read_pod(ns, manifest["metadata"]["name"]) or {}
+    def _reserve_shared_gpu(self, action: BindAction, pod: Mapping[str, Any], operation: str) -> None:
+        """Before a sharer (``pod``, as just read) is bound: its group's reservation pod on the node
+        (made once), and the sharer's ConfigMap (`kaiweb.cluster.backends.gpu_sharing`). A
+        reservation that cannot be made refuses the bind: the pod would otherwise run on a device the
+        plugin may give away."""
+        holder = self._reservation_holder(action, pod, operation)
         memory = (_meta(pod).get("annotations") or {}).get(GPU_MEMORY_ANNOTATION)
         config_map = gpu_sharing.sharing_config_map(
             pod, portion=action.gpu_portion, gpu_memory_mib=int(memory) if str(memory or "").isdigit() else None,
@@ -1156,6 +1146,39 @@ class KubernetesGateway:
             self._json(f"{operation}: ConfigMap", self.core.patch_namespaced_config_map,
                        config_map["metadata"]["name"], action.namespace, {"data": config_map["data"]},
                        _content_type="application/merge-patch+json")
+
+    def _reservation_holder(self, action: BindAction, pod: Mapping[str, Any], operation: str) -> Mapping[str, Any]:
+        """The reservation pod of the sharer's (node, GPU group): found, else made. Within `apply`, once
+        per (node, group) for all its sharers; a failure is not remembered (the next sharer tries)."""
+        memo = self._holders
+        if memo is None:
+            return self._find_or_make_holder(action, pod, operation)
+        with self._holders_lock:
+            entry = memo.setdefault((action.node, action.gpu_group or ""), [threading.Lock(), None])
+        with entry[0]:
+            if entry[1] is None:
+                entry[1] = self._find_or_make_holder(action, pod, operation)
+            return entry[1]
+
+    def _find_or_make_holder(self, action: BindAction, pod: Mapping[str, Any], operation: str) -> Mapping[str, Any]:
+        group = action.gpu_group or ""
+        ns = self.reservation_namespace
+        self._ensure_namespace(ns, operation)
+        selector = f"{gpu_sharing.APP_LABEL}={gpu_sharing.RESERVATION_APP},{GPU_GROUP_LABEL}={group}"
+        held, _ = self.list_raw(f"{operation}: reservation", self.core.list_namespaced_pod, ns, label_selector=selector)
+        holder = next((r for r in held if (r.get("spec") or {}).get("nodeName") == action.node
+                       and not _meta(r).get("deletionTimestamp")), None)
+        if holder is not None:
+            return holder
+        manifest = gpu_sharing.reservation_pod(namespace=ns, node=action.node, group=group,
+                                               image=self.reservation_image,
+                                               tolerations=(pod.get("spec") or {}).get("tolerations") or ())
+        try:
+            return self._json(f"{operation}: reservation", self.core.create_namespaced_pod, ns, manifest)
+        except ClusterRejected as err:
+            if err.status != 409:
+                raise
+            return self.read_pod(ns, manifest["metadata"]["name"]) or {}
 
     def _ensure_namespace(self, name: str, operation: str) -> None:
         """The reservation namespace: read (an install makes it), else created (a plain kubeconfig)."""
@@ -1198,8 +1221,10 @@ class KubernetesGateway:
                     raise
         return doomed
 
-    def _label_gpu_group(self, action: BindAction, operation: str) -> ActionResult | None:
-        """Label a still-unbound pod with its GPU group before the Binding (as KAI's binder does).
+    def _label_gpu_group(self, action: BindAction, operation: str
+                         ) -> tuple[ActionResult | None, dict[str, Any]]:
+        """Label a still-unbound pod with its GPU group before the Binding (as KAI's binder does);
+        returns (None, the pod as read) when it may be bound now, else (the result, {}).
 
         The patch carries the resourceVersion just read, so it cannot land on a pod that was bound
         elsewhere (or replaced) in between: the server refuses it with 409, and the pod is read again."""
@@ -1207,14 +1232,14 @@ class KubernetesGateway:
             pod = self.read_pod(action.namespace, action.name)
             done = self._check_bindable(action, pod, operation)
             if done is not None or pod is None:
-                return done
+                return done, {}
             patch = {"metadata": {"resourceVersion": _meta(pod).get("resourceVersion"),
                                   "labels": {GPU_GROUP_LABEL: action.gpu_group},
                                   "annotations": {GPU_GROUP_LABEL: action.gpu_group}}}
             try:
                 self._json(operation, self.core.patch_namespaced_pod, action.name, action.namespace, patch,
                            _content_type="application/strategic-merge-patch+json")
-                return None
+                return None, pod
             except ClusterRejected as err:
                 if err.status == 404:
                     raise ClusterRejected(operation, "the pod no longer exists", status=404) from err
