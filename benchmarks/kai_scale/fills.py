@@ -41,12 +41,9 @@ def fill(run: Run, *, scheduler: str, queue: str = "filler", background: int = 0
             run.notes["mirrored_pods_at_start"] = mirror_counts().get("mirrored_pods")
         t0 = time.time()
         start_scheduling(run)
-    state: dict[str, list[dict[str, Any]]] = {}
 
     def all_scheduled() -> bool:
-        state["pods"] = run.api.pods()
-        return sum(1 for p in state["pods"] if p["metadata"]["name"].startswith("fill-")
-                   and scheduled_at(p) is not None) >= count
+        return not any(p["metadata"]["name"].startswith("fill-") for p in run.api.unbound())
 
     finished = run.wait(all_scheduled, "every fill pod scheduled")
     wall = time.time() - t0

@@ -24,6 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import urllib3  # noqa: E402
+from kubernetes.client.rest import ApiException  # noqa: E402
+
 from kaiweb.cluster.localkube import LocalKube  # noqa: E402
 
 KAI_SCHEDULER = "kai-scheduler"
@@ -145,10 +148,15 @@ class Api:
             list(pool.map(self.create, items))
         return len(items)
 
-    def pods(self, selector: str = f"{APP_LABEL[0]}={APP_LABEL[1]}") -> list[dict[str, Any]]:
-        response = self.core.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False,
-                                                         _request_timeout=120)
+    def pods(self, selector: str = f"{APP_LABEL[0]}={APP_LABEL[1]}", fields: str = "") -> list[dict[str, Any]]:
+        response = self.core.list_pod_for_all_namespaces(label_selector=selector, field_selector=fields,
+                                                         _preload_content=False, _request_timeout=120)
         return list(json.loads(response.data).get("items") or [])
+
+    def unbound(self, selector: str = f"{APP_LABEL[0]}={APP_LABEL[1]}") -> list[dict[str, Any]]:
+        """The selected pods no node holds yet: a light poll (only those travel), where listing every
+        pod of a cluster of thousands each second would load the API server the run measures."""
+        return self.pods(selector, fields="spec.nodeName=")
 
 
 def scheduled_at(pod: Mapping[str, Any]) -> float | None:
@@ -304,8 +312,13 @@ class Run:
         while True:
             if self.product is not None:
                 self.product.check_alive()
-            if done():
-                return True
+            try:
+                if done():
+                    return True
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+                # A loaded API server may drop one poll (its own request timeout): the next one asks again.
+                self.notes["poll_errors"] = self.notes.get("poll_errors", 0) + 1
+                self.notes["last_poll_error"] = f"{type(exc).__name__}: {exc}"[:200]
             if time.monotonic() >= next_sample:
                 self.sample()
                 next_sample = time.monotonic() + self.sample_seconds
