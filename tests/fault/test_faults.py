@@ -188,7 +188,10 @@ def test_postgres_unavailable_during_a_cycle(celery_harness):
 
     assert _readiness_in_a_fresh_process()["ok"]
     stuck = SchedulingCycle.objects.get(trigger="cut-off")
-    assert stuck.status == CycleStatus.RUNNING  # it could not even record its failure
+    # It could not record its failure while the database was away; a worker slowed down may still
+    # do so once the database is back (the test cannot hold the database away for ever).
+    assert stuck.status in (CycleStatus.RUNNING, CycleStatus.FAILED)
+    recorded_by_itself = stuck.status == CycleStatus.FAILED
     assert not Decision.objects.exists()
     assert not Pod.objects.filter(state=PodState.RUNNING).exists()
 
@@ -197,6 +200,6 @@ def test_postgres_unavailable_during_a_cycle(celery_harness):
 
     stuck.refresh_from_db()
     assert stuck.status == CycleStatus.FAILED
-    assert "interrupted" in stuck.error
+    assert recorded_by_itself or "interrupted" in stuck.error
     assert outcome.binds == 2
     assert_consistent(sc)
