@@ -73,7 +73,7 @@ def time_to_unschedulable(run: Run, scheduler: str) -> dict[str, Any]:
     cycles = None if average is None else round(average / run.cycle_seconds, 2)
     return {"seconds": None if average is None else round(average, 2),
             "per_gang_seconds": [round(d, 1) for d in delays], "pods": 100, "scheduled": gang_bound,
-            "cycle_seconds": run.cycle_seconds, "cycles": cycles,
+            "cycle_seconds": run.cycle_seconds, "cycles_to_unschedulable": cycles,
             "goal": {"cycles_at_most": 2, "met": cycles is not None and cycles <= 2},
             "sanity_pods_left": left,
             "checks": {"every_gang_unschedulable": len(delays) == 10, "no_gang_pod_bound": gang_bound == 0,
