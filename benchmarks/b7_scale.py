@@ -80,6 +80,7 @@ from kai_scale.harness import (  # noqa: E402
     Product,
     Run,
     mirror_counts,
+    no_cycle_running,
 )
 
 # Every scenario, by key: (title, body). Each family's module registers its own.
@@ -112,28 +113,6 @@ def _product_env(settings: Settings, kube: LocalKube, database_url: str, logs: P
 
 
 CYCLE_END_SECONDS = 120.0
-
-
-def _let_cycles_end() -> None:
-    """Wait (at most CYCLE_END_SECONDS) until no cycle of the scratch database is running."""
-    from django.db import connections
-
-    from kaiweb.scheduling.choices import CycleStatus
-    from kaiweb.scheduling.models import SchedulingCycle
-
-    deadline = time.monotonic() + CYCLE_END_SECONDS
-    quiet_since = None  # a task the worker had already taken may still start a cycle: wait for quiet
-    try:
-        while time.monotonic() < deadline:
-            if SchedulingCycle.objects.filter(status=CycleStatus.RUNNING).exists():
-                quiet_since = None
-            elif quiet_since is None:
-                quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since >= 3.0:
-                return
-            time.sleep(0.5)
-    finally:
-        connections.close_all()
 
 
 def _cycles_report() -> tuple[dict[str, Any], list[str]]:
@@ -222,7 +201,7 @@ def play(settings: Settings, key: str, *, peer: bool, kube: LocalKube) -> dict[s
             # running is let end before the worker stops, so no cycle is cut short.
             product.stop_beat()
             _flush_broker(settings.broker)
-            _let_cycles_end()
+            no_cycle_running(timeout=CYCLE_END_SECONDS)
             product.stop()
         api.close()
     with contextlib.suppress(Exception):  # diagnostics only

@@ -429,7 +429,7 @@ def sanity_jobs_fill_the_cluster(run: Run, scheduler: str, extra_queues: list[di
     return count
 
 
-def _no_cycle_running(quiet: float = 3.0, timeout: float = 120.0) -> None:
+def no_cycle_running(quiet: float = 3.0, timeout: float = 120.0) -> None:
     """Return once no cycle of the scratch database has been running for ``quiet`` seconds."""
     from django.db import connections
 
@@ -459,7 +459,7 @@ def stop_scheduling(run: Run) -> None:
     if product is None:
         raise RuntimeError("stop_scheduling: only the product's scheduler is stopped and started again")
     product.stop_beat()
-    _no_cycle_running()
+    no_cycle_running()
     for process in (product.worker, product.beat):
         if process is not None:
             _stop_group(process)

@@ -7,8 +7,6 @@ the watcher's events, which must give the same rows.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from kaiweb.cluster import mirror
@@ -18,22 +16,13 @@ from kaiweb.cluster.watch import ClusterWatcher
 from kaiweb.scheduling.choices import CycleStatus
 from kaiweb.scheduling.models import SchedulingCycle
 from kaiweb.scheduling.tasks import run_cycle_task
-from tests.contract.test_kubernetes_cycle import qspec
+from tests.contract.test_kubernetes_cycle import qspec, shard  # noqa: F401 - fixture
 from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def shard(kube_apiserver: FakeKubeApiServer, settings: Any) -> SchedulingShard:  # noqa: F811
-    settings.KAI_CLUSTER_BACKEND = "kubernetes"
-    settings.KAI_KUBERNETES_HOST = kube_apiserver.url
-    settings.KAI_KUBERNETES_TIMEOUT = 3.0
-    cluster = mirror.kubernetes_cluster("k8s")
-    return SchedulingShard.objects.get(cluster=cluster, name="default")
-
-
-def cycle(shard: SchedulingShard) -> SchedulingCycle:
+def cycle(shard: SchedulingShard) -> SchedulingCycle:  # noqa: F811
     done = SchedulingCycle.objects.get(pk=run_cycle_task(shard.pk, "test"))
     assert done.status == CycleStatus.SUCCEEDED, done.error
     return done
@@ -44,7 +33,7 @@ def gpus_bound_on(server: FakeKubeApiServer, node: str) -> int:
 
 
 def test_the_cycle_gives_only_what_other_schedulers_pods_left_free(kube_apiserver: FakeKubeApiServer,  # noqa: F811
-                                                                 shard: SchedulingShard) -> None:
+                                                                 shard: SchedulingShard) -> None:  # noqa: F811  # noqa: F811
     s = kube_apiserver
     s.add_node("gpu-1", gpus=8)
     s.add_queue("team-a", qspec(8))
@@ -75,7 +64,7 @@ def test_the_cycle_gives_only_what_other_schedulers_pods_left_free(kube_apiserve
 
 
 def test_reservation_pods_of_shared_gpus_are_not_counted_twice(kube_apiserver: FakeKubeApiServer,  # noqa: F811
-                                                              shard: SchedulingShard) -> None:
+                                                              shard: SchedulingShard) -> None:  # noqa: F811
     s = kube_apiserver
     s.add_node("gpu-1", gpus=2)
     s.add_queue("team-a", qspec(2))

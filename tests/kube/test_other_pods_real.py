@@ -11,23 +11,10 @@ from kaiweb.cluster.backends.kubernetes import KubernetesGateway
 from kaiweb.cluster.invariants import check_cluster
 from kaiweb.cluster.models import OtherPod, SchedulingShard
 from kaiweb.cluster.watch import ClusterWatcher
-from kaiweb.scheduling.choices import CycleStatus
-from kaiweb.scheduling.models import SchedulingCycle
-from kaiweb.scheduling.tasks import run_cycle_task
 from tests.kube.servers import RealServer
+from tests.kube.test_stale_events import QUEUE, cycle
 
 pytestmark = [pytest.mark.kube, pytest.mark.django_db]
-
-QUEUE = {"priority": 100, "resources": {"gpu": {"quota": 8, "limit": -1, "overQuotaWeight": 1},
-                                        "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-                                        "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1}}}
-
-
-def cycle(shard: SchedulingShard) -> SchedulingCycle:
-    row = SchedulingCycle.objects.get(pk=run_cycle_task(shard.pk, "test"))
-    assert row.status == CycleStatus.SUCCEEDED, row.error
-    return row
-
 
 def bound_to(server: RealServer, node: str) -> list[str]:
     return sorted(p["metadata"]["name"] for p in server.list("pods", "default")
