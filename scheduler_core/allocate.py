@@ -667,17 +667,50 @@ def _domain_of(node: m.NodeSpec, levels: tuple[str, ...], depth: int) -> tuple[s
     return tuple(out)
 
 
+def constraint_levels(s: Session, tc: m.TopologyConstraint,
+                      member: str = "") -> tuple[m.TopologySpec, str | None, str | None] | m.Reason:
+    """The topology a constraint names and the node label keys of its required and preferred
+    levels, each named by its node label or its alias (``TopologySpec.level_label``); or, when the
+    topology or a level named does not exist, the reason the constrained pods stay pending.
+
+    KAI never drops such a constraint: a topology it does not have is a fit error, and a level the
+    topology does not have, required or preferred alike, fails the placement of the (sub)group
+    (``plugins/topology``: ``subSetNodesFn``, ``calculateRelevantDomainLevels``)."""
+    who = f"sub-group {member}" if member and member != "default" else "workload"
+    topo = next((x for x in s.snapshot.topologies if x.name == tc.topology), None)
+    if topo is None:
+        known = ", ".join(sorted(x.name for x in s.snapshot.topologies)) or "none"
+        return m.Reason(reasons.TOPOLOGY_UNKNOWN,
+                        f"{who}: topology constraint names topology {tc.topology!r}, which does not exist "
+                        f"(topologies: {known})",
+                        {"topology": tc.topology, "subgroup": member})
+    labels: list[str | None] = []
+    for placement, level in (("required", tc.required_level), ("preferred", tc.preferred_level)):
+        label = topo.level_label(level) if level else None
+        if level and label is None:
+            return m.Reason(reasons.TOPOLOGY_UNKNOWN,
+                            f"{who}: {level!r} is its {placement} topology level, but topology {topo.name} has "
+                            f"no level of that name or alias (levels: {topo.describe_levels()})",
+                            {"topology": topo.name, "level": level, "placement": placement, "subgroup": member,
+                             "levels": list(topo.levels), "aliases": [a for a in topo.aliases if a]})
+        labels.append(label)
+    return topo, labels[0], labels[1]
+
+
 def topology_subsets(s: Session, tasks: list[TaskState], tc: m.TopologyConstraint | None,
-                     cand: np.ndarray) -> tuple[list[np.ndarray], np.ndarray | None, m.Reason | None]:
-    """Ordered node sets to try for a constrained batch, plus preferred-level scores."""
+                     cand: np.ndarray, member: str = "",
+                     ) -> tuple[list[np.ndarray], np.ndarray | None, m.Reason | None]:
+    """Ordered node sets to try for a constrained batch, plus preferred-level scores; no set and
+    the reason when the constraint cannot be honoured (``constraint_levels``)."""
     if tc is None:
         return [cand], None, None
-    topo = next((x for x in s.snapshot.topologies if x.name == tc.topology), None)
-    if topo is None or not topo.levels:
-        return [cand], None, None
+    got = constraint_levels(s, tc, member)
+    if isinstance(got, m.Reason):
+        return [], None, got
+    topo, required, preferred = got
     levels = topo.levels
-    req_d = levels.index(tc.required_level) if tc.required_level in levels else None
-    pref_d = levels.index(tc.preferred_level) if tc.preferred_level in levels else None
+    req_d = levels.index(required) if required is not None else None
+    pref_d = levels.index(preferred) if preferred is not None else None
     if pref_d is not None:
         deepest = pref_d
     elif req_d is not None:
@@ -774,7 +807,7 @@ def _place_member(s: Session, placer: Placer, stmt: Statement, x: PodSet | SubGr
     subsets: list[np.ndarray] = [cand]
     sub_extra_full = extra
     if x.topology is not None:
-        subsets, own_extra, problem = topology_subsets(s, mine, x.topology, cand)
+        subsets, own_extra, problem = topology_subsets(s, mine, x.topology, cand, x.name)
         if problem is not None:
             failure.append(problem)
             return False
@@ -1187,5 +1220,5 @@ def job_batch_request(job: JobState) -> list[float]:
 
 __all__ = [
     "Placer", "allocate_job", "run_allocate", "queue_capacity_problem", "should_pipeline_job",
-    "topology_subsets", "job_batch_request",
+    "constraint_levels", "topology_subsets", "job_batch_request",
 ]

@@ -417,10 +417,26 @@ class JobSpec:
 
 @dataclass(frozen=True, slots=True)
 class TopologySpec:
-    """A topology: node label keys, outermost first."""
+    """A topology: node label keys, outermost first. ``aliases`` are the levels' other names
+    (KAI's ``spec.levels[].alias``): the i-th belongs to the i-th level, "" for none."""
 
     name: str
     levels: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+
+    def level_label(self, level: str) -> str | None:
+        """The node label key of the level a topology constraint names, by its alias or its node
+        label (an alias first, as KAI resolves them); None when this topology has no such level."""
+        for label, alias in zip(self.levels, self.aliases):
+            if alias and alias == level:
+                return label
+        return level if level in self.levels else None
+
+    def describe_levels(self) -> str:
+        """The levels, outermost first, as a person reads them: ``zone, rack (alias r), host``."""
+        aliases = (*self.aliases, *("",) * (len(self.levels) - len(self.aliases)))
+        return ", ".join(f"{label} (alias {alias})" if alias else label
+                         for label, alias in zip(self.levels, aliases)) or "none"
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ Each scenario's sizes follow the tree (KAI's figures at 512 nodes in brackets):
   its submission; all hero pods scheduled, all in one zone.
 
 Besides, each scenario checks that the product mirrored the Topology (``topology_mirrored``): a
-constraint on a topology the scheduler does not know is not applied.
+constraint on a topology the scheduler does not know keeps its pods pending.
 """
 
 from __future__ import annotations

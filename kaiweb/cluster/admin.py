@@ -28,13 +28,14 @@ class ClusterAdmin(ServiceAdmin):
 
 @admin.register(SchedulingShard)
 class SchedulingShardAdmin(ServiceAdmin):
-    list_display = ("name", "cluster", "partition_label_key", "partition_label_value", "gpu_placement", "k_value", "enabled")
-    list_filter = ("cluster", "gpu_placement", "enabled")
+    list_display = ("name", "cluster", "partition_label_key", "partition_label_value", "gpu_placement", "k_value",
+                    "eviction_mode", "enabled")
+    list_filter = ("cluster", "gpu_placement", "eviction_mode", "enabled")
     search_fields = ("name", "partition_label_value")
     fields = (
         "cluster", "name", "partition_label_key", "partition_label_value", "gpu_placement", "cpu_placement",
         "k_value", "usage_window_seconds", "usage_half_life_seconds", "preempt_min_runtime", "reclaim_min_runtime",
-        "enabled",
+        "eviction_mode", "update_pod_eviction_condition", "enabled",
     )
 
     def service_save(self, request: Any, obj: SchedulingShard | None, data: dict[str, Any], change: bool) -> Change[Any]:

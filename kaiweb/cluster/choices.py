@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from kaiweb.cluster.backends.types import EVICT_BY_DELETE, EVICT_BY_EVICTION_API
+
 
 class BackendKind(models.TextChoices):
     """How kaiweb reaches a cluster."""
@@ -26,6 +28,15 @@ class GpuPlacementStrategy(models.TextChoices):
     BINPACK = "binpack", _("Bin-pack")
     SPREAD = "spread", _("Spread")
     FRAGMENTATION_AWARE = "fragmentation-aware", _("Fragmentation-aware")
+
+
+class EvictionMode(models.TextChoices):
+    """How a shard's evictions are carried out (`EvictAction.mode`): KAI deletes the victim pod, so
+    PodDisruptionBudgets do not apply; the Eviction API lets a budget refuse (the decision then fails
+    and the next cycle decides again)."""
+
+    DELETE = EVICT_BY_DELETE, _("Delete the pod, as KAI does (PodDisruptionBudgets do not apply)")
+    EVICT = EVICT_BY_EVICTION_API, _("Eviction API (a PodDisruptionBudget may refuse)")
 
 
 # KAI's default node-pool label: a shard sees the nodes, queues and jobs whose label equals its value.

@@ -15,8 +15,10 @@ It serves, from memory, the part of the API that `KubernetesGateway` and the wat
   ``Status`` object exactly like the real server (the client cannot deserialise it into a
   ``V1Binding``), refuses a pod already bound and copies the Binding's annotations to the pod;
 * the Eviction subresource (marks the pod terminating for its grace period, deletes it at once
-  for grace 0), with the UID precondition;
-* pod status patches (strategic merge: conditions merge by ``type``), pod patches, events,
+  for grace 0), with the UID precondition; a pod's DELETE the same way (and at once when the pod is
+  not bound, as the real server does), no PodDisruptionBudgets either way;
+* pod status patches (strategic merge: conditions merge by ``type``; a ``metadata.uid`` that is not
+  the pod's is refused with 422, as the real server does), pod patches, events,
   CRD create / replace / merge-patch / delete and the ``status`` subresource.
 
 Every write bumps one monotonically increasing resourceVersion, shared by all kinds (as etcd's
@@ -231,6 +233,7 @@ class FakeKubeApiServer:
         self.state = FakeState()
         self.requests: list[RequestRecord] = []
         self.evictions: list[dict[str, Any]] = []
+        self.deletions: list[dict[str, Any]] = []  # every pod DELETE that took effect: namespace, name, grace
         self.bindings: list[dict[str, Any]] = []
         self._faults: list[_Fault] = []
         self._break_watches: list[int] = []  # each entry: end the next watch abruptly after N events
@@ -549,6 +552,8 @@ class FakeKubeApiServer:
             return self._replace(plural, namespace, name, body, status_only=sub == "status")
         if method == "PATCH" and name:
             return self._patch(plural, namespace, name, body, status_only=sub == "status")
+        if method == "DELETE" and name and plural == "pods":
+            return self._delete_pod(namespace, name, query, body)
         if method == "DELETE" and name:
             return self._delete(plural, namespace, name)
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
@@ -629,6 +634,10 @@ class FakeKubeApiServer:
                 raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": '
                                "the object has been modified; please apply your changes to the latest version")
             merge = _strategic_merge_patch if plural in ("pods", "nodes") else _merge_patch
+            uid = ((body or {}).get("metadata") or {}).get("uid")
+            if status_only and uid and uid != current["metadata"]["uid"]:
+                raise ApiError(422, "Invalid", f'{self.kinds[plural]["kind"]} "{name}" is invalid: metadata.uid: '
+                               f'Invalid value: "{uid}": field is immutable')
             if status_only:
                 current["status"] = merge(current.get("status") or {}, (body or {}).get("status") or {})
                 new = current
@@ -644,6 +653,36 @@ class FakeKubeApiServer:
         if obj is None or not self.remove(plural, name, namespace):
             raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
         return 200, _status(200, "", f'{plural} "{name}" deleted')
+
+    def _delete_pod(self, namespace: str, name: str, query: dict[str, list[str]],
+                    body: Any) -> tuple[int, dict[str, Any]]:
+        """A pod's DELETE with its options (body or query): the UID precondition, then terminating for
+        the grace period, or gone at once for grace 0 or a pod not bound to a node."""
+        options = body if isinstance(body, dict) else {}
+        grace = options.get("gracePeriodSeconds")
+        if grace is None and (query.get("gracePeriodSeconds") or [""])[0]:
+            grace = int(query["gracePeriodSeconds"][0])
+        with self._lock:
+            pod = self.get("pods", name, namespace)
+            if pod is None:
+                raise ApiError(404, "NotFound", f'pods "{name}" not found')
+            uid = (options.get("preconditions") or {}).get("uid")
+            if uid and uid != pod["metadata"]["uid"]:
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on Pod "{name}": the UID in the '
+                               f"precondition ({uid}) does not match the UID in record ({pod['metadata']['uid']}). "
+                               "The object might have been deleted and then recreated")
+            if grace is None:
+                grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+            if not pod["spec"].get("nodeName"):
+                grace = 0
+            self.deletions.append({"namespace": namespace, "name": name, "grace": grace})
+            if grace == 0:
+                self.remove("pods", name, namespace)
+            elif not pod["metadata"].get("deletionTimestamp"):
+                pod["metadata"]["deletionTimestamp"] = _now()
+                pod["metadata"]["deletionGracePeriodSeconds"] = grace
+                pod = self.put("pods", pod)
+        return 200, pod
 
     def _bind(self, namespace: str, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         target = ((body or {}).get("target") or {}).get("name")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
-from kaiweb.cluster.models import Cluster, Node, SchedulingShard, UnreadableObject
+from kaiweb.cluster.models import Cluster, Node, SchedulingShard, Topology, UnreadableObject
 
 
 class ClusterFilterSet(django_filters.FilterSet):
@@ -60,3 +60,13 @@ class UnreadableObjectFilterSet(django_filters.FilterSet):
     class Meta:
         model = UnreadableObject
         fields = ("id", "kind", "namespace", "name", "deferred")
+
+
+class TopologyFilterSet(django_filters.FilterSet):
+    """Topology objects by cluster and name."""
+
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+
+    class Meta:
+        model = Topology
+        fields = ("id", "name")

@@ -81,7 +81,10 @@ class ClusterGateway(Protocol):
         ...
 
     def evict(self, action: EvictAction) -> ActionResult:
-        """Evict a pod with its grace period. A pod that is gone is ``ALREADY_GONE``."""
+        """Evict a pod with its grace period, as ``action.mode`` says: ``delete`` (as KAI: the pod is
+        deleted, after the DisruptionTarget condition when ``action.disruption_target``) or ``evict``
+        (the Eviction API: a PodDisruptionBudget may refuse, raised as `ClusterUnavailable` with status
+        429). A pod that is gone is ``ALREADY_GONE``."""
         ...
 
     def upsert_queue(self, spec: QueueSpec) -> ObservedQueue:

@@ -39,6 +39,7 @@ from typing import Any, Generic, TypeVar
 from django.conf import settings
 
 from kaiweb.cluster import podgrouper
+from kaiweb.cluster.backends.kubernetes import pod_group_carries
 from kaiweb.cluster.backends.types import POD_GROUP_ANNOTATION
 from kaiweb.cluster.errors import ClusterError, ClusterRejected
 from kaiweb.cluster.podgrouper.model import PODGROUP_API_VERSION, PODGROUP_KIND
@@ -127,11 +128,8 @@ def _existing_pod_groups(gateway: Any) -> dict[tuple[str, str], Mapping[str, Any
 
 
 def _same(current: Mapping[str, Any] | None, manifest: Mapping[str, Any]) -> bool:
-    """Whether the PodGroup in the cluster already says what the grouper wants."""
-    if current is None or current.get("spec") != manifest.get("spec"):
-        return False
-    have, want = current.get("metadata") or {}, manifest.get("metadata") or {}
-    return all(have.get(k) == want[k] for k in ("labels", "annotations", "ownerReferences") if k in want)
+    """Whether the PodGroup in the cluster already says what the grouper wants (`pod_group_carries`)."""
+    return pod_group_carries(current, manifest)
 
 
 def _pod_key(pod: Mapping[str, Any]) -> Key:

@@ -13,7 +13,10 @@ module keeps those rows equal to what the cluster says, and tells the cluster wh
   database is deleted in the cluster, and a CRD-only queue is imported through the control
   plane's import service;
 * `write_back(gateway, cycle)` writes each queue's status to its CRD and the why-pending
-  explanation to each pending pod, only when it changed since it was last written.
+  explanation to each pending pod, only when it changed since it was last written, and KAI's stamps
+  (last start, last eviction, stale since) to each PodGroup whose workload holds a later one;
+* `merge_stamps(cluster, groups)` takes those stamps from the PodGroups into the workloads, the
+  later time winning (`kaiweb.cluster.stamps`), at every cycle's observe step and full sync.
 
 How pods become workloads (as KAI's podgrouper does): a pod naming a PodGroup (annotation
 ``pod-group-name``) belongs to that PodGroup's workload and queue; a pod without one and without an
@@ -45,9 +48,10 @@ from typing import Any
 import yaml
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from kaiweb.cluster import grouping, status_writer
+from kaiweb.cluster import grouping, stamps, status_writer
 from kaiweb.cluster.backends.kubernetes import diff_queues, parse_pod, parse_pod_group
 from kaiweb.cluster.backends.types import (
     POD_GROUP_ANNOTATION,
@@ -948,6 +952,7 @@ def sync_full(gateway: Any, cluster: Cluster) -> SyncReport:
             plan.pods[key] = (wkey, values, node)
         problems.extend(_apply_plan(cluster, plan, full=True, report=report,
                                     touched_workloads={w for w, _, _ in kept.values()}))
+        merge_stamps(cluster, groups.items)
         _store_problems(cluster, problems, replace_kinds=("Node", "Pod", "PodGroup", "Queue", "PriorityClass", "Topology",
                                                             "SchedulingShard"))
         state = mirror_state(cluster)
@@ -960,23 +965,25 @@ def sync_full(gateway: Any, cluster: Cluster) -> SyncReport:
 
 
 def _apply_topologies(cluster: Cluster, observed: Sequence[Any]) -> None:
-    """The cluster's Topology objects replace the mirrored ones."""
-    wanted = {t.name: list(t.levels) for t in observed}
+    """The cluster's Topology objects replace the mirrored ones (their levels and the levels' aliases)."""
+    wanted = {t.name: (list(t.levels), list(t.aliases)) for t in observed}
     current = {t.name: t for t in Topology.objects.filter(cluster=cluster)}
     Topology.objects.filter(cluster=cluster).exclude(name__in=list(wanted)).delete()
-    for name, levels in wanted.items():
+    for name, (levels, aliases) in wanted.items():
         row = current.get(name)
         if row is None:
-            Topology.objects.create(cluster=cluster, name=name, levels=levels)
-        elif row.levels != levels:
-            row.levels = levels
-            row.save(update_fields=["levels"])
+            Topology.objects.create(cluster=cluster, name=name, levels=levels, aliases=aliases)
+        elif (row.levels, row.aliases) != (levels, aliases):
+            row.levels, row.aliases = levels, aliases
+            row.save(update_fields=["levels", "aliases"])
 
 
 def _apply_shards(cluster: Cluster, observed: Sequence[Any]) -> None:
     """KAI's SchedulingShard objects configure the shard of the same name (created when missing).
 
-    A shard the cluster does not describe keeps its configuration from the database."""
+    The eviction mode and condition come from the object's spec.args as KAI would run it (absent:
+    delete, no condition; `parse_shard`). A shard the cluster does not describe keeps its
+    configuration from the database."""
     from kaiweb.cluster.models import SchedulingShard
 
     for shard in observed:
@@ -985,7 +992,8 @@ def _apply_shards(cluster: Cluster, observed: Sequence[Any]) -> None:
             row = SchedulingShard(cluster=cluster, name=shard.name)
         values = {"partition_label_value": shard.partition_label_value,
                   "gpu_placement": shard.gpu_placement or "binpack", "cpu_placement": shard.cpu_placement or "binpack",
-                  "args": dict(shard.args)}
+                  "args": dict(shard.args), "eviction_mode": shard.eviction_mode,
+                  "update_pod_eviction_condition": shard.update_pod_eviction_condition}
         if shard.k_value is not None:
             values["k_value"] = shard.k_value
         if shard.preempt_min_runtime_s is not None:
@@ -1041,13 +1049,21 @@ def sync_into(gateway: Any, cluster: Cluster) -> dict[str, Any]:
     """The cycle's observe step: a full sync unless watch_cluster keeps the mirror current, in
     which case only the Queue CRDs are synced (database changes reach the cluster every cycle),
     and the Topology and SchedulingShard objects, which the watcher does not watch (a few small
-    cluster-scoped objects: without this they would never reach the mirror while it watches)."""
+    cluster-scoped objects: without this they would never reach the mirror while it watches), and
+    the PodGroups' stamps are merged into their workloads (`merge_stamps`)."""
     if watcher_is_current(cluster):
         messages, problems = sync_queues(gateway, cluster)
         topologies = _list_optional(gateway.list_topologies)
         shards = _list_optional(gateway.list_shards)
         _apply_topologies(cluster, topologies.items)
         _apply_shards(cluster, shards.items)
+        # The watcher brings PodGroups but not their stamps: a watch event can be older than what
+        # the last cycle recorded (a gang no longer stale), a listing of now cannot. Without one, the
+        # rows keep what earlier cycles merged.
+        try:
+            merge_stamps(cluster, _list_optional(gateway.list_pod_groups).items)
+        except ClusterError as exc:
+            log.warning("PodGroup stamps not read this cycle: %s", exc)
         kinds = ("Queue", "Topology", "SchedulingShard")
         problems = [*(p for p in problems if p.kind == "Queue"),
                     *(Problem.of(u) for u in (*topologies.problems, *shards.problems))]
@@ -1055,6 +1071,33 @@ def sync_into(gateway: Any, cluster: Cluster) -> dict[str, Any]:
         _store_problems(cluster, problems, replace_kinds=kinds)
         return {"mode": "queues", "queues": messages}
     return {"mode": "full", **sync_full(gateway, cluster).as_json()}
+
+
+def merge_stamps(cluster: Cluster, groups: Iterable[ObservedPodGroup]) -> int:
+    """KAI's stamps on these PodGroups (last start, last eviction, stale since) into their workloads'
+    rows, where the later time wins (`stamps.merged`). Each change is one statement that holds only
+    while the row's time is still earlier, so a time the watcher or a cycle wrote meanwhile is never
+    replaced by an earlier one. A stamp that cannot be read was ignored by the parser, as KAI ignores
+    it; its note is logged here. Returns how many fields changed."""
+    stamped: dict[tuple[str, str], ObservedPodGroup] = {}
+    for g in groups:
+        for note in g.notes:
+            log.warning("%s", note)
+        if any(getattr(g, f) is not None for f in stamps.FIELDS):
+            stamped[(g.namespace, g.name)] = g
+    if not stamped:
+        return 0
+    changed = 0
+    rows = Workload.objects.filter(cluster=cluster, name__in={n for _, n in stamped}).values_list(
+        "pk", "namespace", "name", "uid", *stamps.FIELDS)
+    for pk, namespace, name, uid, *times in rows:
+        group = stamped.get((namespace, name))
+        if group is None or (uid and group.uid and uid != group.uid[:64]):
+            continue  # another namespace's, or another incarnation of the PodGroup
+        for f, at in stamps.merged(dict(zip(stamps.FIELDS, times, strict=True)), group).items():
+            changed += Workload.objects.filter(Q(**{f"{f}__isnull": True}) | Q(**{f"{f}__lt": at}), pk=pk).update(
+                **{f: at})
+    return changed
 
 
 # ----------------------------------------------------------------------------------- watch events
@@ -1422,6 +1465,7 @@ class WriteBackReport:
     queue_statuses: int = 0
     pending_reports: int = 0
     pod_group_statuses: int = 0
+    pod_group_stamps: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -1452,6 +1496,13 @@ def record_actions(cycle: Any) -> None:
         pods = {p.pk: p for p in Pod.objects.filter(pk__in=[b[0] for b in binds] + evicts)
                 .select_for_update().order_by("pk")}
         _record(pods, binds, evicts)
+        # As KAI stamps a PodGroup when it evicts any of its pods: the preemption delay starts again
+        # from it (the write-back puts it on the PodGroup). Never moved back (`stamps.later`).
+        evicted = sorted({pods[p].workload_id for p in evicts if p in pods})
+        if evicted:
+            at = clock.now()
+            Workload.objects.filter(Q(last_eviction_at__isnull=True) | Q(last_eviction_at__lt=at),
+                                    pk__in=evicted).update(last_eviction_at=at)
 
 
 def _record(pods: dict[int, Pod], binds: list[tuple[int, int, str]], evicts: list[int]) -> None:
@@ -1470,8 +1521,9 @@ def _record(pods: dict[int, Pod], binds: list[tuple[int, int, str]], evicts: lis
 
 
 def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
-    """After a cycle: queue status to each Queue CRD and the why-pending explanation to each
-    pending pod (and to each unreadable one), each only when it changed since last written."""
+    """After a cycle: queue status to each Queue CRD, the why-pending explanation to each
+    pending pod (and to each unreadable one), each only when it changed since last written, and
+    each PodGroup's stamps where its workload holds later ones (`_write_stamps`)."""
     from kaiweb.queues.models import Queue
     from kaiweb.scheduling.models import PendingReason, QueueStatus
 
@@ -1540,6 +1592,7 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
     except ClusterError as exc:
         report.errors.append(str(exc))
         listed = {}
+    _write_stamps(gateway, cluster, listed, report)
     written = status_writer.write_pod_group_status(gateway, cycle, listed)
     report.pod_group_statuses = written.statuses_written
     report.errors.extend(written.errors)
@@ -1552,6 +1605,35 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
         if stale:
             PendingReport.objects.filter(pk__in=stale).delete()
     return report
+
+
+def _write_stamps(gateway: Any, cluster: Cluster, listed: Mapping[tuple[str, str], Mapping[str, Any]],
+                  report: WriteBackReport) -> None:
+    """Each PodGroup's stamps from its workload's row where the row's time is later than what the
+    PodGroup says (`stamps.annotations_wanted`), all changed PodGroups at once, judged against the
+    cycle's listing of them: a steady cluster costs no writes."""
+    if not listed:
+        return
+    changes = []
+    rows = Workload.objects.filter(cluster=cluster, name__in={n for _, n in listed}).values_list(
+        "namespace", "name", "uid", *stamps.FIELDS)
+    for namespace, name, uid, *times in rows:
+        raw = listed.get((namespace, name))
+        meta = (raw or {}).get("metadata") or {}
+        their_uid = str(meta.get("uid") or "")
+        if raw is None or (uid and their_uid and uid != their_uid[:64]):
+            continue
+        wanted = stamps.annotations_wanted(dict(zip(stamps.FIELDS, times, strict=True)), meta.get("annotations") or {})
+        if wanted:
+            changes.append((namespace, name, their_uid, wanted))
+    if not changes:
+        return
+    for (namespace, name, _, _), error in zip(changes, gateway.annotate_pod_groups(changes), strict=True):
+        if error is None:
+            report.pod_group_stamps += 1
+        else:
+            report.errors.append(str(error))
+            log.warning("PodGroup %s/%s: stamps not written: %s", namespace, name, error)
 
 
 def kubernetes_cluster(name: str | None = None) -> Cluster:

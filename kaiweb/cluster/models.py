@@ -10,6 +10,7 @@ from django.db import models
 from kaiweb.cluster.choices import (
     DEFAULT_PARTITION_LABEL,
     BackendKind,
+    EvictionMode,
     GpuPlacementStrategy,
     PlacementStrategy,
 )
@@ -89,6 +90,17 @@ class SchedulingShard(TimeStampedModel):
     args = models.JSONField(
         default=dict, blank=True,
         help_text="KAI's SchedulingShard spec.args, e.g. {\"restrict-node-scheduling\": \"true\"}.",
+    )
+    eviction_mode = models.CharField(
+        max_length=16, choices=EvictionMode.choices, default=EvictionMode.DELETE,
+        help_text="Delete: the victim pod is deleted, as KAI does; PodDisruptionBudgets do not stop a reclaim "
+        "or preemption. Evict: the Eviction API; a budget may refuse, and the decision fails until it allows. "
+        "A SchedulingShard object sets it with spec.args[kaiweb-eviction-mode].",
+    )
+    update_pod_eviction_condition = models.BooleanField(
+        default=False,
+        help_text="With delete: set the DisruptionTarget condition (reason PreemptionByScheduler, the "
+        "eviction's message) before deleting, as KAI's --update-pod-eviction-condition does.",
     )
     enabled = models.BooleanField(default=True)
 
@@ -354,11 +366,14 @@ class PendingReport(models.Model):
 
 
 class Topology(models.Model):
-    """A Topology object of the cluster (``kai.scheduler/v1alpha1``): node label keys, outermost first."""
+    """A Topology object of the cluster (``kai.scheduler/v1alpha1``): node label keys, outermost first,
+    and the levels' aliases (a topology constraint may name a level by either)."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="topologies")
     name = models.CharField(max_length=253)
     levels = models.JSONField(default=list, help_text="Node label keys, outermost level first.")
+    aliases = models.JSONField(default=list, blank=True,
+                               help_text="Each level's alias, in the order of the levels ('' for none).")
 
     class Meta:
         ordering = ("cluster", "name")
@@ -368,3 +383,15 @@ class Topology(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    @property
+    def level_rows(self) -> list[dict[str, str]]:
+        """Each level, outermost first: its node label key and its alias ('' for none)."""
+        aliases = [str(a or "") for a in self.aliases or []]
+        return [{"node_label": str(label), "alias": aliases[i] if i < len(aliases) else ""}
+                for i, label in enumerate(self.levels or [])]
+
+    def to_spec(self) -> m.TopologySpec:
+        """The engine's TopologySpec (a constraint's level is resolved there, by node label or alias)."""
+        rows = self.level_rows
+        return m.TopologySpec(self.name, tuple(r["node_label"] for r in rows), tuple(r["alias"] for r in rows))

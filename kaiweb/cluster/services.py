@@ -10,6 +10,7 @@ from django.db import models, transaction
 
 from kaiweb.audit import services as audit
 from kaiweb.audit.choices import AuditAction, AuditSource
+from kaiweb.cluster.choices import EvictionMode
 from kaiweb.cluster.models import Cluster, SchedulingShard
 from kaiweb.core.services import Change, already_exists, reject_unknown_fields
 
@@ -18,7 +19,7 @@ SHARD_FIELDS = frozenset(
     {
         "cluster", "name", "partition_label_key", "partition_label_value", "gpu_placement", "cpu_placement",
         "k_value", "usage_window_seconds", "usage_half_life_seconds", "preempt_min_runtime",
-        "reclaim_min_runtime", "enabled",
+        "reclaim_min_runtime", "eviction_mode", "update_pod_eviction_condition", "enabled",
     }
 )
 # Keys in a cluster's settings that would be secrets: they belong in the environment, not the database.
@@ -98,6 +99,9 @@ def save_shard(
     warnings = []
     if obj.gpu_placement == "spread" or obj.cpu_placement == "spread":  # type: ignore[attr-defined]  # obj is a SchedulingShard on this path
         warnings.append("a spread placement turns consolidation off for this shard (as in KAI)")
+    if obj.update_pod_eviction_condition and obj.eviction_mode == EvictionMode.EVICT:  # type: ignore[attr-defined]  # obj is a SchedulingShard on this path
+        warnings.append("update_pod_eviction_condition applies to the delete mode only: with evict, the API "
+                        "server sets DisruptionTarget itself (reason EvictionByEvictionAPI, Kubernetes 1.26 and later)")
     return Change(obj, warnings)  # type: ignore[arg-type]  # Change is generic over the saved model
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from kaiweb.cluster.models import GpuDevice, Node, OtherPod, SchedulingShard
+from kaiweb.cluster.models import GpuDevice, Node, OtherPod, SchedulingShard, Topology
 from kaiweb.ui.charts import queue_colour
 from kaiweb.ui.pages import PER_PAGE_CHOICES, filter_context, filter_queryset, paginate, render_page
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES
@@ -54,6 +54,8 @@ def node_map(request: HttpRequest) -> HttpResponse:
         "legend": legend,
         "stranded_total": stranded_total,
         "node_total": Node.objects.count(),
+        # read only by the full page (not the map's refresh): the levels and their aliases
+        "topologies": Topology.objects.select_related("cluster").order_by("cluster__name", "name"),
     }
     return render_page(request, "cluster/nodes.html", context, partial="cluster/partials/gpu_map.html")
 

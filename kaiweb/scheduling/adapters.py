@@ -544,7 +544,7 @@ def _finish(shard: SchedulingShard | None, index: SnapshotIndex, nodes: list[m.N
         topologies = topologies.filter(cluster_id=shard.cluster_id)
     snapshot = m.ClusterSnapshot(
         nodes=tuple(nodes), queues=tuple(queues), jobs=tuple(jobs), now=now,
-        topologies=tuple(m.TopologySpec(t.name, tuple(t.levels)) for t in topologies),
+        topologies=tuple(t.to_spec() for t in topologies),
         usage={q: tuple(v) for q, v in (usage or {}).items() if q in index.queues},  # type: ignore[misc]  # three numbers per queue, as usage_for_engine returns
     )
     return snapshot, index

@@ -295,7 +295,7 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         cycle_step.send(sender=SchedulingCycle, point="after-record", cycle=cycle)
 
         t = time.perf_counter()
-        outcomes = apply_decisions(gateway, to_apply)
+        outcomes = apply_decisions(gateway, to_apply, shard)
         phases["apply"] = _ms(t)
         cycle_step.send(sender=SchedulingCycle, point="after-apply", cycle=cycle)
 
@@ -392,11 +392,15 @@ def _fail(cycle: SchedulingCycle, exc: BaseException, phases: dict[str, float], 
         log.exception("could not record the failure of cycle %s", cycle.pk)
 
 
-def apply_decisions(gateway: Any, decisions: list[Decision]) -> dict[int, ActionResult | Exception]:
-    """Carry out binds and evictions through the gateway, each with its idempotency key.
+def apply_decisions(gateway: Any, decisions: list[Decision],
+                    shard: SchedulingShard | None = None) -> dict[int, ActionResult | Exception]:
+    """Carry out binds and evictions through the gateway, each with its idempotency key; evictions
+    as the shard says (``eviction_mode``, ``update_pod_eviction_condition``; without ``shard``,
+    the shard of each eviction's cycle).
 
     Returns the outcome per decision id: the gateway's result, or the error that action raised
-    (one failed action does not stop the others)."""
+    (one failed action does not stop the others). An eviction a PodDisruptionBudget refuses is
+    such an error: the decision fails and a later cycle decides again."""
     binds: list[tuple[Decision, BindAction]] = []
     evicts: list[tuple[Decision, EvictAction]] = []
     for d in decisions:
@@ -407,8 +411,11 @@ def apply_decisions(gateway: Any, decisions: list[Decision]) -> dict[int, Action
                                         gpu_group=d.gpu_group or None, gpu_portion=portion,
                                         idempotency_key=d.idempotency_key)))
         elif d.kind == DecisionKind.EVICT:
+            # A cycle whose shard was deleted since: the defaults of a shard.
+            by = shard or d.cycle.shard or SchedulingShard()
             evicts.append((d, EvictAction(namespace=namespace, name=d.pod_name, uid=uid, reason=d.reason,
-                                          message=d.message, idempotency_key=d.idempotency_key)))
+                                          message=d.message, idempotency_key=d.idempotency_key,
+                                          mode=by.eviction_mode, disruption_target=by.update_pod_eviction_condition)))
     outcomes: dict[int, ActionResult | Exception] = {}
     if Capability.BULK_APPLY in gateway.capabilities:
         # One result per action, evictions first, each an ActionResult or the error that action raised

@@ -212,6 +212,7 @@ REASON_HEADLINES = {
     reason_codes.NO_NODE_FITS: "No node has room for its pods",
     reason_codes.NO_NODE_MATCHES: "No node accepts its pods (taints, selectors, affinity or cordons)",
     reason_codes.TOPOLOGY_UNSATISFIED: "No topology domain has room for the whole gang",
+    reason_codes.TOPOLOGY_UNKNOWN: "Its topology constraint names a topology or level that does not exist",
     reason_codes.NOT_READY: "Not all of its pods exist yet",
     reason_codes.NOT_ATTEMPTED: "The scheduler did not get to it in this cycle",
     reason_codes.INVALID: "The scheduler could not read this workload",

@@ -21,7 +21,7 @@ import numpy as np
 from scheduler_core import model as m
 from scheduler_core import reasons
 from scheduler_core import reclaimable as rc
-from scheduler_core.allocate import Placer, allocate_job, queue_capacity_problem
+from scheduler_core.allocate import Placer, allocate_job, constraint_levels, queue_capacity_problem
 from scheduler_core.model import Key
 from scheduler_core.ordering import JobsOrder, tasks_to_allocate
 from scheduler_core.proportion import QueueAttrs, compare_victim_queues
@@ -270,7 +270,8 @@ def _required_domains(s: Session, job: JobState, tasks: list[TaskState]) -> list
     """KAI's topology-aware idle-GPU filter input (``accumulated_scenario_filters/idle_gpus/
     topology_aware_idle_gpus.go``): per required topology level of the job's gang tree, the node →
     domain index map (-1 = no domain) and the GPUs each constrained subgroup of ``tasks`` needs,
-    largest first. Only constraints placement honours (a known topology and level) are kept."""
+    largest first. Only constraints placement can honour (a known topology and level, named by its
+    node label or alias) are kept: placement keeps the pods of the others pending."""
     by_level: dict[str, list[float]] = {}
 
     def walk(x: PodSet | SubGroupSet) -> list[TaskState]:
@@ -280,11 +281,11 @@ def _required_domains(s: Session, job: JobState, tasks: list[TaskState]) -> list
             mine = [t for y in x.members for t in walk(y)]
         tc = x.topology
         if tc is not None and tc.required_level:
-            topo = next((z for z in s.snapshot.topologies if z.name == tc.topology), None)
-            if topo is not None and tc.required_level in topo.levels:
+            got = constraint_levels(s, tc)
+            if not isinstance(got, m.Reason) and got[1] is not None:
                 need = sum(float(t.request.gpus) for t in mine if t.request.gpu_kind == m.GPU_WHOLE)
                 if need > 0:
-                    by_level.setdefault(tc.required_level, []).append(need)
+                    by_level.setdefault(got[1], []).append(need)
         return mine
 
     walk(job.root)

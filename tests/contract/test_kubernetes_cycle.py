@@ -129,8 +129,16 @@ def test_one_cycle_binds_explains_and_writes_back_then_a_second_changes_nothing(
     assert Decision.objects.filter(kind=DecisionKind.BIND).count() == 3
 
 
-def test_a_reclaim_eviction_reaches_the_eviction_api_with_the_grace_period(
-        kube_apiserver: FakeKubeApiServer, shard: SchedulingShard) -> None:  # noqa: F811
+@pytest.mark.parametrize(("mode", "calls", "not_made"), [
+    ("evict", "evictions", "deletions"),  # the Eviction API
+    ("delete", "deletions", "evictions"),  # as KAI: the pod is deleted
+])
+def test_a_reclaim_eviction_reaches_the_cluster_as_the_shard_says_with_the_grace_period(
+        kube_apiserver: FakeKubeApiServer, shard: SchedulingShard, mode: str, calls: str,  # noqa: F811
+        not_made: str) -> None:
+    from kaiweb.cluster.services import save_shard
+
+    save_shard(shard, {"eviction_mode": mode})
     s = kube_apiserver
     s.add_node("gpu-1", gpus=4)
     s.add_queue("borrower", qspec(0))
@@ -145,19 +153,21 @@ def test_a_reclaim_eviction_reaches_the_eviction_api_with_the_grace_period(
 
     cycle = run_cycle(shard)
 
+    made = getattr(s, calls)
     assert cycle.evictions == 2
-    assert len(s.evictions) == 2
-    assert {e["name"] for e in s.evictions} <= {f"borrowed-{i}" for i in range(4)}
-    assert all(e["grace"] == 45 for e in s.evictions)
-    for e in s.evictions:  # terminating for its grace period, and told why
+    assert len(made) == 2
+    assert getattr(s, not_made) == []
+    assert {e["name"] for e in made} <= {f"borrowed-{i}" for i in range(4)}
+    assert all(e["grace"] == 45 for e in made)
+    for e in made:  # terminating for its grace period, and told why
         assert s.get("pods", e["name"])["metadata"]["deletionGracePeriodSeconds"] == 45
     assert not s.bindings  # the reclaimer waits for the resources being released
     evicted = set(Pod.objects.filter(state=PodState.RELEASING).values_list("name", flat=True))
-    assert evicted == {e["name"] for e in s.evictions}
+    assert evicted == {e["name"] for e in made}
 
     # Another cycle while the victims terminate: no second eviction.
     run_cycle(shard)
-    assert len(s.evictions) == 2
+    assert len(made) == 2
 
     # Once they are gone the reclaimer is bound.
     s.complete_terminations()

@@ -244,6 +244,10 @@ def test_only_the_worker_and_the_watcher_are_bound_to_the_scheduler_role(helm: s
     (role_binding,) = by_kind(docs, "RoleBinding").values()
     assert role_binding["metadata"]["namespace"] == "kai-resource-reservation"
     assert [s["name"] for s in role_binding["subjects"]] == [name("worker")]
+    evictor = by_kind(docs, "ClusterRoleBinding")[name("evictor")]
+    assert [s["name"] for s in evictor["subjects"]] == [name("worker")]
+    assert by_kind(docs, "ClusterRole")[name("evictor")]["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]
     (reservations,) = by_kind(docs, "Role").values()
     assert reservations["metadata"]["namespace"] == "kai-resource-reservation"
     assert reservations["rules"] == [{"apiGroups": [""], "resources": ["pods"],
@@ -407,7 +411,7 @@ SCHEDULER_NEEDS = [
     ("get", "persistentvolumeclaims", "", ""), ("get", "storageclasses", "storage.k8s.io", ""),
 ]
 NOBODY_NEEDS = [
-    ("get", "secrets", "", ""), ("create", "pods", "", ""), ("delete", "pods", "", ""),
+    ("get", "secrets", "", ""), ("create", "pods", "", ""),
     ("update", "nodes", "", ""), ("delete", "podgroups", "scheduling.run.ai", ""),
     ("create", "clusterrolebindings", "rbac.authorization.k8s.io", ""), ("list", "jobs", "batch", ""),
 ]
@@ -432,6 +436,15 @@ def test_only_the_worker_makes_reservation_pods_and_only_in_their_namespace(kube
     assert not can(kube, "worker", "create", "pods", namespace="team-a")
     assert not can(kube, "watcher", "create", "pods", namespace=reservations)
     assert not can(kube, "web", "create", "pods", namespace=reservations)
+
+
+@pytest.mark.usefixtures("rbac_installed")
+def test_only_the_worker_deletes_pods_as_kais_evictor_does(kube: Any) -> None:
+    """A shard's eviction mode ``delete`` deletes the victim wherever it runs; no one else may delete a pod."""
+    assert can(kube, "worker", "delete", "pods", namespace="team-a")
+    assert not can(kube, "worker", "deletecollection", "pods", namespace="team-a")
+    for component in ("watcher", "web", "beat", "migrate"):
+        assert not can(kube, component, "delete", "pods", namespace="team-a"), component
 
 
 @pytest.mark.usefixtures("rbac_installed")

@@ -129,6 +129,9 @@ def _qspec(gpu_quota: float) -> dict[str, Any]:
 def test_a_reclaim_blocked_by_a_pdb_fails_this_cycle_and_succeeds_once_the_budget_allows(
     server: RealServer, kube_shard: SchedulingShard,
 ) -> None:
+    from kaiweb.cluster.services import save_shard
+
+    save_shard(kube_shard, {"eviction_mode": "evict"})  # the Eviction API (KAI deletes: tests/kube/test_eviction_modes_real.py)
     server.add_queue("borrower", _qspec(0))
     server.add_queue("owner", _qspec(4))
     _borrowers(server, 4)

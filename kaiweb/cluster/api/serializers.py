@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from kaiweb.cluster.models import Cluster, GpuDevice, Node, SchedulingShard, UnreadableObject
+from kaiweb.cluster.backends.types import EVICTION_MODE_RULE
+from kaiweb.cluster.models import Cluster, GpuDevice, Node, SchedulingShard, Topology, UnreadableObject
 from kaiweb.core.api.base import WarningsMixin
 
 
@@ -30,10 +31,11 @@ class SchedulingShardSerializer(WarningsMixin, serializers.ModelSerializer):
         fields = (
             "id", "cluster", "name", "partition_label_key", "partition_label_value", "gpu_placement", "cpu_placement",
             "k_value", "usage_window_seconds", "usage_half_life_seconds", "preempt_min_runtime", "reclaim_min_runtime",
-            "enabled", "created", "updated", "warnings",
+            "eviction_mode", "update_pod_eviction_condition", "enabled", "created", "updated", "warnings",
         )
         read_only_fields = ("created", "updated")
         validators: list = []  # overlaps are checked by the service, with a message naming the other shard
+        extra_kwargs = {"eviction_mode": {"error_messages": {"invalid_choice": EVICTION_MODE_RULE + ', not "{input}"'}}}
 
 
 class GpuDeviceSerializer(serializers.ModelSerializer):
@@ -55,6 +57,26 @@ class NodeSerializer(serializers.ModelSerializer):
             "allocatable_pods", "gpu_product", "gpu_memory_mib", "mig_enabled", "topology", "ready", "unschedulable",
             "observed_at", "gpus",
         )
+
+
+class TopologyLevelSerializer(serializers.Serializer):
+    """One level of a topology: the node label key and its alias ("" for none); a topology
+    constraint's requiredTopologyLevel / preferredTopologyLevel may name it by either."""
+
+    node_label = serializers.CharField(read_only=True)
+    alias = serializers.CharField(read_only=True)
+
+
+class TopologySerializer(serializers.ModelSerializer):
+    """A Topology object of the cluster (``kai.scheduler/v1alpha1``) as last read."""
+
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    levels = TopologyLevelSerializer(many=True, read_only=True, source="level_rows",
+                                     help_text="The levels, outermost first.")
+
+    class Meta:
+        model = Topology
+        fields = ("id", "cluster", "name", "levels")
 
 
 class UnreadableObjectSerializer(serializers.ModelSerializer):

@@ -12,4 +12,5 @@ def register(router: DefaultRouter) -> None:
     router.register("clusters", views.ClusterViewSet, basename="cluster")
     router.register("shards", views.SchedulingShardViewSet, basename="shard")
     router.register("nodes", views.NodeViewSet, basename="node")
+    router.register("topologies", views.TopologyViewSet, basename="topology")
     router.register("unreadable-objects", views.UnreadableObjectViewSet, basename="unreadable-object")

@@ -1,4 +1,4 @@
-"""Viewsets of the cluster API: clusters and shards (platform admins change them), nodes (read-only)."""
+"""Viewsets of the cluster API: clusters and shards (platform admins change them), nodes, topologies."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from kaiweb.cluster.filtersets import (
     ClusterFilterSet,
     NodeFilterSet,
     SchedulingShardFilterSet,
+    TopologyFilterSet,
     UnreadableObjectFilterSet,
 )
-from kaiweb.cluster.models import Cluster, SchedulingShard, UnreadableObject
+from kaiweb.cluster.models import Cluster, SchedulingShard, Topology, UnreadableObject
 from kaiweb.core.api.base import ByNameLookupMixin, ServiceModelViewSet, named_detail
 from kaiweb.core.services import Change
 
@@ -78,6 +79,19 @@ class NodeViewSet(ByNameLookupMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> Any:
         return selectors.nodes()
+
+
+class TopologyViewSet(viewsets.ReadOnlyModelViewSet):
+    """The clusters' Topology objects as last read: levels outermost first, each with its alias
+    (written by the cluster gateway, not through the API)."""
+
+    serializer_class = s.TopologySerializer
+    filterset_class = TopologyFilterSet
+    ordering_fields = ("name",)
+    ordering = ("cluster__name", "name")
+
+    def get_queryset(self) -> Any:
+        return Topology.objects.select_related("cluster")
 
 
 class UnreadableObjectViewSet(viewsets.ReadOnlyModelViewSet):

@@ -42,6 +42,11 @@ from kaiweb.cluster.backends.pod_constraints import (
 )
 from kaiweb.cluster.backends.types import (
     BIND_KEY_ANNOTATION,
+    DISRUPTION_TARGET,
+    EVICT_BY_DELETE,
+    EVICT_BY_EVICTION_API,
+    EVICTION_MODE_RULE,
+    EVICTION_MODES,
     GPU_FRACTION_ANNOTATION,
     GPU_FRACTION_NUM_DEVICES_ANNOTATION,
     GPU_GROUP_LABEL,
@@ -54,6 +59,8 @@ from kaiweb.cluster.backends.types import (
     MIG_RESOURCE_PREFIX,
     MIG_STRATEGY_LABEL,
     POD_GROUP_ANNOTATION,
+    POD_GROUP_STAMPS,
+    PREEMPTION_BY_SCHEDULER,
     QUEUE_LABEL,
     SUBGROUP_LABEL,
     ActionOutcome,
@@ -121,6 +128,20 @@ def _meta(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     return raw.get("metadata") or {}
 
 
+def pod_group_carries(current: Mapping[str, Any] | None, manifest: Mapping[str, Any]) -> bool:
+    """Whether a PodGroup already says what ``manifest`` wants: the same spec and owners, and each of
+    its labels and annotations with its value. Others' keys are no difference: a merge patch adds
+    keys and takes none away, and KAI's stamps (ours too) live beside the pod-grouper's annotations."""
+    if current is None or current.get("spec") != manifest.get("spec"):
+        return False
+    have, want = _meta(current), manifest.get("metadata") or {}
+    for key in ("labels", "annotations"):
+        held = have.get(key) or {}
+        if any(held.get(k) != v for k, v in (want.get(key) or {}).items()):
+            return False
+    return "ownerReferences" not in want or have.get("ownerReferences") == want["ownerReferences"]
+
+
 def _time(value: Any, field: str) -> datetime | None:
     if not value:
         return None
@@ -130,6 +151,46 @@ def _time(value: Any, field: str) -> datetime | None:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError as exc:
         raise _Bad(field, "must be an RFC 3339 time", value) from exc
+
+
+# Go's time.RFC3339 as time.Parse reads it: whole seconds, an optional fraction, then Z or an offset.
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})")
+
+
+def stamp_text(at: datetime) -> str:
+    """A time as KAI writes its PodGroup stamps: Go's time.RFC3339 of the UTC time, whole seconds."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def read_stamp(text: Any) -> datetime:
+    """A PodGroup stamp as KAI reads it (Go's time.RFC3339, any fraction of a second); ValueError
+    for anything else."""
+    found = _RFC3339.fullmatch(text) if isinstance(text, str) else None
+    if found is None:
+        raise ValueError(f"not an RFC 3339 time: {text!r}")
+    seconds, fraction, zone = found.groups()
+    micro = (fraction or "")[:6].ljust(6, "0")
+    return datetime.fromisoformat(f"{seconds}.{micro}{'+00:00' if zone == 'Z' else zone}")
+
+
+def _stamps(meta: Mapping[str, Any]) -> tuple[dict[str, datetime | None], tuple[str, ...]]:
+    """KAI's stamps on a PodGroup by Workload field; one that is not an RFC 3339 time is ignored, as
+    KAI ignores it (logged there), and said in a note naming the field."""
+    annotations = meta.get("annotations") or {}
+    ref = f"PodGroup {meta.get('namespace', '') or ''}/{meta.get('name', '') or '?'}"
+    stamps: dict[str, datetime | None] = {}
+    notes = []
+    for field, key in POD_GROUP_STAMPS:
+        text = annotations.get(key) if isinstance(annotations, Mapping) else None
+        stamps[field] = None
+        if not text:
+            continue
+        try:
+            stamps[field] = read_stamp(text)
+        except ValueError:
+            notes.append(f"{ref}: metadata.annotations[{key}] = {text!r} must be an RFC 3339 time such as "
+                         f"2025-01-02T15:04:05Z; ignored, as KAI ignores it")
+    return stamps, tuple(notes)
 
 
 def _never_raises(kind: str) -> Callable[[Callable[[Mapping[str, Any]], Any]], Callable[[Mapping[str, Any]], Any]]:
@@ -469,6 +530,7 @@ def parse_pod_group(raw: Mapping[str, Any]) -> ObservedPodGroup | Unreadable:
                 raise _Bad(f"spec.subGroups[{i}].parent", "must name another subgroup of this PodGroup", sg.parent)
         topology = _topology_constraint(spec.get("topologyConstraint"), "spec.topologyConstraint")
         owner = next((ref for ref in meta.get("ownerReferences") or [] if isinstance(ref, Mapping)), None)
+        stamps, notes = _stamps(meta)
         return ObservedPodGroup(
             namespace=meta.get("namespace", "") or "",
             name=meta.get("name", ""),
@@ -488,6 +550,10 @@ def parse_pod_group(raw: Mapping[str, Any]) -> ObservedPodGroup | Unreadable:
             staleness_grace_s=_duration(spec.get("stalenessGracePeriod"), "spec.stalenessGracePeriod"),
             owner=({"kind": str(owner.get("kind", "")), "name": str(owner.get("name", "")),
                     "uid": str(owner.get("uid", ""))} if owner else None),
+            last_start_at=stamps["last_start_at"],
+            last_eviction_at=stamps["last_eviction_at"],
+            stale_since=stamps["stale_since"],
+            notes=notes,
         )
     except _Bad as bad:
         return _unreadable("PodGroup", raw, bad)
@@ -531,15 +597,37 @@ def parse_topology(raw: Mapping[str, Any]) -> ObservedTopology | Unreadable:
         levels = (raw.get("spec") or {}).get("levels")
         if not isinstance(levels, list) or not levels:
             raise _Bad("spec.levels", "must list at least one level", levels)
-        keys = []
+        keys: list[str] = []
+        aliases: list[str] = []
         for i, level in enumerate(levels):
             key = level.get("nodeLabel") if isinstance(level, Mapping) else None
             if not isinstance(key, str) or not key:
                 raise _Bad(f"spec.levels[{i}].nodeLabel", "is required: a node label key", level)
             keys.append(key)
-        return ObservedTopology(name=_meta(raw).get("name", ""), levels=tuple(keys))
+            alias = level.get("alias") or ""
+            if not isinstance(alias, str):
+                raise _Bad(f"spec.levels[{i}].alias", "must be a string: another name of the level", alias)
+            aliases.append(alias)
+        # KAI's Topology webhook: an alias names one level only, and never another level's label
+        for i, alias in enumerate(aliases):
+            if alias and alias in aliases[:i]:
+                raise _Bad(f"spec.levels[{i}].alias", f"must be unique within the topology: "
+                           f"spec.levels[{aliases.index(alias)}].alias is {alias!r} too", alias)
+            if alias in keys:
+                raise _Bad(f"spec.levels[{i}].alias", f"must not be a level's nodeLabel: "
+                           f"spec.levels[{keys.index(alias)}].nodeLabel is {alias!r}", alias)
+        return ObservedTopology(name=_meta(raw).get("name", ""), levels=tuple(keys), aliases=tuple(aliases))
     except _Bad as bad:
         return _unreadable("Topology", raw, bad)
+
+
+# How the shard's evictions are carried out, read from SchedulingShard spec.args. KAI's operator
+# passes on to its scheduler only the keys that are its scheduler's flags (`buildArgsList` in
+# pkg/operator/operands/scheduler), so kaiweb's own key stays in the object when moving back to KAI.
+EVICTION_MODE_ARG = "kaiweb-eviction-mode"  # delete (KAI's behaviour, when absent) or evict
+UPDATE_POD_EVICTION_CONDITION_ARG = "update-pod-eviction-condition"  # KAI's flag, a Go bool
+_GO_BOOLS = {**dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
+             **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False)}
 
 
 @_never_raises("SchedulingShard")
@@ -560,13 +648,23 @@ def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
         if k_value is not None and (isinstance(k_value, bool) or not isinstance(k_value, int | float) or k_value < 0):
             raise _Bad("spec.kValue", "must be a number, at least 0", k_value)
         runtime = spec.get("minRuntime") or {}
+        args = {str(k): str(v) for k, v in args.items()}
+        mode = args.get(EVICTION_MODE_ARG, EVICT_BY_DELETE)
+        if mode not in EVICTION_MODES:
+            raise _Bad(f"spec.args[{EVICTION_MODE_ARG}]", EVICTION_MODE_RULE, mode)
+        condition = args.get(UPDATE_POD_EVICTION_CONDITION_ARG, "false")
+        if condition not in _GO_BOOLS:
+            raise _Bad(f"spec.args[{UPDATE_POD_EVICTION_CONDITION_ARG}]",
+                       "must be true or false (as KAI's flag reads it: 1, t, T, TRUE, true, True, 0, f, F, FALSE, "
+                       "false, False)", condition)
         return ObservedShard(
             name=_meta(raw).get("name", ""), partition_label_value=str(spec.get("partitionLabelValue") or ""),
             gpu_placement=strategy.get("gpu") or None, cpu_placement=strategy.get("cpu") or None,
-            args={str(k): str(v) for k, v in args.items()},
+            args=args,
             k_value=float(k_value) if k_value is not None else None,
             preempt_min_runtime_s=_duration(runtime.get("preemptMinRuntime"), "spec.minRuntime.preemptMinRuntime"),
             reclaim_min_runtime_s=_duration(runtime.get("reclaimMinRuntime"), "spec.minRuntime.reclaimMinRuntime"),
+            eviction_mode=mode, update_pod_eviction_condition=_GO_BOOLS[condition],
         )
     except _Bad as bad:
         return _unreadable("SchedulingShard", raw, bad)
@@ -1249,12 +1347,21 @@ class KubernetesGateway:
                               reason="Conflict")
 
     def evict(self, action: EvictAction) -> ActionResult:
-        """Evict through the Eviction API with the grace period and the pod's UID as precondition
-        (so a same-named newer pod is never evicted by an old decision); the event saying why is
-        written before returning."""
+        """Evict as ``action.mode`` says, with the grace period and the pod's UID as precondition (so a
+        same-named newer pod is never evicted by an old decision); the event saying why is written
+        before returning.
+
+        ``evict``: through the Eviction API, which a PodDisruptionBudget may refuse (429, raised as
+        `ClusterUnavailable`). ``delete``: as KAI's evictor, the pod is deleted (budgets do not apply),
+        after DisruptionTarget=True is set through its status when ``action.disruption_target``."""
         return self._evict(action, _at_once)
 
     def _evict(self, action: EvictAction, later: _Later) -> ActionResult:
+        if action.mode == EVICT_BY_DELETE:
+            return self._delete_victim(action, later)
+        if action.mode != EVICT_BY_EVICTION_API:
+            raise ClusterError(f"evict pod {action.namespace}/{action.name}",
+                               f"eviction mode must be one of {', '.join(EVICTION_MODES)}, not {action.mode!r}")
         operation = f"evict pod {action.namespace}/{action.name}"
         body = client.V1Eviction(
             metadata=client.V1ObjectMeta(name=action.name, namespace=action.namespace),
@@ -1284,6 +1391,51 @@ class KubernetesGateway:
             later(functools.partial(self._note, operation, PodRef(action.namespace, action.name, action.uid),
                                     "Normal", action.reason, action.message))
         return ActionResult(ActionOutcome.EVICTED, f"pod {action.namespace}/{action.name} evicted")
+
+    def _delete_victim(self, action: EvictAction, later: _Later) -> ActionResult:
+        """KAI's eviction (`pkg/scheduler/cache/evictor`): optionally the DisruptionTarget condition by
+        a strategic-merge patch of the pod's status (a failure stops there, the pod is not deleted),
+        then a delete of that pod incarnation with the grace period."""
+        operation = f"delete pod {action.namespace}/{action.name}"
+        gone = ActionResult(ActionOutcome.ALREADY_GONE, f"pod {action.namespace}/{action.name} is gone")
+        replaced = ActionResult(ActionOutcome.ALREADY_GONE,
+                                f"pod {action.namespace}/{action.name} was replaced by a new pod; not deleted")
+        if action.disruption_target:
+            condition = {"type": DISRUPTION_TARGET, "status": "True", "reason": PREEMPTION_BY_SCHEDULER,
+                         "message": action.message,
+                         "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+            # The UID in the patch is a precondition: the server refuses it (422 on metadata.uid) for
+            # a same-named newer pod.
+            patch: dict[str, Any] = {"status": {"conditions": [condition]}}
+            if action.uid:
+                patch["metadata"] = {"uid": action.uid}
+            try:
+                self._json(f"set DisruptionTarget on pod {action.namespace}/{action.name}",
+                           self.core.patch_namespaced_pod_status, action.name, action.namespace, patch,
+                           _content_type="application/strategic-merge-patch+json")
+            except ClusterRejected as err:
+                if err.status == 404:
+                    return gone
+                if err.status == 422 and "metadata.uid" in err.detail:
+                    return replaced
+                raise
+        options = client.V1DeleteOptions(
+            grace_period_seconds=action.grace_seconds,
+            preconditions=client.V1Preconditions(uid=action.uid) if action.uid else None,
+        )
+        try:
+            # A 429 here is the API server's load, never a PodDisruptionBudget: retried as any other.
+            self._json(operation, self.core.delete_namespaced_pod, action.name, action.namespace, body=options)
+        except ClusterRejected as err:
+            if err.status == 404:
+                return gone
+            if err.status == 409 and "precondition" in err.detail.lower():
+                return replaced
+            raise
+        if action.message:
+            later(functools.partial(self._note, operation, PodRef(action.namespace, action.name, action.uid),
+                                    "Normal", action.reason, action.message))
+        return ActionResult(ActionOutcome.EVICTED, f"pod {action.namespace}/{action.name} deleted")
 
     def report_pending(self, pod: PodRef | ObservedPod, reason: str, message: str) -> None:
         """Condition PodScheduled=False/Unschedulable with the message, and a Warning event."""
@@ -1534,13 +1686,43 @@ class KubernetesGateway:
         current = self._json(operation, self.custom.get_namespaced_custom_object, PODGROUP_GROUP, PODGROUP_VERSION,
                              namespace, PODGROUP_PLURAL, name)
         wanted_meta = {k: meta[k] for k in ("labels", "annotations", "ownerReferences") if k in meta}
-        if current.get("spec") == manifest.get("spec") and all(
-                _meta(current).get(k) == v for k, v in wanted_meta.items()):
+        if pod_group_carries(current, manifest):
             return current
         body = {"metadata": {**wanted_meta, "resourceVersion": _meta(current).get("resourceVersion")},
                 "spec": manifest.get("spec")}
         return self._json(operation, self.custom.patch_namespaced_custom_object, PODGROUP_GROUP, PODGROUP_VERSION,
                           namespace, PODGROUP_PLURAL, name, body, _content_type="application/merge-patch+json")
+
+    def annotate_pod_groups(self, changes: Sequence[tuple[str, str, str, Mapping[str, str | None]]]
+                            ) -> list[ClusterError | None]:
+        """Merge annotations into PodGroups, each change ``(namespace, name, uid, {key: text or None})``
+        into that incarnation only (None removes the key), on up to ``bind_concurrency`` concurrent
+        calls. One entry per change, in order: None when written or when the PodGroup is gone (or is
+        another incarnation by now), else the error."""
+
+        def annotate(change: tuple[str, str, str, Mapping[str, str | None]]) -> ClusterError | None:
+            namespace, name, uid, annotations = change
+            body: dict[str, Any] = {"metadata": {"annotations": dict(annotations)}}
+            if uid:
+                body["metadata"]["uid"] = uid
+            try:
+                self._json(f"annotate PodGroup {namespace}/{name}", self.custom.patch_namespaced_custom_object,
+                           PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name, body,
+                           _content_type="application/merge-patch+json")
+            except ClusterRejected as err:
+                # Gone, or made again under the same name: the uid of a patch cannot change the
+                # object's (422, "metadata.uid ... field is immutable"; some servers say 409).
+                gone = err.status in (404, 409) or (err.status == 422 and "metadata.uid" in err.detail)
+                return None if gone else err
+            except ClusterError as err:
+                return err
+            return None
+
+        if len(changes) <= 1:
+            return [annotate(c) for c in changes]
+        with ThreadPoolExecutor(max_workers=min(self.bind_concurrency, len(changes)),
+                                thread_name_prefix="annotate") as pool:
+            return list(pool.map(annotate, changes))
 
     def write_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         self._json(f"write PodGroup {namespace}/{name} status", self.custom.patch_namespaced_custom_object_status,

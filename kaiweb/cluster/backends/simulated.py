@@ -6,6 +6,9 @@ moves it forward by `seconds_per_cycle` (or to the wall clock with `clock: "real
 the pods whose duration has elapsed (freeing their resources) and submits the jobs the seeded
 workload generator produces for that tick. Binding makes a pod run at once; evicting it
 recreates it as a new pending pod (a new uid, like a controller recreating an evicted pod).
+The simulation has no PodDisruptionBudgets and no pod conditions: an eviction's mode (``delete``
+as KAI, or ``evict`` through the Eviction API, `EvictAction.mode`) only names what was done, and
+both always take effect.
 
 Actions are idempotent: binding a pod already bound to that node, or evicting a pod incarnation
 that no longer exists, is reported as such and changes nothing, so a retried cycle never binds
@@ -24,6 +27,7 @@ from django.db import transaction
 from django.db.models import Count
 
 from kaiweb.cluster.backends.types import (
+    EVICT_BY_DELETE,
     ActionOutcome,
     ActionResult,
     BindAction,
@@ -360,7 +364,8 @@ class SimulatedGateway:
             changed[pod.pk] = pod
             touched.add(pod.workload_id)
             evicted_workloads.add(pod.workload_id)
-            results[i] = ActionResult(ActionOutcome.EVICTED, f"pod {ev.namespace}/{ev.name} evicted and recreated")
+            done = "deleted" if ev.mode == EVICT_BY_DELETE else "evicted"
+            results[i] = ActionResult(ActionOutcome.EVICTED, f"pod {ev.namespace}/{ev.name} {done} and recreated")
         offset = len(evicts)
         for j, b in enumerate(binds):
             pod = pods.get(b.uid)

@@ -41,6 +41,14 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 # Written by kaiweb on bind: which decision bound the pod, and the GPU share it was given.
 BIND_KEY_ANNOTATION = "kaiweb.io/bind-key"
 GPU_PORTION_ANNOTATION = "kaiweb.io/gpu-portion"
+# KAI's stamps on a PodGroup (its pkg/common/constants), each with the Workload field that keeps it:
+# when the gang last started (minimum runtime), was last evicted (re-arms the preemption delay) and
+# became stale (staleness grace). KAI writes them as Go's time.RFC3339 of a UTC time, to the second.
+LAST_START_ANNOTATION = "kai.scheduler/last-start-timestamp"
+LAST_EVICTION_ANNOTATION = "kai.scheduler/last-eviction-timestamp"
+STALE_SINCE_ANNOTATION = "kai.scheduler/stale-podgroup-timestamp"
+POD_GROUP_STAMPS = (("last_start_at", LAST_START_ANNOTATION), ("last_eviction_at", LAST_EVICTION_ANNOTATION),
+                    ("stale_since", STALE_SINCE_ANNOTATION))
 # A request header that marks reads made by an observer of the cluster (the invariant checks), not by
 # the product: the fake API server neither logs them nor answers them with its injected faults.
 OBSERVER_HEADER = "X-Kaiweb-Observer"
@@ -239,6 +247,12 @@ class ObservedPodGroup:
     preemption_delay_s: float | None = None  # spec.preemptionDelay
     staleness_grace_s: float | None = None  # spec.stalenessGracePeriod
     owner: Mapping[str, str] | None = None  # the controlling ownerReference (kind, name, uid), if any
+    # KAI's stamps (`POD_GROUP_STAMPS`), None when absent; a value that is not an RFC 3339 time is
+    # ignored, as KAI ignores it, and said in ``notes``.
+    last_start_at: datetime | None = None
+    last_eviction_at: datetime | None = None
+    stale_since: datetime | None = None
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -285,6 +299,20 @@ class BindAction:
     node_pool: str = ""  # the shard that decided it, for the Scheduled event
 
 
+# How an eviction is carried out (a shard's ``eviction_mode``, `kaiweb.cluster.choices.EvictionMode`):
+# KAI deletes the pod (`pkg/scheduler/cache/evictor`), so PodDisruptionBudgets never stop it; the
+# Eviction API lets a budget refuse (429), and the decision fails until the budget allows it.
+EVICT_BY_DELETE = "delete"
+EVICT_BY_EVICTION_API = "evict"
+EVICTION_MODES = (EVICT_BY_DELETE, EVICT_BY_EVICTION_API)
+EVICTION_MODE_RULE = ("must be delete (the pod is deleted, as KAI does: PodDisruptionBudgets do not apply) or evict "
+                      "(the Eviction API: a budget may refuse)")
+# The condition KAI's --update-pod-eviction-condition sets before deleting (k8s.io/api core/v1
+# `DisruptionTarget`, `PodReasonPreemptionByScheduler`), its message the eviction's.
+DISRUPTION_TARGET = "DisruptionTarget"
+PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+
+
 @dataclass(frozen=True)
 class EvictAction:
     namespace: str
@@ -294,6 +322,11 @@ class EvictAction:
     reason: str = "Evicted"
     message: str = ""
     idempotency_key: str = ""
+    # EVICT_BY_EVICTION_API unless told otherwise; the cycle passes its shard's mode.
+    mode: str = EVICT_BY_EVICTION_API
+    # With EVICT_BY_DELETE: set DisruptionTarget=True (PreemptionByScheduler, the message) through the
+    # pod's status first, as KAI does with --update-pod-eviction-condition.
+    disruption_target: bool = False
 
 
 class ActionOutcome:
@@ -322,10 +355,12 @@ class QueueSyncAction:
 
 @dataclass(frozen=True)
 class ObservedTopology:
-    """A Topology object (``kai.scheduler/v1alpha1``): node label keys, outermost first."""
+    """A Topology object (``kai.scheduler/v1alpha1``): node label keys, outermost first, and each
+    level's alias ("" for none; a constraint may name a level by either)."""
 
     name: str
     levels: tuple[str, ...]
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -340,3 +375,7 @@ class ObservedShard:
     k_value: float | None = None
     preempt_min_runtime_s: float | None = None
     reclaim_min_runtime_s: float | None = None
+    # spec.args[kaiweb-eviction-mode] (kaiweb's; KAI's operator passes on only its scheduler's flags)
+    # and spec.args[update-pod-eviction-condition] (KAI's flag); absent, KAI's behaviour.
+    eviction_mode: str = EVICT_BY_DELETE
+    update_pod_eviction_condition: bool = False

@@ -53,10 +53,24 @@ def test_the_owner_of_a_pod_group_is_kept():
     assert pg.owner == {"kind": "PyTorchJob", "name": "train", "uid": "o1"}
 
 
-def test_a_topology_lists_its_node_label_keys_outermost_first():
+def test_a_topology_lists_its_node_label_keys_outermost_first_with_their_aliases():
     topo = parse_topology({"metadata": {"name": "t"}, "spec": {"levels": [
         {"nodeLabel": "zone"}, {"nodeLabel": "rack", "alias": "r"}, {"nodeLabel": "kubernetes.io/hostname"}]}})
-    assert topo == ObservedTopology("t", ("zone", "rack", "kubernetes.io/hostname"))
+    assert topo == ObservedTopology("t", ("zone", "rack", "kubernetes.io/hostname"), ("", "r", ""))
+
+
+@pytest.mark.parametrize(("levels", "field", "rule"), [
+    ([{"nodeLabel": "zone", "alias": "x"}, {"nodeLabel": "rack", "alias": "x"}], "spec.levels[1].alias",
+     "must be unique within the topology: spec.levels[0].alias is 'x' too"),
+    ([{"nodeLabel": "zone", "alias": "rack"}, {"nodeLabel": "rack"}], "spec.levels[0].alias",
+     "must not be a level's nodeLabel: spec.levels[1].nodeLabel is 'rack'"),
+    ([{"nodeLabel": "zone", "alias": 7}], "spec.levels[0].alias", "must be a string: another name of the level"),
+])
+def test_a_topology_whose_aliases_do_not_name_one_level_each_is_refused(levels, field, rule):
+    bad = parse_topology({"metadata": {"name": "t"}, "spec": {"levels": levels}})
+    assert isinstance(bad, Unreadable)
+    assert (bad.field, bad.rule) == (field, rule)
+    assert bad.message.startswith(f"Topology t: {field} = ")
 
 
 def test_a_topology_level_without_a_label_is_refused():

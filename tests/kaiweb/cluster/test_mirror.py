@@ -397,9 +397,9 @@ def test_sync_into_lists_only_queues_while_the_watcher_is_alive(
     assert mirror.observe(gateway, cluster)["mode"] == "queues"
     paths = [r.path for r in server.requests[before:] if r.method == "GET"]
     assert paths
-    # Only the Queue CRDs, the Topology and SchedulingShard objects (not watched) and the few
-    # reservation pods of shared GPUs: no pod or node listing.
-    assert all(p.endswith(("/queues", "/topologies", "/schedulingshards"))
+    # Only the Queue CRDs, the Topology and SchedulingShard objects (not watched), the PodGroups (their
+    # stamps, as of now) and the few reservation pods of shared GPUs: no pod or node listing.
+    assert all(p.endswith(("/queues", "/topologies", "/schedulingshards", "/podgroups"))
                or "/namespaces/kai-resource-reservation/pods" in p for p in paths)
 
     MirrorState.objects.filter(cluster=cluster).update(watcher_heartbeat_at=None)
