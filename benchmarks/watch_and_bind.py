@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CRDS = ROOT / "deploy" / "kubernetes" / "crds.yaml"
 QUEUE_LABEL = "kai.scheduler/queue"
-SCRATCH = "kaiweb_b8"
+SCRATCH = os.environ.get("KAIWEB_BENCH_DB", "kaiweb_b8")  # the scratch database (Postgres)
 
 
 def prepare_database(tmp: Path) -> str:

@@ -16,7 +16,8 @@ module keeps those rows equal to what the cluster says, and tells the cluster wh
   explanation to each pending pod, only when it changed since it was last written, and KAI's stamps
   (last start, last eviction, stale since) to each PodGroup whose workload holds a later one;
 * `merge_stamps(cluster, groups)` takes those stamps from the PodGroups into the workloads, the
-  later time winning (`kaiweb.cluster.stamps`), at every cycle's observe step and full sync.
+  later time winning (`kaiweb.cluster.stamps`): from each PodGroup the watcher sees added (its first
+  listing: what KAI left) and from each full sync. From then on the cycle keeps them and writes them back.
 
 How pods become workloads (as KAI's podgrouper does): a pod naming a PodGroup (annotation
 ``pod-group-name``) belongs to that PodGroup's workload and queue; a pod without one and without an
@@ -580,10 +581,11 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
             w_create.append(row)
             workloads[key] = row
             continue
-        if any(getattr(row, k) != v for k, v in values.items() if k != "submitted_at"):
+        changed = [k for k, v in values.items() if getattr(row, k) != v]
+        if any(k != "submitted_at" for k in changed):
             for k, v in values.items():
                 setattr(row, k, v)
-            w_update.append(row)
+            w_update.append((row, changed))
     Workload.objects.bulk_create(w_create, batch_size=BATCH)
     if w_create and w_create[0].pk is None:
         ids = {(ns, n): pk for ns, n, pk in wqs.filter(name__in=[w.name for w in w_create])
@@ -616,13 +618,15 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
             p_create.append(row)
             pods[key] = row
             continue
-        changed = any(getattr(row, k) != v for k, v in values.items())
+        changed = [k for k, v in values.items() if getattr(row, k) != v]
         if changed:
             for k, v in values.items():
                 setattr(row, k, v)
             row.workload = owner
+        started, finished = row.started_at, row.finished_at
         if _stamp_times(row, now) or changed:
-            p_update.append(row)
+            stamped = [f for f, was in (("started_at", started), ("finished_at", finished)) if getattr(row, f) != was]
+            p_update.append((row, [*changed, *stamped]))
     plan_pods = set(plan.pods) - {(w.namespace, w.name) for w in waiting}
     left_out = {(w.namespace, w.name) for w in waiting}
     p_gone = [p.pk for key, p in pods.items()
@@ -633,7 +637,7 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
 
     with transaction.atomic():
         Pod.objects.bulk_create(p_create, batch_size=BATCH)
-        Pod.objects.bulk_update(p_update, [*_POD_FIELDS, "started_at", "finished_at"], batch_size=BATCH)
+        _bulk_update_changed(Pod, p_update)
         if p_gone:
             Pod.objects.filter(pk__in=p_gone).delete()
         gone_ids = {pods[k].workload_id for k in pods if pods[k].pk in set(p_gone)}
@@ -646,7 +650,7 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
             Workload.objects.filter(pk__in=w_gone).delete()
         # Workload states from their pods (one query for the pods of the affected workloads).
         alive = {k: w for k, w in workloads.items() if k not in w_gone_keys}
-        Workload.objects.bulk_update(w_update, list(_WORKLOAD_FIELDS), batch_size=BATCH)
+        _bulk_update_changed(Workload, w_update)
         _refresh_states(alive if full else {k: w for k, w in alive.items() if k in work_keys}, now)
     report.workloads["created"] += len(w_create)
     report.workloads["updated"] += len(w_update)
@@ -655,6 +659,18 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
     report.pods["updated"] += len(p_update)
     report.pods["deleted"] += len(p_gone)
     return waiting
+
+
+def _bulk_update_changed(model: Any, rows: Sequence[tuple[Any, Sequence[str]]]) -> None:
+    """``bulk_update`` of each row's changed fields only (rows with the same changed fields together):
+    the rows were read in this transaction (locked, for pods), so the fields left out already hold
+    these values in the database; the statements are a fraction of an update of every field."""
+    by_fields: dict[tuple[str, ...], list[Any]] = {}
+    for row, fields in rows:
+        by_fields.setdefault(tuple(sorted(set(fields))), []).append(row)
+    for fields, same in sorted(by_fields.items()):
+        if fields:
+            model.objects.bulk_update(same, list(fields), batch_size=BATCH)
 
 
 def _version(text: str | None) -> int | None:
@@ -1049,21 +1065,13 @@ def sync_into(gateway: Any, cluster: Cluster) -> dict[str, Any]:
     """The cycle's observe step: a full sync unless watch_cluster keeps the mirror current, in
     which case only the Queue CRDs are synced (database changes reach the cluster every cycle),
     and the Topology and SchedulingShard objects, which the watcher does not watch (a few small
-    cluster-scoped objects: without this they would never reach the mirror while it watches), and
-    the PodGroups' stamps are merged into their workloads (`merge_stamps`)."""
+    cluster-scoped objects: without this they would never reach the mirror while it watches)."""
     if watcher_is_current(cluster):
         messages, problems = sync_queues(gateway, cluster)
         topologies = _list_optional(gateway.list_topologies)
         shards = _list_optional(gateway.list_shards)
         _apply_topologies(cluster, topologies.items)
         _apply_shards(cluster, shards.items)
-        # The watcher brings PodGroups but not their stamps: a watch event can be older than what
-        # the last cycle recorded (a gang no longer stale), a listing of now cannot. Without one, the
-        # rows keep what earlier cycles merged.
-        try:
-            merge_stamps(cluster, _list_optional(gateway.list_pod_groups).items)
-        except ClusterError as exc:
-            log.warning("PodGroup stamps not read this cycle: %s", exc)
         kinds = ("Queue", "Topology", "SchedulingShard")
         problems = [*(p for p in problems if p.kind == "Queue"),
                     *(Problem.of(u) for u in (*topologies.problems, *shards.problems))]
@@ -1161,6 +1169,8 @@ def _apply_event(event: Any, cluster: Cluster, gateway: Any) -> None:
         _store_problems(cluster, [], clear=[("Pod", event.namespace, event.name)])
     elif event.kind == "PodGroup":
         _apply_group_event(cluster, event, raw, report)
+        if event.type == ADDED:
+            merge_stamps(cluster, [event.obj])
     elif event.kind == "Queue":
         _apply_queue_event(cluster, event, gateway)
 
@@ -1238,27 +1248,110 @@ def _apply_pod_event(cluster: Cluster, event: Any, raw: dict[str, Any] | None, r
 def apply_events(events: Sequence[Any], cluster: Cluster, gateway: Any = None) -> None:
     """Apply watch events in order, with the same result as `apply_event` on each in turn.
 
-    A run of events that add or change readable pods and PodGroups, one event per object, is
-    written together: one plan and one transaction for the run, so the watcher keeps up with
-    thousands of new pods a second. Any other event is applied on its own, between the runs, so the
-    order of what depends on what is kept. Proven equal to the event-by-event path by a property test."""
-    run: dict[tuple[str, str, str], Any] = {}
+    A run of events that add or change readable pods and PodGroups is written together: one plan
+    and one transaction for the run, so the watcher keeps up with thousands of new pods a second.
+    A pod's several events in a run (its ADDED, the pod-grouper's mark, its bind, Running) become
+    its last one when that is provably the same result (`_coalesced`); otherwise the run ends at
+    an object's second event, as it does at a PodGroup's. Any other event is applied on its own,
+    between the runs, so the order of what depends on what is kept. Proven equal to the
+    event-by-event path by a property test."""
+    run: list[Any] = []
+    groups: set[tuple[str, str]] = set()
     for event in events:
         if not (event.kind in ("Pod", "PodGroup") and event.type in (ADDED, MODIFIED) and event.problem is None):
-            if run:
-                _apply_run(cluster, list(run.values()), gateway)
-                run = {}
+            _apply_runs(cluster, run, gateway)
+            run, groups = [], set()
             apply_event(event, cluster, gateway)
             continue
-        key = (event.kind, event.namespace, event.name)
-        if key in run:
-            # An object's second event in a run: what the first one leaves decides how the second is
-            # applied (a row that holds resources is kept through a problem), so the run ends here.
-            _apply_run(cluster, list(run.values()), gateway)
-            run = {}
-        run[key] = event
-    if run:
-        _apply_run(cluster, list(run.values()), gateway)
+        if event.kind == "PodGroup":
+            if (event.namespace, event.name) in groups:
+                _apply_runs(cluster, run, gateway)
+                run, groups = [], set()
+            groups.add((event.namespace, event.name))
+        run.append(event)
+    _apply_runs(cluster, run, gateway)
+
+
+def _apply_runs(cluster: Cluster, events: list[Any], gateway: Any) -> None:
+    """Write a run whose pods may come more than once: coalesced into one run when `_apply_run`
+    proves it the same, else cut at each object's second event (each part with one event per object).
+    Either way the run is first cut before a pod's event that follows the PodGroup its deferred row
+    waits for (`_deferred_cut`)."""
+    while events:
+        cut = _deferred_cut(cluster, events)
+        part, events = events[:cut], events[cut:]
+        keys = [(e.kind, e.namespace, e.name) for e in part]
+        if len(set(keys)) == len(keys):
+            _apply_run(cluster, part, gateway)
+            continue
+        if _apply_run(cluster, part, gateway, repeated=True):
+            continue
+        run: dict[tuple[str, str, str], Any] = {}
+        for key, event in zip(keys, part, strict=True):
+            if key in run:
+                # An object's second event in a run: what the first one leaves decides how the second is
+                # applied (a row that holds resources is kept through a problem), so the run ends here.
+                _apply_runs(cluster, list(run.values()), gateway)
+                run = {}
+            run[key] = event
+        _apply_runs(cluster, list(run.values()), gateway)
+
+
+def _deferred_cut(cluster: Cluster, events: list[Any]) -> int:
+    """Where a run must end so that it gives what its events give one by one: at the first PodGroup
+    whose coming, one by one, applies a pod that waited for it before a later event of that pod.
+
+    - A pod deferred earlier (its row) waits for a PodGroup of the run, and an event of that pod
+      follows the PodGroup: one by one, the PodGroup applies the deferred pod as it was (and stamps
+      what it says: a start) before the newer event; a run retries the deferred rows after its pods,
+      when the newer event has made them stale. The run ends before that pod event.
+    - Such a pod's event comes before the PodGroup: one by one, the PodGroup retries what that event
+      left (another PodGroup, a problem); a run may apply an event with a problem after its
+      PodGroups' retries. The run ends before that PodGroup.
+    - A pod event names a PodGroup the mirror does not know that comes later in the run, and the
+      pod's row carries a start or an end and holds nothing: one by one, the pod waits (its row and the
+      stamps with it are deleted) and comes back fresh with the PodGroup; a run would keep the row.
+      The run ends before that PodGroup.
+
+    ``len(events)`` when there is none (no query for a run without PodGroups, at most three else)."""
+    groups = {(e.namespace, e.name) for e in events if e.kind == "PodGroup"}
+    if not groups:
+        return len(events)
+    rows = UnreadableObject.objects.filter(cluster=cluster, deferred=True, raw__isnull=False, kind="Pod",
+                                           namespace__in={ns for ns, _ in groups}).only("namespace", "name", "raw")
+    waiting = {(r.namespace, r.name): (r.namespace, _annotation(r.raw, POD_GROUP_ANNOTATION)) for r in rows}
+    seen: set[tuple[str, str]] = set()
+    awaited: set[tuple[str, str]] = set()  # PodGroups a deferred pod waits for, that pod's event come
+    early: dict[tuple[str, str], set[tuple[str, str]]] = {}  # PodGroup → the pods naming it before it comes
+    cut = len(events)
+    for i, e in enumerate(events):
+        wanted = waiting.get((e.namespace, e.name)) if e.kind == "Pod" else None
+        if e.kind == "PodGroup":
+            if (e.namespace, e.name) in awaited:
+                cut = i
+                break
+            seen.add((e.namespace, e.name))
+        elif wanted in seen:
+            cut = i
+            break
+        elif wanted is not None:
+            awaited.add(wanted)
+        elif e.obj is not None and e.obj.pod_group and (e.namespace, e.obj.pod_group) in groups - seen \
+                and not _raw_holds_node(e.raw):
+            early.setdefault((e.namespace, e.obj.pod_group), set()).add((e.namespace, e.name))
+    if not early:
+        return cut
+    unknown = set(early) - set(_known_groups(cluster, early))
+    pods = {p for g in unknown for p in early[g]}
+    if not pods:
+        return cut
+    stamped = {(ns, name) for ns, name in Pod.objects.filter(
+        workload__cluster=cluster, name__in={n for _, n in pods}).exclude(state__in=_HOLDING).exclude(
+        started_at__isnull=True, finished_at__isnull=True).values_list("workload__namespace", "name")}
+    for i, e in enumerate(events[:cut]):
+        if e.kind == "PodGroup" and (e.namespace, e.name) in unknown and early[(e.namespace, e.name)] & stamped:
+            return i
+    return cut
 
 
 class EventWriter(threading.Thread):
@@ -1331,19 +1424,29 @@ class EventWriter(threading.Thread):
                     return
 
 
-def _apply_run(cluster: Cluster, events: list[Any], gateway: Any) -> None:
+def _apply_run(cluster: Cluster, events: list[Any], gateway: Any, *, repeated: bool = False) -> bool:
     """Readable pods and PodGroups, one event each, in one transaction. What has a problem (a queue or
     PodGroup unknown, a PodGroup not scheduled) goes through `apply_event` on its own afterwards, in
     the order of the events; pods deferred until one of the run's PodGroups came are tried again, as
-    `apply_event` does for a PodGroup."""
-    pods: list[ObservedPod] = [e.obj for e in events if e.kind == "Pod"]
-    groups: list[ObservedPodGroup] = [e.obj for e in events if e.kind == "PodGroup"]
-    raws = {(e.kind, e.namespace, e.name): dict(e.raw) for e in events if e.raw}
+    `apply_event` does for a PodGroup.
+
+    ``repeated``: a pod may have several events in ``events``; they are coalesced into its last one
+    (`_coalesced`, under the locks of the pods' rows) or, when that is not provably the same result
+    as applying them in turn, nothing is written and False is returned."""
     with transaction.atomic():
+        queues, classes = _QueueIndex(), _class_ids()
+        if repeated:
+            coalesced = _coalesced(cluster, events, queues, classes)
+            if coalesced is None:
+                return False
+            events = coalesced
+        pods: list[ObservedPod] = [e.obj for e in events if e.kind == "Pod"]
+        groups: list[ObservedPodGroup] = [e.obj for e in events if e.kind == "PodGroup"]
+        raws = {(e.kind, e.namespace, e.name): dict(e.raw) for e in events if e.raw}
         report = SyncReport()
         in_run = {(g.namespace, g.name) for g in groups}
         known = _known_groups(cluster, {workload_key(p) for p in pods if p.pod_group} - in_run)
-        plan = _plan(groups, pods, _QueueIndex(), _class_ids(), known_groups=known, raws=raws)
+        plan = _plan(groups, pods, queues, classes, known_groups=known, raws=raws)
         troubled = {(p.kind, p.namespace, p.name) for p in plan.problems}
         alone = [e for e in events if (e.kind, e.namespace, e.name) in troubled]
         names = {p.name for p in pods}
@@ -1358,13 +1461,94 @@ def _apply_run(cluster: Cluster, events: list[Any], gateway: Any) -> None:
         _drop_empty_implicit(cluster, moved)
         left_out = {(w.namespace, w.name) for w in waiting}
         applied_groups = [g for g in groups if ("PodGroup", g.namespace, g.name) not in troubled]
+        merge_stamps(cluster, [e.obj for e in events if e.kind == "PodGroup" and e.type == ADDED
+                               and ("PodGroup", e.namespace, e.name) not in troubled])
         _store_problems(cluster, waiting, clear=[*(("Pod", ns, n) for ns, n in plan.pods if (ns, n) not in left_out),
                                                  *(("PodGroup", g.namespace, g.name) for g in applied_groups)])
+        # The pods deferred until one of these PodGroups came, read once for them all (what is applied
+        # for one PodGroup changes only its own pods' rows).
+        deferred = list(UnreadableObject.objects.filter(
+            cluster=cluster, deferred=True, raw__isnull=False, kind="Pod",
+            namespace__in={g.namespace for g in applied_groups})) if applied_groups else []
         for g in applied_groups:
             _retry_deferred(cluster, lambda p, g=g: p.kind == "Pod" and p.namespace == g.namespace
-                            and _annotation(p.raw, POD_GROUP_ANNOTATION) == g.name)
+                            and _annotation(p.raw, POD_GROUP_ANNOTATION) == g.name, rows=deferred)
     for event in alone:
         apply_event(event, cluster, gateway)
+    return True
+
+
+def _coalesced(cluster: Cluster, events: list[Any], queues: _QueueIndex, classes: Mapping[str, int]
+               ) -> list[Any] | None:
+    """The run with each pod's several events replaced by its last one, or None when that might not
+    give what applying them in turn gives. Called in the run's transaction: the rows of the run's pods
+    are locked first (in pk order, as `_apply_plan` locks them), so what they say holds until the commit.
+
+    A pod's events e1..en coalesce when each, applied in turn, is written as it is and leaves nothing
+    the next one does not overwrite:
+
+    - one incarnation: the same uid, numeric resourceVersions that grow, and a row (if any) of that
+      uid older than e1 that neither holds a node nor is released or finished; so no event is older
+      than what the one before left (`older_than_row`) and the row's stamps are not set;
+    - none has a problem (its queue, its PodGroup are there) and the node of each, if any, is known:
+      each is written, none kept aside or deleted through a problem;
+    - e1..e(n-1) are pending or hold resources without having finished; once one names a node, all
+      later ones name the same node and the last one holds it (the started_at it stamps, en stamps);
+    - e1..e(n-1) are in en's workload or in their own implicit one (which en's move would empty and drop)."""
+    by_key: dict[tuple[str, str, str], list[Any]] = {}
+    for e in events:
+        by_key.setdefault((e.kind, e.namespace, e.name), []).append(e)
+    repeated = {k: [e.obj for e in es] for k, es in by_key.items() if len(es) > 1}
+    if any(k[0] != "Pod" for k in repeated):
+        return None
+    rows = {(p.workload.namespace, p.name): p for p in Pod.objects.filter(
+        workload__cluster=cluster, name__in={e.name for e in events if e.kind == "Pod"}).select_related(
+        "workload").select_for_update(of=("self",)).order_by("pk")}
+    groups = [e.obj for e in events if e.kind == "PodGroup"]
+    in_run = {(g.namespace, g.name) for g in groups}
+    # PodGroup workloads in the mirror under the pods' workload keys, and under their implicit ones
+    # (a PodGroup of that name would be written over by an implicit workload, not only dropped).
+    known = _known_groups(cluster, {k for ps in repeated.values() for p in ps
+                                    for k in (workload_key(p), (p.namespace, implicit_group_name(p)))})
+    node_ids = dict(Node.objects.filter(cluster=cluster, name__in={p.node for ps in repeated.values()
+                                                                   for p in ps if p.node}).values_list("name", "pk"))
+    steady = (PodState.PENDING, *ALLOCATED_POD_STATES)
+    for (_, ns, name), pods in repeated.items():
+        last, earlier = pods[-1], pods[:-1]
+        versions = [_version(p.resource_version) for p in pods]
+        if not last.uid or any(p.uid != last.uid for p in pods) or any(v is None for v in versions) \
+                or any(a >= b for a, b in zip(versions, versions[1:], strict=False)):
+            return None
+        if any(p.state not in steady for p in earlier) or any(p.node and p.node not in node_ids for p in pods):
+            return None
+        if any(p.pod_group and workload_key(p) != workload_key(last) for p in earlier) \
+                or any(not p.pod_group and (p.namespace, implicit_group_name(p)) in known for p in earlier):
+            return None
+        if any(_plan(groups, [p], queues, classes, known_groups=known).problems for p in pods):
+            return None
+        row = rows.get((ns, name))
+        holds = row is not None and row.node_id is not None
+        if row is not None:
+            old = _version(row.resource_version)
+            if row.uid != last.uid or old is None or old >= versions[0] or row.state not in steady:
+                return None
+            # One of the events may wait for a PodGroup of the run (deferred, then applied again when
+            # it comes): the row is deleted meanwhile unless it holds a node, and its stamps with it.
+            may_wait = any(p.pod_group and workload_key(p) in in_run and workload_key(p) not in known for p in pods)
+            if may_wait and (row.started_at is not None or row.finished_at is not None):
+                return None
+        # What holds (a node, an allocated state) before the last event, the last one holds too: no
+        # event is older than its predecessor's row (a bound pod never loses its node), and the
+        # started_at an earlier one stamps, the last one stamps.
+        first = -1 if holds else next((i for i, p in enumerate(pods) if p.node), None)
+        if first is not None:
+            if not last.node or any(p.node != last.node for p in pods[max(first, 0):]) \
+                    or (holds and row.node_id != node_ids.get(last.node)):
+                return None
+        if (holds or first is not None or any(p.state in ALLOCATED_POD_STATES for p in earlier)) \
+                and last.state not in ALLOCATED_POD_STATES:
+            return None
+    return list({(e.kind, e.namespace, e.name): e for e in events}.values())
 
 
 def _raw_holds_node(raw: Mapping[str, Any] | None) -> bool:
@@ -1440,18 +1624,21 @@ def _annotation(raw: Mapping[str, Any] | None, key: str) -> str | None:
     return (meta.get("annotations") or {}).get(key)
 
 
-def _retry_deferred(cluster: Cluster, wanted: Any) -> None:
+def _retry_deferred(cluster: Cluster, wanted: Any, rows: Iterable[UnreadableObject] | None = None) -> None:
     """Apply again the deferred objects kept from the watcher that ``wanted`` selects
-    (PodGroups first, so their pods find them)."""
+    (PodGroups first, so their pods find them); ``rows``: those rows read already."""
 
-    rows = [r for r in UnreadableObject.objects.filter(cluster=cluster, deferred=True, raw__isnull=False)
-            if wanted(r)]
+    if rows is None:
+        rows = UnreadableObject.objects.filter(cluster=cluster, deferred=True, raw__isnull=False)
+    rows = [r for r in rows if wanted(r)]
     for row in sorted(rows, key=lambda r: (r.kind != "PodGroup", r.namespace, r.name)):
         parse = parse_pod_group if row.kind == "PodGroup" else parse_pod
         parsed = parse(row.raw)
         if isinstance(parsed, Unreadable):
             continue
-        event = WatchEvent(row.kind, MODIFIED, row.namespace, row.name,
+        # A PodGroup deferred is not in the mirror: applied now, it is seen for the first time (its
+        # stamps are taken, as from one the watcher sees added).
+        event = WatchEvent(row.kind, ADDED if row.kind == "PodGroup" else MODIFIED, row.namespace, row.name,
                            str(((row.raw or {}).get("metadata") or {}).get("resourceVersion", "")), parsed, None,
                            row.raw or {})
         apply_event(event, cluster)

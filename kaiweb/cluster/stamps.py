@@ -6,8 +6,8 @@ again from it) and since when it has been stale (its staleness grace counts from
 them on the workload: ``last_start_at``, ``last_eviction_at``, ``stale_since``. So that a cluster moved
 from KAI to kaiweb, or back, loses none of them, both sides follow one rule, `later`:
 
-* reading (`merged`; the mirror applies it at each cycle's observe step and each full sync, from a
-  listing of that moment): where the row and the annotation disagree, the later time wins;
+* reading (`merged`; the mirror applies it to each PodGroup the watcher sees added and at each full
+  sync): where the row and the annotation disagree, the later time wins;
 * writing (`annotations_wanted`; the write-back after each cycle): a row's time goes onto the PodGroup
   where it is later than what the PodGroup says, in KAI's format (RFC 3339, UTC, whole seconds, so two
   times in the same second are the same stamp). A gang that is no longer stale loses its stale stamp,

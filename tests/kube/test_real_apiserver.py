@@ -55,6 +55,19 @@ def test_a_valid_queue_and_pod_group_are_accepted(server: RealServer, gateway: K
     assert [(g.name, g.min_member) for g in gateway.list_pod_groups()] == [("pg", 2)]
 
 
+def test_a_patch_for_a_pod_that_was_made_again_under_its_name_is_refused_as_gone(
+        server: RealServer, gateway: KubernetesGateway) -> None:
+    server.add_pod("again", requests={"cpu": "1"})
+    old_uid = server.get("pods", "again")["metadata"]["uid"]
+    server.remove("pods", "again", "default")
+    server.add_pod("again", requests={"cpu": "1"})
+
+    # The real server answers 422 on metadata.uid: the pod-grouper's mark is for a pod that is gone.
+    assert gateway.label_pod("default", "again", old_uid, labels={"x": "1"}, annotations={}) is False
+    assert (server.get("pods", "again")["metadata"].get("labels") or {}).get("x") is None
+    assert gateway.annotate_pod_groups([("default", "nowhere", "", {"a": "b"})]) == [None]
+
+
 @pytest.mark.parametrize(
     ("plural", "spec", "field"),
     [

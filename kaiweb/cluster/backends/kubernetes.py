@@ -1416,7 +1416,7 @@ class KubernetesGateway:
             except ClusterRejected as err:
                 if err.status == 404:
                     return gone
-                if err.status == 422 and "metadata.uid" in err.detail:
+                if _uid_refused(err):
                     return replaced
                 raise
         options = client.V1DeleteOptions(
@@ -1710,10 +1710,8 @@ class KubernetesGateway:
                            PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name, body,
                            _content_type="application/merge-patch+json")
             except ClusterRejected as err:
-                # Gone, or made again under the same name: the uid of a patch cannot change the
-                # object's (422, "metadata.uid ... field is immutable"; some servers say 409).
-                gone = err.status in (404, 409) or (err.status == 422 and "metadata.uid" in err.detail)
-                return None if gone else err
+                # Gone, or made again under the same name (`_uid_refused`).
+                return None if err.status == 404 or _uid_refused(err) else err
             except ClusterError as err:
                 return err
             return None
@@ -1739,7 +1737,7 @@ class KubernetesGateway:
             self._json(f"label pod {namespace}/{name}", self.core.patch_namespaced_pod, name, namespace, body,
                        _content_type="application/merge-patch+json")
         except ClusterRejected as err:
-            if err.status in (404, 409):
+            if err.status == 404 or _uid_refused(err):
                 return False
             raise
         return True
@@ -1748,6 +1746,13 @@ class KubernetesGateway:
         """An event on any object (``ref``: apiVersion, kind, namespace, name, uid)."""
         self._event(PodRef(ref["namespace"], ref["name"], ref.get("uid", "")), type_, reason, message,
                     kind=ref.get("kind", "Pod"), api_version=ref.get("apiVersion", "v1"), bump=False)
+
+
+def _uid_refused(err: ClusterRejected) -> bool:
+    """A patch that carries the object's uid refused because the object under that name is another
+    incarnation: the uid cannot change (the API server says 422 on ``metadata.uid``, "field is
+    immutable"; some servers say 409)."""
+    return err.status == 409 or (err.status == 422 and "metadata.uid" in err.detail)
 
 
 def plural_of(kind: str) -> str:

@@ -226,7 +226,9 @@ def test_the_migration_keeps_the_eviction_api_for_the_kubernetes_shards_that_exi
     executor.migrate(before)
     old = executor.loader.project_state(before).apps
     k8s = old.get_model("cluster", "Cluster").objects.create(name="k8s", backend="kubernetes")
-    old.get_model("cluster", "SchedulingShard").objects.create(cluster=k8s, name="default")
+    sim = old.get_model("cluster", "Cluster").objects.create(name="sim", backend="simulated")
+    for cluster in (k8s, sim):
+        old.get_model("cluster", "SchedulingShard").objects.create(cluster=cluster, name="default")
     try:
         executor = MigrationExecutor(connection)
         executor.migrate(after)
@@ -236,5 +238,6 @@ def test_the_migration_keeps_the_eviction_api_for_the_kubernetes_shards_that_exi
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
-    # The simulated default cluster's shard has no budgets to honour: KAI's mode, as new shards get.
-    assert modes == {("k8s", "default"): ("evict", False), ("default", "default"): ("delete", False)}
+    # A simulated cluster's shard has no budgets to honour: KAI's mode, as new shards get.
+    assert modes[("k8s", "default")] == ("evict", False)
+    assert modes[("sim", "default")] == ("delete", False)

@@ -1,5 +1,6 @@
-"""`mirror.apply_events` (runs of pod events written together) gives the same mirror as
-`mirror.apply_event` on each event in turn, for any sequence of events and any way of cutting it."""
+"""`mirror.apply_events` (runs of pod events written together, a pod's several events in a run
+coalesced into its last one) gives the same mirror as `mirror.apply_event` on each event in turn,
+for any sequence of events and any way of cutting it."""
 
 from __future__ import annotations
 
@@ -65,11 +66,33 @@ other_step = st.sampled_from((("node", "gpu-9"), ("group", "pg-x"), ("stale",)))
 steps = st.lists(st.one_of(pod_step, pod_step, pod_step, other_step), min_size=1, max_size=14)
 
 
+# A pod's life as the watcher sees it in a burst: created bare, marked by the pod-grouper, bound,
+# running, done. A ``life`` step moves one pod a stage on (another uid: a new pod of that name).
+LIFE = ((ADDED, False, False, "Pending"), (MODIFIED, True, False, "Pending"), (MODIFIED, True, True, "Pending"),
+        (MODIFIED, True, True, "Running"), (MODIFIED, True, True, "Succeeded"))
+life_step = st.tuples(st.just("life"), st.sampled_from(NAMES), st.sampled_from(("u1", "u1", "u2")),
+                      st.sampled_from(("gpu-1", "gpu-1", "gpu-9")), st.sampled_from(("pg-a", "pg-a", "pg-x")),
+                      st.sampled_from(("team-a", "team-a", "team-a", "nowhere")))
+lives = st.lists(st.one_of(life_step, life_step, life_step, life_step, pod_step, other_step), min_size=1, max_size=24)
+
+
 def to_events(plan: list[tuple[Any, ...]]) -> list[WatchEvent]:
     out, rv, last = [], 100, {}
+    alive: dict[str, list[Any]] = {}  # pod name → [uid, stage, node, group, queue]
     for step in plan:
         rv += 1
-        if step[0] == "pod":
+        if step[0] == "life":
+            _, name, uid, node, group, queue = step
+            state = alive.get(name)
+            if state is None or state[0] != uid:
+                state = alive[name] = [uid, -1, node, group, queue]
+            state[1] = min(state[1] + 1, len(LIFE) - 1)
+            type_, grouped, bound, phase = LIFE[state[1]]
+            raw = pod_raw(name, rv, uid, state[2] if bound else None, phase, state[3] if grouped else None,
+                          state[4], 1)
+            last[name] = raw
+            out.append(event("Pod", type_, raw))
+        elif step[0] == "pod":
             _, name, type_, uid, node, phase, group, queue, gpus = step
             raw = pod_raw(name, rv, uid, node, phase, group, queue, gpus)
             last[name] = raw
@@ -87,8 +110,9 @@ def to_events(plan: list[tuple[Any, ...]]) -> list[WatchEvent]:
 def view(cluster: Cluster) -> dict[str, Any]:
     return {
         "workloads": sorted(Workload.objects.filter(cluster=cluster).values_list("namespace", "name", "state")),
-        "pods": sorted(Pod.objects.filter(workload__cluster=cluster).values_list(
-            "workload__name", "name", "uid", "state", "node__name", "gpu", "resource_version")),
+        "pods": sorted((*row[:-2], row[-2] is None, row[-1] is None) for row in Pod.objects.filter(
+            workload__cluster=cluster).values_list("workload__name", "name", "uid", "state", "node__name", "gpu",
+                                                   "resource_version", "started_at", "finished_at")),
         "problems": sorted(UnreadableObject.objects.filter(cluster=cluster).values_list(
             "kind", "namespace", "name", "field", "deferred")),
         "nodes": sorted(Node.objects.filter(cluster=cluster).values_list("name", "allocatable_gpu")),
@@ -120,6 +144,51 @@ def test_runs_of_pod_events_give_the_mirror_the_events_give_one_by_one(plan: lis
     for start, end in zip(bounds, bounds[1:], strict=False):
         mirror.apply_events(events[start:end], batched)
     assert view(batched) == view(one)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+          deadline=None)
+@given(plan=lives, cuts=st.lists(st.integers(0, 24), max_size=2))
+def test_pods_with_several_events_in_a_run_give_the_mirror_the_events_give_one_by_one(
+        plan: list[tuple[Any, ...]], cuts: list[int]) -> None:
+    Queue.objects.get_or_create(name="team-a", defaults={"gpu_quota": 8})
+    events = to_events(plan)
+    one, batched = fresh("one-by-one"), fresh("batched")
+    for e in events:
+        mirror.apply_event(e, one)
+    bounds = sorted({0, len(events), *(c for c in cuts if c < len(events))})
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        mirror.apply_events(events[start:end], batched)
+    assert view(batched) == view(one)
+
+
+def burst(count: int) -> list[WatchEvent]:
+    """Bare pods as in a burst: created, their PodGroup created and the pod marked a little later."""
+    out: list[WatchEvent] = []
+    for i in range(count + 2):
+        if i < count:
+            out.append(event("Pod", ADDED, pod_raw(f"b{i}", 1000 + 3 * i, f"v{i}", None, "Pending", None,
+                                                   "team-a", 1)))
+        if i >= 2:
+            j = i - 2
+            out.append(event("PodGroup", ADDED, {**group_raw(f"pg-b{j}", 1001 + 3 * j)}))
+            out.append(event("Pod", MODIFIED, pod_raw(f"b{j}", 1002 + 3 * j, f"v{j}", None, "Pending", f"pg-b{j}",
+                                                      "team-a", 1)))
+    return out
+
+
+def test_a_burst_of_new_pods_and_their_marks_is_coalesced_into_one_run(django_assert_max_num_queries) -> None:
+    Queue.objects.create(name="team-a", gpu_quota=8)
+    one, batched = fresh("one-by-one"), fresh("batched")
+    events = burst(200)
+    for e in events:
+        mirror.apply_event(e, one)
+    with django_assert_max_num_queries(60):
+        mirror.apply_events(events, batched)
+    assert view(batched) == view(one)
+    assert sorted(Pod.objects.filter(workload__cluster=batched).values_list("workload__name", flat=True)) == \
+        sorted(f"pg-b{i}" for i in range(200))
+    assert not Workload.objects.filter(cluster=batched, labels__has_key=mirror.IMPLICIT_GROUP_LABEL).exists()
 
 
 def test_a_run_of_new_pods_is_one_transaction_of_a_bounded_number_of_queries(django_assert_max_num_queries) -> None:
