@@ -311,6 +311,9 @@ KAI_KUBERNETES_HOST = env.str("KAI_KUBERNETES_HOST", default="")
 KAI_KUBERNETES_TIMEOUT = env.float("KAI_KUBERNETES_TIMEOUT", default=10.0)
 # Concurrent API calls when a cycle binds and evicts (KAI's binder: 100 concurrent reconciles).
 KAI_BIND_CONCURRENCY = env.int("KAI_BIND_CONCURRENCY", default=32)
+# PodGroups whose time stamps a cycle writes back at most (the rest in the cycles after it), so a
+# burst of starts does not hold up the next cycle.
+KAI_STAMP_WRITES_PER_CYCLE = env.int("KAI_STAMP_WRITES_PER_CYCLE", default=500)
 # watch_cluster's pod-grouper: threads writing PodGroups and pod marks, and how long a namespace's
 # labels and an owner it read are reused for further pods.
 KAI_GROUPER_WORKERS = env.int("KAI_GROUPER_WORKERS", default=8)

@@ -1798,7 +1798,8 @@ def _write_stamps(gateway: Any, cluster: Cluster, listed: Mapping[tuple[str, str
                   report: WriteBackReport) -> None:
     """Each PodGroup's stamps from its workload's row where the row's time is later than what the
     PodGroup says (`stamps.annotations_wanted`), all changed PodGroups at once, judged against the
-    cycle's listing of them: a steady cluster costs no writes."""
+    cycle's listing of them: a steady cluster costs no writes. At most ``KAI_STAMP_WRITES_PER_CYCLE``
+    PodGroups a cycle, the first by name; the others stay different and are written by the next cycles."""
     if not listed:
         return
     changes = []
@@ -1815,6 +1816,8 @@ def _write_stamps(gateway: Any, cluster: Cluster, listed: Mapping[tuple[str, str
             changes.append((namespace, name, their_uid, wanted))
     if not changes:
         return
+    # Bounded per cycle, in name order: what is left is still different next cycle and written then.
+    changes = sorted(changes)[:max(1, int(getattr(settings, "KAI_STAMP_WRITES_PER_CYCLE", 500)))]
     for (namespace, name, _, _), error in zip(changes, gateway.annotate_pod_groups(changes), strict=True):
         if error is None:
             report.pod_group_stamps += 1

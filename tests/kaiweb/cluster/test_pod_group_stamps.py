@@ -234,6 +234,29 @@ def test_the_write_back_puts_the_workloads_stamps_on_its_pod_group_once(
     assert annotations[START] == "2025-03-01T10:00:00Z"
 
 
+@pytest.mark.django_db
+def test_a_burst_of_stamps_is_written_over_several_cycles_at_most_the_budget_each(
+        kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster,  # noqa: F811
+        settings: Any) -> None:
+    settings.KAI_STAMP_WRITES_PER_CYCLE = 2
+    kube_apiserver.add_queue("team-a", QUEUE)
+    for name in ("a", "b", "c"):
+        _stamped_group(kube_apiserver, name, {})
+    mirror.sync_full(gateway, cluster)
+    shard = SchedulingShard.objects.get(cluster=cluster)
+    Workload.objects.filter(name__in=("a", "b", "c")).update(last_start_at=T)
+
+    def started() -> list[str]:
+        return [n for n in ("a", "b", "c")
+                if START in (kube_apiserver.get("podgroups", n, "default")["metadata"].get("annotations") or {})]
+
+    assert mirror.write_back(gateway, SchedulingCycleFactory(shard=shard)).pod_group_stamps == 2
+    assert started() == ["a", "b"]
+    assert mirror.write_back(gateway, SchedulingCycleFactory(shard=shard)).pod_group_stamps == 1
+    assert started() == ["a", "b", "c"]
+    assert mirror.write_back(gateway, SchedulingCycleFactory(shard=shard)).pod_group_stamps == 0
+
+
 # -- the pod-grouper leaves the stamps alone ------------------------------------------------------
 
 
