@@ -375,12 +375,19 @@ def fractions(run: Run, scheduler: str) -> dict[str, Any]:
             report.update(_reservation_report(run, reservation_ns, prefixes))
             return not (report["orphaned"] or report["missing"] or report["doubled"] or report["unreported"])
 
+        def left() -> int:
+            return sum(v if isinstance(v, int) else len(v or ())
+                       for v in (report.get(k) for k in ("orphaned", "missing", "doubled", "unreported")))
+
+        # The stand-in reports each reservation pod's device as it comes (as a device plugin would,
+        # at its own pace): wait while that makes progress, until no progress for 30 s.
         matched = reservations_match()
-        if not matched:
-            deadline = time.monotonic() + 30
-            while not matched and time.monotonic() < deadline:
-                time.sleep(2)
-                matched = reservations_match()
+        progress, before = time.monotonic(), left()
+        while not matched and time.monotonic() - progress < 30 and time.monotonic() - settle < run.timeout:
+            time.sleep(2)
+            matched = reservations_match()
+            if left() < before:
+                progress, before = time.monotonic(), left()
         report["settle_seconds"] = round(time.monotonic() - settle, 1)
         run.sample()
     finally:

@@ -12,12 +12,13 @@ CRD's MB (10^6 bytes, as KAI's proportion plugin converts them).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -431,10 +432,35 @@ def build_snapshot(
 
     `now` is the cluster's clock (the simulated clock for the simulated backend) in epoch
     seconds; `usage` is the normalised historical usage per queue (see usage.accounting).
-    Six queries whatever the size of the cluster. With `reuse` (the default) the pods and
-    workloads whose rows are as the last build of this shard read them keep the objects made
-    then (see ``_Built``); without it every object is made anew, and nothing is remembered.
+    Six queries whatever the size of the cluster, all reading the database at one moment
+    (`consistent_reads`). With `reuse` (the default) the pods and workloads whose rows are as the
+    last build of this shard read them keep the objects made then (see ``_Built``); without it
+    every object is made anew, and nothing is remembered.
     """
+    with consistent_reads():
+        return _build_snapshot(shard, now, usage, reuse=reuse)
+
+
+@contextlib.contextmanager
+def consistent_reads() -> Iterator[None]:
+    """The queries inside see the database as it was at their first one (Postgres: one REPEATABLE
+    READ transaction). The watcher commits while a snapshot is read: with each query at its own
+    moment, a pod read with its old workload (a pod moving from its own workload to its PodGroup's,
+    the old one deleted) finds that workload gone by the workload query, drops out of the snapshot
+    and leaves its node looking free. Inside a transaction already open, that transaction's reads."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        yield
+
+
+def _build_snapshot(
+    shard: SchedulingShard | None, now: float, usage: dict[str, tuple[float, float, float]] | None,
+    *, reuse: bool,
+) -> tuple[m.ClusterSnapshot, SnapshotIndex]:
     index = SnapshotIndex(shard_id=shard.pk if shard else None)
     classes = {
         pc.name: m.PriorityClass(name=pc.name, value=pc.value, preemptible=pc.preemptible)

@@ -3,16 +3,19 @@ records its result. The cycle must still succeed and record what it decided, by 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 
-from kaiweb.scheduling import cycle
+from kaiweb.scheduling import adapters, cycle
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind
 from kaiweb.scheduling.models import Decision, PendingReason, SchedulingCycle
 from kaiweb.scheduling.signals import cycle_step
-from kaiweb.workloads.models import Workload
-from tests.celery.builders import small_cluster, submit
+from kaiweb.workloads.choices import PodState, WorkloadState
+from kaiweb.workloads.models import Pod, Workload
+from tests.celery.builders import GIB, T0, small_cluster, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,3 +62,41 @@ def test_a_workload_kept_is_recorded_with_its_reference() -> None:
     assert SchedulingCycle.objects.get(pk=outcome.cycle_id).status == CycleStatus.SUCCEEDED
     refs = dict(Decision.objects.filter(kind=DecisionKind.BIND).values_list("workload_ref", "workload_id"))
     assert refs == {"ns/kept": kept.pk, "ns/gone": None}
+
+
+def test_a_pod_moving_to_its_pod_group_while_the_snapshot_is_read_still_holds_its_node(monkeypatch: Any) -> None:
+    """The watcher moves a running pod from its own workload to its PodGroup's (the old one deleted)
+    between the snapshot's pod and workload queries: the snapshot still has the pod on its node."""
+    sc = small_cluster(nodes=1)
+    node = sc.nodes[0]
+    own = Workload.objects.create(cluster=sc.cluster, namespace="ns", name="pod-runner", queue=sc.queues["team-a"],
+                                  state=WorkloadState.RUNNING, submitted_at=T0)
+    group = Workload.objects.create(cluster=sc.cluster, namespace="ns", name="pg-runner", queue=sc.queues["team-a"],
+                                    state=WorkloadState.RUNNING, submitted_at=T0)
+    pod = Pod.objects.create(workload=own, name="runner", uid="u-runner", gpu=node.allocatable_gpu, cpu=1000,
+                             memory=GIB, state=PodState.RUNNING, node=node)
+
+    def move() -> None:
+        try:
+            with transaction.atomic():
+                Pod.objects.filter(pk=pod.pk).update(workload=group)
+                Workload.objects.filter(pk=own.pk).delete()
+        finally:
+            connection.close()
+
+    real, moved = adapters._task_spec, []
+
+    def task_spec_after_a_commit(*args: Any) -> Any:
+        if not moved:  # the pod query has run: the watcher commits now, from its own connection
+            moved.append(threading.Thread(target=move))
+            moved[0].start()
+            moved[0].join()
+        return real(*args)
+
+    monkeypatch.setattr(adapters, "_task_spec", task_spec_after_a_commit)
+    snapshot, _ = adapters.build_snapshot(sc.shard, now=T0.timestamp(), reuse=False)
+
+    assert moved  # the move did happen meanwhile
+    assert Pod.objects.get(pk=pod.pk).workload_id == group.pk
+    on_node = [(job.name, t.name) for job in snapshot.jobs for t in job.tasks if t.node == node.name]
+    assert on_node == [("pod-runner", "runner")]  # as the database was when the snapshot began
