@@ -130,19 +130,25 @@ def fresh(name: str) -> Cluster:
     return cluster
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-          deadline=None)
-@given(plan=steps, cuts=st.lists(st.integers(0, 14), max_size=4))
-def test_runs_of_pod_events_give_the_mirror_the_events_give_one_by_one(plan: list[tuple[Any, ...]],
-                                                                      cuts: list[int]) -> None:
+def apply_both_ways(events: list[WatchEvent], cuts: list[int]) -> tuple[Cluster, Cluster]:
+    """The same events into two fresh clusters: cut into runs at ``cuts`` (`apply_events`), and one
+    by one (`apply_event`)."""
     Queue.objects.get_or_create(name="team-a", defaults={"gpu_quota": 8})
-    events = to_events(plan)
     one, batched = fresh("one-by-one"), fresh("batched")
     for e in events:
         mirror.apply_event(e, one)
     bounds = sorted({0, len(events), *(c for c in cuts if c < len(events))})
     for start, end in zip(bounds, bounds[1:], strict=False):
         mirror.apply_events(events[start:end], batched)
+    return batched, one
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+          deadline=None)
+@given(plan=steps, cuts=st.lists(st.integers(0, 14), max_size=4))
+def test_runs_of_pod_events_give_the_mirror_the_events_give_one_by_one(plan: list[tuple[Any, ...]],
+                                                                      cuts: list[int]) -> None:
+    batched, one = apply_both_ways(to_events(plan), cuts)
     assert view(batched) == view(one)
 
 
@@ -151,14 +157,7 @@ def test_runs_of_pod_events_give_the_mirror_the_events_give_one_by_one(plan: lis
 @given(plan=lives, cuts=st.lists(st.integers(0, 24), max_size=2))
 def test_pods_with_several_events_in_a_run_give_the_mirror_the_events_give_one_by_one(
         plan: list[tuple[Any, ...]], cuts: list[int]) -> None:
-    Queue.objects.get_or_create(name="team-a", defaults={"gpu_quota": 8})
-    events = to_events(plan)
-    one, batched = fresh("one-by-one"), fresh("batched")
-    for e in events:
-        mirror.apply_event(e, one)
-    bounds = sorted({0, len(events), *(c for c in cuts if c < len(events))})
-    for start, end in zip(bounds, bounds[1:], strict=False):
-        mirror.apply_events(events[start:end], batched)
+    batched, one = apply_both_ways(to_events(plan), cuts)
     assert view(batched) == view(one)
 
 

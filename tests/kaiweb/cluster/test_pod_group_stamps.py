@@ -19,6 +19,7 @@ from kaiweb.workloads.choices import PodState
 from kaiweb.workloads.models import Workload
 from tests.factories import DecisionFactory, PodFactory, SchedulingCycleFactory
 from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
+from tests.kaiweb.cluster.test_mirror import cluster, gateway  # noqa: F401 - fixtures
 
 START = "kai.scheduler/last-start-timestamp"
 EVICTION = "kai.scheduler/last-eviction-timestamp"
@@ -118,16 +119,6 @@ def test_a_stamp_that_cannot_be_read_is_replaced_or_taken_away_as_kai_does():
 # -- the mirror ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def gateway(kube_apiserver: FakeKubeApiServer) -> KubernetesGateway:  # noqa: F811
-    return KubernetesGateway(kube_apiserver.api_client, request_timeout=2.0, max_attempts=2, sleep=lambda _: None)
-
-
-@pytest.fixture
-def cluster() -> Cluster:
-    return mirror.kubernetes_cluster("k8s")
-
-
 def _times(name: str) -> tuple[datetime | None, datetime | None, datetime | None]:
     w = Workload.objects.get(name=name)
     return (w.last_start_at, w.last_eviction_at, w.stale_since)
@@ -140,7 +131,7 @@ def _stamped_group(server: FakeKubeApiServer, name: str, annotations: dict[str, 
 
 @pytest.mark.django_db
 def test_a_full_sync_takes_kais_stamps_into_the_workload(kube_apiserver: FakeKubeApiServer,  # noqa: F811
-                                                        gateway: KubernetesGateway, cluster: Cluster) -> None:
+                                                        gateway: KubernetesGateway, cluster: Cluster) -> None:  # noqa: F811
     kube_apiserver.add_queue("team-a", QUEUE)
     _stamped_group(kube_apiserver, "train", {START: stamp_text(T), EVICTION: stamp_text(T + HOUR),
                                              STALE: stamp_text(T - HOUR)})
@@ -189,7 +180,7 @@ def test_the_stamps_of_another_incarnation_of_the_pod_group_are_not_taken(
 
 
 @pytest.mark.django_db
-def test_an_applied_eviction_stamps_its_workload_and_never_moves_a_later_stamp_back(cluster: Cluster) -> None:
+def test_an_applied_eviction_stamps_its_workload_and_never_moves_a_later_stamp_back(cluster: Cluster) -> None:  # noqa: F811
     shard = SchedulingShard.objects.get(cluster=cluster)
     evicted = PodFactory(workload__cluster=cluster, state=PodState.RUNNING)
     ahead = PodFactory(workload__cluster=cluster, state=PodState.RUNNING)
