@@ -13,9 +13,9 @@ single-pod group has no PodGroup object and is explained on the pod alone):
   ``Unschedulable`` event — unless some of its pods are allocated, as KAI leaves it then;
 * nothing waiting → the scheduling conditions are cleared.
 
-Each write happens only when the status differs from what the PodGroup already says (the
-pod-grouper's listing of the same cycle), and each event once per distinct message, so a
-steady cluster costs no writes.
+Each write happens only when the status differs from what the PodGroup already says (as the
+mirror keeps it: what the watcher saw, then what was written), and each event once per distinct
+message, so a steady cluster costs no writes.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ class StatusReport:
     statuses_written: int = 0
     events: int = 0
     errors: list[str] = field(default_factory=list)
+    # (namespace, name) → the scheduling conditions written on that PodGroup
+    conditions: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
 
 
 def not_ready_message(counts: Iterable[GangCount]) -> str | None:
@@ -124,7 +126,8 @@ def desired_conditions(current: list[Any], *, message: str, reason: str | None, 
 def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]) -> StatusReport:
     """After a cycle: the status and events of each PodGroup of the shard (see the module docstring).
 
-    ``pod_groups`` is the cycle's listing of PodGroup objects by (namespace, name)."""
+    ``pod_groups``: each PodGroup as far as this reads it (metadata.uid, status.schedulingConditions)
+    by (namespace, name), from the mirror (`mirror._pod_groups_said`)."""
     from kaiweb.scheduling.models import PendingReason
     from kaiweb.workloads.models import Pod, Workload
 
@@ -167,6 +170,7 @@ def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[s
             if wanted != current:
                 gateway.write_pod_group_status(w.namespace, w.name, {"schedulingConditions": wanted})
                 report.statuses_written += 1
+                report.conditions[(w.namespace, w.name)] = wanted
         except ClusterError as exc:
             report.errors.append(str(exc))
             log.warning("PodGroup %s/%s status not written: %s", w.namespace, w.name, exc)

@@ -48,6 +48,11 @@ class Workload(TimeStampedModel):
     last_eviction_at = models.DateTimeField(null=True, blank=True)
     stale_since = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    pod_group_said = models.JSONField(
+        default=dict, blank=True,
+        help_text="What the PodGroup object says of what kaiweb writes on it (KAI's stamp annotations, "
+                  "status.schedulingConditions): as the watcher saw it, then as the write-back wrote it.",
+    )
 
     class Meta:
         ordering = ("-submitted_at", "namespace", "name")

@@ -55,6 +55,7 @@ from kaiweb.cluster.backends.types import (
     GPU_PORTION_ANNOTATION,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
+    MAX_SCHEDULING_CONDITIONS,
     MIG_ENABLED_LABEL,
     MIG_RESOURCE_PREFIX,
     MIG_STRATEGY_LABEL,
@@ -554,9 +555,22 @@ def parse_pod_group(raw: Mapping[str, Any]) -> ObservedPodGroup | Unreadable:
             last_eviction_at=stamps["last_eviction_at"],
             stale_since=stamps["stale_since"],
             notes=notes,
+            said=pod_group_said(raw),
         )
     except _Bad as bad:
         return _unreadable("PodGroup", raw, bad)
+
+
+def pod_group_said(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """What a PodGroup says of what kaiweb writes on it: ``annotations`` (KAI's stamps, key → text)
+    and ``conditions`` (status.schedulingConditions, the first `MAX_SCHEDULING_CONDITIONS` mappings)."""
+    annotations = _meta(raw).get("annotations") or {}
+    status = raw.get("status") if isinstance(raw.get("status"), Mapping) else {}
+    conditions = status.get("schedulingConditions") if isinstance(status, Mapping) else None
+    return {"annotations": {key: str(annotations[key])[:64] for _, key in POD_GROUP_STAMPS
+                            if isinstance(annotations, Mapping) and annotations.get(key)},
+            "conditions": [dict(c) for c in (conditions if isinstance(conditions, list) else [])
+                           if isinstance(c, Mapping)][:MAX_SCHEDULING_CONDITIONS]}
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")

@@ -47,6 +47,8 @@ GPU_PORTION_ANNOTATION = "kaiweb.io/gpu-portion"
 LAST_START_ANNOTATION = "kai.scheduler/last-start-timestamp"
 LAST_EVICTION_ANNOTATION = "kai.scheduler/last-eviction-timestamp"
 STALE_SINCE_ANNOTATION = "kai.scheduler/stale-podgroup-timestamp"
+# How many of a PodGroup's status.schedulingConditions are kept (KAI writes one per node pool).
+MAX_SCHEDULING_CONDITIONS = 32
 POD_GROUP_STAMPS = (("last_start_at", LAST_START_ANNOTATION), ("last_eviction_at", LAST_EVICTION_ANNOTATION),
                     ("stale_since", STALE_SINCE_ANNOTATION))
 # A request header that marks reads made by an observer of the cluster (the invariant checks), not by
@@ -253,6 +255,10 @@ class ObservedPodGroup:
     last_eviction_at: datetime | None = None
     stale_since: datetime | None = None
     notes: tuple[str, ...] = ()
+    # What kaiweb itself writes on the PodGroup, as this observation shows it: the stamp annotations'
+    # texts and status.schedulingConditions (at most `MAX_SCHEDULING_CONDITIONS`), so the write-back
+    # judges what to write without listing every PodGroup again.
+    said: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -24,16 +24,18 @@ NAMES = ("p0", "p1", "p2")
 
 
 def pod_raw(name: str, rv: int, uid: str, node: str | None, phase: str, group: str | None, queue: str,
-            gpus: int) -> dict[str, Any]:
+            gpus: int, *, deleting: bool = False) -> dict[str, Any]:
     annotations = {"pod-group-name": group} if group else {}
     spec: dict[str, Any] = {"schedulerName": "kai-scheduler",
                             "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
     if node:
         spec["nodeName"] = node
-    return {"metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": str(rv),
-                         "labels": {"kai.scheduler/queue": queue}, "annotations": annotations,
-                         "creationTimestamp": "2026-11-27T00:00:00Z"},
-            "spec": spec, "status": {"phase": phase}}
+    meta = {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": str(rv),
+            "labels": {"kai.scheduler/queue": queue}, "annotations": annotations,
+            "creationTimestamp": "2026-11-27T00:00:00Z"}
+    if deleting:
+        meta.update(deletionTimestamp="2026-11-27T00:01:00Z", deletionGracePeriodSeconds=30)
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
 
 
 def event(kind: str, type_: str, raw: dict[str, Any]) -> WatchEvent:
@@ -67,12 +69,16 @@ steps = st.lists(st.one_of(pod_step, pod_step, pod_step, other_step), min_size=1
 
 
 # A pod's life as the watcher sees it in a burst: created bare, marked by the pod-grouper, bound,
-# running, done. A ``life`` step moves one pod a stage on (another uid: a new pod of that name).
-LIFE = ((ADDED, False, False, "Pending"), (MODIFIED, True, False, "Pending"), (MODIFIED, True, True, "Pending"),
-        (MODIFIED, True, True, "Running"), (MODIFIED, True, True, "Succeeded"))
+# running, then done, or evicted (marked for deletion, marked again, gone). A ``life`` step moves one
+# pod a stage on along its track (another uid: a new pod of that name).
+START = ((ADDED, False, False, "Pending", False), (MODIFIED, True, False, "Pending", False),
+         (MODIFIED, True, True, "Pending", False), (MODIFIED, True, True, "Running", False))
+LIVES = {"done": (*START, (MODIFIED, True, True, "Succeeded", False)),
+         "evicted": (*START, (MODIFIED, True, True, "Running", True), (MODIFIED, True, True, "Running", True),
+                     (DELETED, True, True, "Running", True))}
 life_step = st.tuples(st.just("life"), st.sampled_from(NAMES), st.sampled_from(("u1", "u1", "u2")),
                       st.sampled_from(("gpu-1", "gpu-1", "gpu-9")), st.sampled_from(("pg-a", "pg-a", "pg-x")),
-                      st.sampled_from(("team-a", "team-a", "team-a", "nowhere")))
+                      st.sampled_from(("team-a", "team-a", "team-a", "nowhere")), st.sampled_from(tuple(LIVES)))
 lives = st.lists(st.one_of(life_step, life_step, life_step, life_step, pod_step, other_step), min_size=1, max_size=24)
 
 
@@ -82,14 +88,14 @@ def to_events(plan: list[tuple[Any, ...]]) -> list[WatchEvent]:
     for step in plan:
         rv += 1
         if step[0] == "life":
-            _, name, uid, node, group, queue = step
+            _, name, uid, node, group, queue, track = step
             state = alive.get(name)
             if state is None or state[0] != uid:
-                state = alive[name] = [uid, -1, node, group, queue]
-            state[1] = min(state[1] + 1, len(LIFE) - 1)
-            type_, grouped, bound, phase = LIFE[state[1]]
+                state = alive[name] = [uid, -1, node, group, queue, LIVES[track]]
+            state[1] = min(state[1] + 1, len(state[5]) - 1)
+            type_, grouped, bound, phase, deleting = state[5][state[1]]
             raw = pod_raw(name, rv, uid, state[2] if bound else None, phase, state[3] if grouped else None,
-                          state[4], 1)
+                          state[4], 1, deleting=deleting)
             last[name] = raw
             out.append(event("Pod", type_, raw))
         elif step[0] == "pod":
@@ -239,3 +245,60 @@ def test_the_event_writer_writes_everything_handed_over_in_order_and_retries_a_f
     names = set(Pod.objects.filter(workload__cluster=cluster).values_list("name", flat=True))
     assert names == {f"p{i}" for i in range(100)} - {"p8"}
     assert Pod.objects.get(name="p7").state == "Running"
+
+
+def test_the_event_writer_drops_a_pod_group_echo_that_says_nothing_new_and_keeps_every_change() -> None:
+    """Our own status and stamp writes come back as PodGroup MODIFIED events with nothing the mirror
+    reads changed: the writer does not queue them. A change of spec, a new stamp on a PodGroup first
+    seen, a DELETED, and a PodGroup made again are all handed over."""
+    writer = mirror.EventWriter(fresh("k8s"))
+    first = group_raw("pg-a", 10)
+    assert writer.put(event("PodGroup", ADDED, first))
+    echo = copy.deepcopy(first)
+    echo["metadata"]["resourceVersion"] = "11"
+    echo["metadata"]["annotations"] = {"kai.scheduler/last-start-timestamp": "2026-11-27T01:00:00Z"}
+    echo["status"] = {"schedulingConditions": [{"type": "UnschedulableOnNodePool", "status": "True"}]}
+    assert not writer.put(event("PodGroup", MODIFIED, echo))
+    changed = copy.deepcopy(echo)
+    changed["metadata"]["resourceVersion"] = "12"
+    changed["spec"]["minMember"] = 3
+    assert writer.put(event("PodGroup", MODIFIED, changed))
+    same_again = copy.deepcopy(changed)
+    same_again["metadata"]["resourceVersion"] = "13"
+    assert not writer.put(event("PodGroup", MODIFIED, same_again))
+    assert writer.put(event("PodGroup", DELETED, same_again))
+    again = copy.deepcopy(changed)
+    again["metadata"]["resourceVersion"] = "14"
+    assert writer.put(event("PodGroup", MODIFIED, again))  # after a DELETED nothing is taken as known
+    other = copy.deepcopy(again)
+    other["metadata"].update(uid="uid-pg-a-2", resourceVersion="15")
+    assert writer.put(event("PodGroup", MODIFIED, other))  # another incarnation under the same name
+    assert writer.echoes == 2
+    assert [e.resource_version for e in list(writer.events.queue)] == ["10", "12", "13", "14", "15"]
+
+
+def test_evicted_pods_marked_for_deletion_then_gone_are_written_in_one_run(django_assert_max_num_queries) -> None:
+    """An eviction of hundreds of pods comes back as each pod marked for deletion, then gone,
+    interleaved: one run, the same mirror as one by one."""
+    Queue.objects.create(name="team-a", gpu_quota=800)
+    one, batched = fresh("one-by-one"), fresh("batched")
+    start = [event("Pod", ADDED, pod_raw(f"v{i}", 2000 + i, f"w{i}", "gpu-1", "Running", None, "team-a", 0))
+             for i in range(200)]
+    evicted: list[WatchEvent] = []
+    for i in range(201):
+        if i < 200:
+            evicted.append(event("Pod", MODIFIED, pod_raw(f"v{i}", 3000 + 2 * i, f"w{i}", "gpu-1", "Running", None,
+                                                          "team-a", 0, deleting=True)))
+        if i >= 1:
+            j = i - 1
+            evicted.append(event("Pod", DELETED, pod_raw(f"v{j}", 3001 + 2 * j, f"w{j}", "gpu-1", "Running", None,
+                                                         "team-a", 0, deleting=True)))
+    for cluster in (one, batched):
+        mirror.apply_events(start, cluster)
+    for e in evicted:
+        mirror.apply_event(e, one)
+    with django_assert_max_num_queries(40):
+        mirror.apply_events(evicted, batched)
+    assert view(batched) == view(one)
+    assert not Pod.objects.filter(workload__cluster=batched).exists()
+    assert Workload.objects.filter(cluster=batched).count() == 1  # pg-a; the implicit workloads went with their pods

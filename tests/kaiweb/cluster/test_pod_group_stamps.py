@@ -209,12 +209,19 @@ def test_the_write_back_puts_the_workloads_stamps_on_its_pod_group_once(
     Workload.objects.filter(name="train").update(last_start_at=T, last_eviction_at=T + HOUR,
                                                  stale_since=T + 2 * HOUR)
 
+    def no_listing() -> None:
+        raise AssertionError("the write-back judges from the mirror, it lists no PodGroups")
+
+    gateway.list_pod_groups_raw = no_listing  # type: ignore[method-assign]  # the write-back must not call it
     first = mirror.write_back(gateway, SchedulingCycleFactory(shard=shard))
 
     assert (first.pod_group_stamps, first.errors) == (1, [])
     annotations = kube_apiserver.get("podgroups", "train", "default")["metadata"]["annotations"]
     assert annotations == {"kept": "yes", START: "2025-03-01T10:00:00Z", EVICTION: "2025-03-01T11:00:00Z",
                            STALE: "2025-03-01T12:00:00Z"}
+    # The row keeps what was written, so the next cycle judges without listing the PodGroups.
+    assert Workload.objects.get(name="train").pod_group_said["annotations"] == {
+        k: v for k, v in annotations.items() if k != "kept"}
     assert mirror.write_back(gateway, SchedulingCycleFactory(shard=shard)).pod_group_stamps == 0  # steady
 
     Workload.objects.filter(name="train").update(stale_since=None)  # the gang is whole again
@@ -267,3 +274,42 @@ def test_the_pod_grouper_does_not_rewrite_a_pod_group_for_the_stamps_beside_its_
 
     assert [r.method for r in kube_apiserver.requests[before:]] == ["POST", "GET"]  # no PATCH
     assert kube_apiserver.get("podgroups", "pg-train", "default")["metadata"]["annotations"][START] == stamp_text(T)
+
+
+@pytest.mark.django_db
+def test_the_write_back_judges_pod_group_status_from_the_mirror_and_writes_a_condition_once(
+        kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway, cluster: Cluster) -> None:  # noqa: F811
+    """The scheduling condition is judged against what the PodGroup said when the mirror saw it, then
+    against what the write-back wrote: written once, not again while it says the same, and a PodGroup
+    that already carries it (a cluster moved from KAI) is not written at all."""
+    from kaiweb.scheduling.models import PendingReason
+    from tests.factories import PendingReasonFactory
+
+    kube_apiserver.add_queue("team-a", QUEUE)
+    for name in ("waits", "carried"):
+        _stamped_group(kube_apiserver, name, {})
+        kube_apiserver.add_pod(f"{name}-0", queue=None, pod_group=name)
+    mirror.sync_full(gateway, cluster)
+    shard = SchedulingShard.objects.get(cluster=cluster)
+    gateway.list_pod_groups_raw = lambda: pytest.fail("no PodGroup listing")  # type: ignore[method-assign]  # must not be called
+
+    def cycle() -> Any:
+        c = SchedulingCycleFactory(shard=shard)
+        PendingReason.objects.update(is_current=False)
+        for w in Workload.objects.filter(name__in=("waits", "carried")):
+            PendingReasonFactory(workload=w, cycle=c, reason="no-node-fits", message="no node has 1 free GPU")
+        return c
+
+    first = mirror.write_back(gateway, cycle())
+    assert (first.pod_group_statuses, first.errors) == (2, [])
+    conditions = kube_apiserver.get("podgroups", "waits", "default")["status"]["schedulingConditions"]
+    assert [c["message"] for c in conditions] == ["no node has 1 free GPU"]
+    assert Workload.objects.get(name="waits").pod_group_said["conditions"] == conditions
+    assert mirror.write_back(gateway, cycle()).pod_group_statuses == 0  # says the same: not written again
+
+    # A PodGroup first seen carrying that condition (written by KAI before the move) is left as it is.
+    Workload.objects.filter(name="carried").delete()
+    mirror.sync_full(gateway, cluster)
+    assert Workload.objects.get(name="carried").pod_group_said["conditions"] == \
+        kube_apiserver.get("podgroups", "carried", "default")["status"]["schedulingConditions"]
+    assert mirror.write_back(gateway, cycle()).pod_group_statuses == 0
