@@ -1061,7 +1061,7 @@ def run_allocate(s: Session, placer: Placer) -> None:
             pipelined = False
             for t in stmt.commit():
                 if t.status == m.PIPELINED:
-                    s.pipeline_actions[t.index] = "allocate"
+                    s.pipeline_actions[t.index] = m.ALLOCATE
                     pipelined = True
             if not had_alloc and not pipelined and job.allocated_count() > 0:
                 job.last_start = s.now

@@ -26,11 +26,11 @@ from scheduler_core.proportion import FairShareInputError, compute_fair_shares
 from scheduler_core.session import Session
 
 _ACTION_FUNCS = {
-    "allocate": run_allocate,
-    "consolidation": run_consolidation,
-    "reclaim": run_reclaim,
-    "preempt": run_preempt,
-    "stalegangeviction": run_stale_gangs,
+    m.ALLOCATE: run_allocate,
+    m.CONSOLIDATION: run_consolidation,
+    m.RECLAIM: run_reclaim,
+    m.PREEMPT: run_preempt,
+    m.STALE_GANG_EVICTION: run_stale_gangs,
 }
 
 
@@ -53,7 +53,7 @@ def run_action(s: Session, placer: Placer, action: str) -> None:
     """Run one action on the session (names as in ``model.ACTIONS``)."""
     if action not in _ACTION_FUNCS:
         raise ValueError(f"actions: unknown action {action!r}; known: {', '.join(m.ACTIONS)}")
-    if action == "consolidation" and (
+    if action == m.CONSOLIDATION and (
         s.config.gpu_placement == "spread" or s.config.cpu_placement == "spread"
         or s.config.max_consolidation_preemptees == 0
     ):
@@ -89,7 +89,7 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
             binds.append(m.BindDecision(t.job.uid, t.name, node or "", tuple(t.groups),
                                         t.portion if t.shared else 0.0))
         elif st == m.PIPELINED and (t.orig_status != m.PIPELINED or t.spec.node != node):
-            action = s.pipeline_actions.get(t.index, "allocate")
+            action = s.pipeline_actions.get(t.index, m.ALLOCATE)
             src = t.spec.node if t.orig_status in m.ACTIVE_USED_STATES and t.spec.node != node else None
             pipelined.append(m.PipelineDecision(t.job.uid, t.name, node or "", action, tuple(t.groups), src))
         moved = (st == m.PIPELINED and t.orig_status in m.ACTIVE_USED_STATES and t.orig_status != m.PIPELINED

@@ -68,7 +68,17 @@ ACTIVE_USED_STATES = ACTIVE_ALLOCATED_STATES | {RELEASING, STUCK_IN_RELEASING}
 GPU_NONE, GPU_WHOLE, GPU_FRACTION, GPU_MEMORY, GPU_MIG = "none", "whole", "fraction", "gpu_memory", "mig"
 GPU_KINDS = (GPU_NONE, GPU_WHOLE, GPU_FRACTION, GPU_MEMORY, GPU_MIG)
 
-ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+# The actions of a cycle, spelled as KAI's scheduler config names them: the one spelling of an action
+# everywhere (engine, database, API, pages). The control plane's choices are built from these.
+ALLOCATE, CONSOLIDATION, RECLAIM, PREEMPT, STALE_GANG_EVICTION = (
+    "allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+#: every action, in the order a cycle runs them
+ACTIONS = (ALLOCATE, CONSOLIDATION, RECLAIM, PREEMPT, STALE_GANG_EVICTION)
+#: the actions that evict pods (an ``EvictionDecision``'s ``action`` is one of these)
+EVICTING_ACTIONS = (RECLAIM, PREEMPT, CONSOLIDATION, STALE_GANG_EVICTION)
+#: how each action reads to a person
+ACTION_TITLES = {ALLOCATE: "Allocate", CONSOLIDATION: "Consolidation", RECLAIM: "Reclaim", PREEMPT: "Preempt",
+                 STALE_GANG_EVICTION: "Stale gang eviction"}
 
 #: KAI's installed priority classes: name -> value (value >= 100 is non-preemptible by default)
 DEFAULT_PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}

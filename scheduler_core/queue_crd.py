@@ -4,7 +4,7 @@ Every Queue document kaiweb reads or writes goes through here: a YAML import, a 
 the cluster, the agreed spec the CRD sync remembers, the simulator's queue files, the export and
 the CRD written to the cluster. The CRD's units are converted at this border and nowhere else:
 CPU in millicores and GPUs in devices as they are, memory in MB (10^6 bytes) in the CRD and in
-bytes in the engine; -1 means unlimited on both sides.
+bytes in the engine (``units``' functions); -1 means unlimited on both sides.
 
 Unset fields take KAI's meaning: quota 0 (no guarantee), limit 0 (a cap of zero), over-quota
 weight 0 (no share of the surplus), priority 100. Two ways to read:
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler_core import model as m
-from scheduler_core.units import MB, shown
+from scheduler_core.units import shown, to_engine_units, to_queue_units
 
 API_VERSION = "scheduling.run.ai/v2"
 KIND = "Queue"
@@ -143,10 +143,6 @@ def format_duration(seconds: float) -> str:
 # ---------------------------------------------------------------------------------------- read
 
 
-def _scale(resource: str) -> float:
-    return float(MB) if resource == "memory" else 1.0
-
-
 def read(doc: Any, *, strict: bool = True, creation: float = 0.0) -> Reading:
     """One Queue object (a mapping with metadata and spec) → ``Reading``; see the module docstring."""
     problems: list[Problem] = []
@@ -229,10 +225,8 @@ def read(doc: Any, *, strict: bool = True, creation: float = 0.0) -> Reading:
             warnings.append(f"{name}: {path}.limit is unset, which KAI reads as a cap of 0 (no {r} at all); "
                             "set -1 for no cap")
         if not errors:
-            scale = _scale(r)
-            quota, limit = float(values["quota"]), float(values["limit"])
-            parsed[r] = m.QueueResource(quota=quota if quota < 0 else quota * scale,
-                                        limit=limit if limit < 0 else limit * scale,
+            parsed[r] = m.QueueResource(quota=to_engine_units(r, values["quota"]),
+                                        limit=to_engine_units(r, values["limit"]),
                                         over_quota_weight=float(values["overQuotaWeight"]))
     if problems:
         return Reading(name, None, dict(labels), problems, warnings)
@@ -251,7 +245,7 @@ def _plain(value: float) -> int | float:
 
 def crd_amount(resource: str, value: float) -> int | float:
     """An engine amount of ``resource`` in the CRD's unit (-1 stays -1)."""
-    return _plain(value if value < 0 else round(value / _scale(resource), 6))
+    return _plain(value if value < 0 else round(to_queue_units(resource, value), 6))
 
 
 def write_spec(spec: m.QueueSpec) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from scheduler_core import model as m
 from scheduler_core import reasons as reason_codes
 
 # The demo tree (as deploy/examples/queues.yaml) plus a few more teams, so a bigger
@@ -238,7 +239,7 @@ def build_dataset(
     running = [w for w in new_wls if w.state == "running"]
     pending = [w for w in new_wls if w.state == "pending"]
     decisions, events = [], []
-    actions = ["reclaim", "preempt", "consolidate", "stale-gang"]
+    actions = m.EVICTING_ACTIONS
     for k, cyc in enumerate(cycle_objs):
         for j in range(min(cyc.binds, 3)):
             if running:
@@ -254,18 +255,18 @@ def build_dataset(
             figures_p = {"allocated": {"gpu": 4}, "fair_share": {"gpu": 10}, "quota": {"gpu": preemptor.queue.gpu_quota}}
             events.append(PreemptionEvent(
                 cycle=cyc, at=cyc.started_at, action=action,
-                preemptor=None if action == "stale-gang" else preemptor, victim=victim,
-                preemptor_ref="" if action == "stale-gang" else str(preemptor), victim_ref=str(victim),
-                preemptor_queue=None if action == "stale-gang" else preemptor.queue, victim_queue=victim.queue,
-                reason={"reclaim": reason_codes.RECLAIM, "preempt": reason_codes.PREEMPT, "consolidate": reason_codes.CONSOLIDATION,
-                        "stale-gang": reason_codes.STALE_GANG}[action],
-                message={"reclaim": f"queue {victim.queue} is over its fair share (20 > 14 GPUs); "
+                preemptor=None if action == m.STALE_GANG_EVICTION else preemptor, victim=victim,
+                preemptor_ref="" if action == m.STALE_GANG_EVICTION else str(preemptor), victim_ref=str(victim),
+                preemptor_queue=None if action == m.STALE_GANG_EVICTION else preemptor.queue, victim_queue=victim.queue,
+                reason={m.RECLAIM: reason_codes.RECLAIM, m.PREEMPT: reason_codes.PREEMPT, m.CONSOLIDATION: reason_codes.CONSOLIDATION,
+                        m.STALE_GANG_EVICTION: reason_codes.STALE_GANG}[action],
+                message={m.RECLAIM: f"queue {victim.queue} is over its fair share (20 > 14 GPUs); "
                                     f"{preemptor.queue} is below its share (4 < 10)",
-                         "preempt": f"{preemptor} (priority {preemptor.priority_class.value}) preempts a lower "
+                         m.PREEMPT: f"{preemptor} (priority {preemptor.priority_class.value}) preempts a lower "
                                     f"priority workload in {victim.queue}",
-                         "consolidate": "moved to free a whole node for a gang",
-                         "stale-gang": "gang below its minimum member count for longer than the grace period"}[action],
-                preemptor_queue_figures={} if action == "stale-gang" else figures_p, victim_queue_figures=figures_v,
+                         m.CONSOLIDATION: "moved to free a whole node for a gang",
+                         m.STALE_GANG_EVICTION: "gang below its minimum member count for longer than the grace period"}[action],
+                preemptor_queue_figures={} if action == m.STALE_GANG_EVICTION else figures_p, victim_queue_figures=figures_v,
             ))
     Decision.objects.bulk_create(decisions)
     PreemptionEvent.objects.bulk_create(events)

@@ -474,7 +474,7 @@ def stop_scheduling(run: Run) -> None:
 
 def evictions_by_action() -> dict[str, int]:
     """The scratch database's preemption events (evictions carried out), counted by the action that
-    decided them (reclaim, preempt, consolidate, stale-gang)."""
+    decided them, in the engine's names (``scheduler_core.model.EVICTING_ACTIONS``)."""
     from django.db import connections
     from django.db.models import Count
 

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from scheduler_core import model as m
+
 from .harness import (
     FILLER_PRIORITY,
     GPUS_PER_NODE,
@@ -297,7 +299,7 @@ def consolidate_large(run: Run, scheduler: str) -> dict[str, Any]:
     reclaim). As KAI's B9 does, the ``default`` SchedulingShard gets ``max-consolidation-preemptees:
     N·8`` in its ``spec.args`` (KAI's default, 16 victim jobs, is too few for a gang of 10 moves chosen
     by its solver). Asserted: every gang pod scheduled; consolidation moved pods (PreemptionEvents of
-    action ``consolidate``); and every moved pod placed again, i.e. in the end all the remaining sanity
+    action ``consolidation``); and every moved pod placed again, i.e. in the end all the remaining sanity
     Jobs' pods (their replacements) are bound. Reclaim evictions are recorded, not forbidden."""
     sanity = sanity_jobs_fill_the_cluster(run, scheduler, [queue_object("reclaim-distributed", "parent")],
                                           sanity_gpu=RECLAIM_SANITY_GPU)
@@ -327,7 +329,7 @@ def consolidate_large(run: Run, scheduler: str) -> dict[str, Any]:
                     "evictions_needed": count, "evictions_by_action": evictions,
                     "checks": {"all_scheduled": finished and details["scheduled"] == count,
                                "exact_count": details["pods_found"] == count,
-                               "consolidated": evictions.get("consolidate", 0) > 0,
+                               "consolidated": evictions.get(m.CONSOLIDATION, 0) > 0,
                                "moved_pods_placed_again": placed_again and _sanity_bound(run) == left}})
     return details
 

@@ -87,7 +87,7 @@ from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState, WorkloadSta
 from kaiweb.workloads.models import Pod, Workload
 from scheduler_core import queue_crd
 from scheduler_core.model import QueueSpec
-from scheduler_core.units import MB
+from scheduler_core.units import mb_to_bytes
 
 log = logging.getLogger(__name__)
 
@@ -1752,7 +1752,7 @@ def _digest(*parts: Any) -> str:
 def _amounts(figures: Mapping[str, Any]) -> ResourceAmounts:
     """Queue units (millicores, MB, devices) → a `ResourceAmounts`."""
     return ResourceAmounts(cpu_millis=int(round(float(figures.get("cpu", 0) or 0))),
-                           memory_bytes=int(round(float(figures.get("memory", 0) or 0) * MB)),
+                           memory_bytes=int(round(mb_to_bytes(figures.get("memory", 0) or 0))),
                            gpus=float(figures.get("gpu", 0) or 0))
 
 

@@ -8,20 +8,25 @@ metrics (`kai_queue_fair_share_gpu`, `kai_queue_allocated_gpus`, …; KAI-SEMANT
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from scheduler_core.units import MB
+from scheduler_core.units import mb_to_bytes
 
-# Queue figures per resource: (metric suffix, unit conversion from queue units, help).
-QUEUE_RESOURCES = {
-    "gpu": ("gpus", 1.0, "GPU devices"),
-    "cpu": ("cpu_cores", 0.001, "CPU cores"),
-    "memory": ("memory_bytes", float(MB), "memory bytes"),
+
+def _cores(millicores: float) -> float:
+    return millicores * 0.001
+
+
+# Queue figures per resource: (metric suffix, conversion from queue units, help).
+QUEUE_RESOURCES: dict[str, tuple[str, Callable[[float], float], str]] = {
+    "gpu": ("gpus", float, "GPU devices"),
+    "cpu": ("cpu_cores", _cores, "CPU cores"),
+    "memory": ("memory_bytes", mb_to_bytes, "memory bytes"),
 }
 
 
@@ -102,13 +107,13 @@ class QueueCollector(Collector):
         statuses = QueueStatus.objects.filter(cycle_id=latest).select_related("queue") if latest else []
         for st in statuses:
             q = st.queue.name
-            for r, (suffix, scale, what) in QUEUE_RESOURCES.items():
+            for r, (suffix, convert, what) in QUEUE_RESOURCES.items():
                 gauge(f"kai_queue_allocated_{suffix}", f"Allocated {what} of the queue (subtree).").add_metric(
-                    [q], _num(st.allocated.get(r)) * scale)
+                    [q], convert(_num(st.allocated.get(r))))
                 gauge(f"kai_queue_fair_share_{r}", f"Fair share of the queue in {what}.").add_metric(
-                    [q], _num(st.fair_share.get(r)) * scale)
+                    [q], convert(_num(st.fair_share.get(r))))
                 gauge(f"kai_queue_requested_{suffix}", f"Requested {what} of the queue (subtree).").add_metric(
-                    [q], _num(st.requested.get(r)) * scale)
+                    [q], convert(_num(st.requested.get(r))))
             gauge("kai_queue_pending_workloads", "Workloads of the queue (subtree) still pending.").add_metric(
                 [q], st.pending_workloads)
             gauge("kai_queue_running_workloads", "Workloads of the queue (subtree) running.").add_metric(

@@ -15,7 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from scheduler_core.proportion import RESOURCES, DivisionStep, FairShareInputError, compute_fair_shares
-from scheduler_core.units import MB
+from scheduler_core.units import queue_units_to_vector, vector_to_queue_units
 
 
 @dataclass
@@ -112,7 +112,7 @@ def divide(override: Any = None, with_usage: bool = True) -> Division:
         req = statuses.get(name)
         if not req:
             continue
-        amount = [float(req.get("cpu") or 0), float(req.get("memory") or 0) * MB, float(req.get("gpu") or 0)]
+        amount = queue_units_to_vector(req)
         cur: str | None = name
         seen: set[str] = set()
         while cur is not None and cur in attrs and cur not in seen:
@@ -149,11 +149,6 @@ def _latest_requests(names: dict[int, str]) -> dict[str, dict[str, float]]:
     return {names[qid]: (st.requested or {}) for qid, st in statuses.items() if qid in names}
 
 
-def to_queue_units(vec: list[float]) -> dict[str, float]:
-    """Engine vector (millicores, bytes, devices) → queue units (millicores, MB, devices)."""
-    return {"cpu": vec[0], "memory": vec[1] / MB if vec[1] >= 0 else vec[1], "gpu": vec[2]}
-
-
 def preview(proposed: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """Every queue's fair share now and with `proposed` (an unsaved Queue), per resource.
 
@@ -182,8 +177,8 @@ def preview(proposed: Any) -> tuple[list[dict[str, Any]], list[str]]:
 
     rows = []
     for n in sorted(names, key=order_key):
-        b = to_queue_units(before.queues[n].fair) if n in before.queues else None
-        a = to_queue_units(after.queues[n].fair) if n in after.queues else None
+        b = vector_to_queue_units(before.queues[n].fair) if n in before.queues else None
+        a = vector_to_queue_units(after.queues[n].fair) if n in after.queues else None
         per = {}
         changed = False
         for r in RESOURCES:

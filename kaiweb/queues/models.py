@@ -14,9 +14,9 @@ from kaiweb.core.models import TimeStampedModel
 from kaiweb.queues.choices import DEFAULT_QUEUE_PRIORITY, NON_PREEMPTIBLE_FROM, MembershipRole
 from scheduler_core import model as m
 from scheduler_core import queue_crd
-from scheduler_core.units import MB
+from scheduler_core.units import to_engine_units
 
-# Queue memory is in MB (10^6 bytes) as in the Queue CRD; the engine counts bytes.
+# Queue memory is in MB (10^6 bytes) as in the Queue CRD; the engine counts bytes (scheduler_core.units converts).
 
 # Kubernetes object names (RFC 1123 subdomain, as used by cluster-scoped CRDs).
 k8s_name_validator = RegexValidator(
@@ -103,12 +103,10 @@ class Queue(TimeStampedModel):
         """This queue as the engine's QueueSpec (memory MB → bytes; -1, unlimited, kept as -1), under
         the parent named (callers converting many queues know the names without a query each)."""
 
-        def res(r: str, scale: float = 1.0) -> m.QueueResource:
-            quota = getattr(self, f"{r}_quota")
-            limit = getattr(self, f"{r}_limit")
+        def res(r: str) -> m.QueueResource:
             return m.QueueResource(
-                quota=quota if quota < 0 else quota * scale,
-                limit=limit if limit < 0 else limit * scale,
+                quota=to_engine_units(r, getattr(self, f"{r}_quota")),
+                limit=to_engine_units(r, getattr(self, f"{r}_limit")),
                 over_quota_weight=getattr(self, f"{r}_over_quota_weight"),
             )
 
@@ -122,7 +120,7 @@ class Queue(TimeStampedModel):
             creation=self.created.timestamp() if self.created else 0.0,
             gpu=res("gpu"),
             cpu=res("cpu"),
-            memory=res("memory", MB),
+            memory=res("memory"),
             reclaim_min_runtime_s=seconds(self.reclaim_min_runtime),
             preempt_min_runtime_s=seconds(self.preempt_min_runtime),
             display_name=self.display_name or None,

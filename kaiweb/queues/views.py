@@ -19,7 +19,7 @@ from kaiweb.ui import access, charts, queries
 from kaiweb.ui.formatting import UNIT_LABEL
 from kaiweb.ui.pages import render_page
 from kaiweb.workloads.choices import WORKLOAD_STATE_BADGE
-from scheduler_core.units import MB
+from scheduler_core.units import to_queue_units
 
 VIEWS = ("tree", "table")
 # The form takes the Queue CRD's units, so its rows say which.
@@ -142,7 +142,10 @@ def _arithmetic(queue: Queue, resource: str) -> dict[str, Any]:
     steps = [s for s in division.steps if s.queue == queue.name and s.resource == resource]
     siblings = [q for q in division.queues.values() if q.parent == attrs.parent]
     siblings.sort(key=lambda q: (-q.priority, q.name))
-    scale = float(MB) if resource == "memory" else 1.0
+
+    def units(x: float) -> float:
+        return to_queue_units(resource, x)
+
     bucket = [q for q in siblings if q.priority == attrs.priority]
     wanting = [q for q in bucket if q.weight[r_index] > 0]
     w_total = sum(q.weight[r_index] for q in wanting) or 0.0
@@ -160,19 +163,19 @@ def _arithmetic(queue: Queue, resource: str) -> dict[str, Any]:
     p_total = sum(x["adjusted"] for x in weights) or 0.0
     for x in weights:
         x["share"] = x["adjusted"] / p_total if p_total else 0.0
-    level_total = (division.total[r_index] if attrs.parent is None
-                   else division.queues[attrs.parent].fair[r_index]) / scale
+    level_total = units(division.total[r_index] if attrs.parent is None
+                        else division.queues[attrs.parent].fair[r_index])
     return {
-        "children_division": _children_division(division, attrs, r_index, scale),
+        "children_division": _children_division(division, attrs, r_index, resource),
         "steps": steps,
-        "fair": attrs.fair[r_index] / scale,
-        "deserved": attrs.deserved[r_index] / scale if attrs.deserved[r_index] >= 0 else -1,
-        "request": attrs.request[r_index] / scale,
+        "fair": units(attrs.fair[r_index]),
+        "deserved": units(attrs.deserved[r_index]),
+        "request": units(attrs.request[r_index]),
         "level_total": level_total,
         "parent": attrs.parent,
         "priority": attrs.priority,
-        "siblings": [{"name": q.name, "priority": q.priority, "deserved": q.deserved[r_index] / scale if q.deserved[r_index] >= 0 else -1,
-                      "request": q.request[r_index] / scale, "fair": q.fair[r_index] / scale,
+        "siblings": [{"name": q.name, "priority": q.priority, "deserved": units(q.deserved[r_index]),
+                      "request": units(q.request[r_index]), "fair": units(q.fair[r_index]),
                       "weight": q.weight[r_index], "is_self": q.name == queue.name} for q in siblings],
         "weights": weights,
         "k": division.k,
@@ -183,7 +186,7 @@ def _arithmetic(queue: Queue, resource: str) -> dict[str, Any]:
     }
 
 
-def _children_division(division: Any, attrs: Any, r_index: int, scale: float) -> dict[str, Any] | None:
+def _children_division(division: Any, attrs: Any, r_index: int, resource: str) -> dict[str, Any] | None:
     """For a parent: what its children receive of its fair share, what is left over, and why each child
     takes no more (at its limit, or it asks for no more). None for a leaf."""
     children = sorted((q for q in division.queues.values() if q.parent == attrs.name), key=lambda q: q.name)
@@ -199,10 +202,10 @@ def _children_division(division: Any, attrs: Any, r_index: int, scale: float) ->
             why = "gets all it requests"
         else:
             why = "its part of the division"
-        rows.append({"name": q.name, "fair": fair / scale, "request": request / scale,
-                     "limit": limit / scale if limit >= 0 else -1, "why": why})
+        rows.append({"name": q.name, "fair": to_queue_units(resource, fair), "request": to_queue_units(resource, request),
+                     "limit": to_queue_units(resource, limit), "why": why})
     given = sum(r["fair"] for r in rows)
-    own = attrs.fair[r_index] / scale
+    own = to_queue_units(resource, attrs.fair[r_index])
     return {"fair": own, "given": given, "leftover": max(0.0, own - given), "children": rows}
 
 

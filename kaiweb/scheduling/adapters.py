@@ -7,7 +7,7 @@ returns the engine's immutable snapshot plus an index from engine names back to 
 so the number of queries does not grow with the number of workloads.
 
 Units: the engine counts memory in bytes, queue figures (quota, status, usage) are in the Queue
-CRD's MB (10^6 bytes, as KAI's proportion plugin converts them).
+CRD's MB (10^6 bytes, as KAI's proportion plugin converts them), converted by ``scheduler_core.units``.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from django.db.models.functions import Cast
 from kaiweb.cluster.models import MIG_PREFIX, Node, OtherPod, SchedulingShard, Topology
 from kaiweb.core.changes import listing_version
 from kaiweb.queues.models import PriorityClass, Queue
-from kaiweb.scheduling.choices import DecisionKind, DecisionStatus, PreemptionAction
+from kaiweb.scheduling.choices import DecisionKind, DecisionStatus
 from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
 from kaiweb.workloads.choices import PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
 from scheduler_core import model as m
 from scheduler_core import reasons as reason_codes
-from scheduler_core.units import MB
+from scheduler_core.units import vector_to_queue_units
 
 RESOURCE_NAMES = ("cpu", "memory", "gpu")
 
@@ -51,16 +51,6 @@ POD_STATE_TO_ENGINE = {
     PodState.FAILED: m.FAILED,
 }
 ACTIVE_WORKLOAD_STATES = (WorkloadState.PENDING, WorkloadState.RUNNING, WorkloadState.PARTIAL)
-
-# Engine action names → the PreemptionEvent action choices.
-EVICTION_ACTIONS = {
-    "reclaim": PreemptionAction.RECLAIM,
-    "preempt": PreemptionAction.PREEMPT,
-    "consolidation": PreemptionAction.CONSOLIDATE,
-    "consolidate": PreemptionAction.CONSOLIDATE,
-    "stalegangeviction": PreemptionAction.STALE_GANG,
-    "stale-gang": PreemptionAction.STALE_GANG,
-}
 
 
 @dataclasses.dataclass(slots=True)
@@ -613,9 +603,9 @@ def pipeline_key(cycle_id: int, pod_uid: str, node: str) -> str:
 
 
 def _vector_to_queue_units(vec: Iterable[float]) -> dict[str, float]:
-    cpu, mem, gpu = vec
+    figures = vector_to_queue_units(vec)
     # Memory to the byte (MB with six decimals): the Queue status written back must say 4Gi, not 4294967000.
-    return {"cpu": round(cpu, 3), "memory": mem if mem < 0 else round(mem / MB, 6), "gpu": round(gpu, 4)}
+    return {"cpu": round(figures["cpu"], 3), "memory": round(figures["memory"], 6), "gpu": round(figures["gpu"], 4)}
 
 
 def queue_figures(result: m.CycleResult, queue: str | None, index: SnapshotIndex) -> dict[str, Any]:
@@ -761,7 +751,7 @@ def persist_result(
             preemptor_id = index.workloads.get(e.preemptor) if e.preemptor else None
             events.append(PreemptionEvent(
                 cycle=cycle, decision_id=row.pk, at=at,
-                action=EVICTION_ACTIONS.get(e.action, PreemptionAction.PREEMPT),
+                action=e.action,  # stored in the engine's spelling (PreemptionAction is built from it)
                 preemptor_id=preemptor_id if preemptor_id in present else None,
                 victim_id=row.workload_id, preemptor_ref=e.preemptor or "", victim_ref=e.job,
                 preemptor_queue_id=index.queues.get(preemptor_queue) if preemptor_queue else None,

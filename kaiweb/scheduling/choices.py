@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from scheduler_core import model as m
+
 
 class CycleStatus(models.TextChoices):
     """How a scheduling cycle ended."""
@@ -40,18 +42,17 @@ class DecisionStatus(models.TextChoices):
     DRY_RUN = "dry-run", _("Dry run")
 
 
-class PreemptionAction(models.TextChoices):
-    """Which action evicted a victim."""
-
-    RECLAIM = "reclaim", _("Reclaim")
-    PREEMPT = "preempt", _("Preempt")
-    CONSOLIDATE = "consolidate", _("Consolidate")
-    STALE_GANG = "stale-gang", _("Stale gang")
-
+#: Which action evicted a victim: the engine's evicting actions in the engine's spelling
+#: (``scheduler_core.model.EVICTING_ACTIONS``); a member is named by its value in capitals.
+PreemptionAction = models.TextChoices(
+    "PreemptionAction",
+    [(action.upper(), (action, _(m.ACTION_TITLES[action]))) for action in m.EVICTING_ACTIONS],
+    module=__name__,
+)
 
 PREEMPTION_ACTION_BADGE = {
-    PreemptionAction.RECLAIM: "orange",
-    PreemptionAction.PREEMPT: "red",
-    PreemptionAction.CONSOLIDATE: "blue",
-    PreemptionAction.STALE_GANG: "gray",
+    m.RECLAIM: "orange",
+    m.PREEMPT: "red",
+    m.CONSOLIDATION: "blue",
+    m.STALE_GANG_EVICTION: "gray",
 }

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters
 from django.db.models import Q, QuerySet
+from django_filters.fields import MultipleChoiceField
 
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, PreemptionAction
 from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
+from scheduler_core import model as m
+
+#: Action names as the database spelled them before it took the engine's (migration 0008): `?action=`
+#: still reads them, as the engine's names, so saved links and scripts keep working. Nothing else does.
+FORMER_ACTION_NAMES = {"consolidate": m.CONSOLIDATION, "stale-gang": m.STALE_GANG_EVICTION}
 
 
 class SchedulingCycleFilterSet(django_filters.FilterSet):
@@ -36,10 +44,24 @@ class DecisionFilterSet(django_filters.FilterSet):
         fields = ("id", "cycle", "reason", "status")
 
 
+class _ActionField(MultipleChoiceField):
+    def to_python(self, value: Any) -> list[str]:
+        return [FORMER_ACTION_NAMES.get(v, v) for v in super().to_python(value)]
+
+
+class ActionFilter(django_filters.MultipleChoiceFilter):
+    """The evicting actions by the engine's names (``model.EVICTING_ACTIONS``); the former names are
+    read as them here, the one place that still knows them."""
+
+    field_class = _ActionField
+
+
 class PreemptionEventFilterSet(django_filters.FilterSet):
     """Preemptions by action, queue (either side), workload (either side), time."""
 
-    action = django_filters.MultipleChoiceFilter(choices=PreemptionAction.choices, distinct=False)
+    action = ActionFilter(choices=PreemptionAction.choices, distinct=False,
+                          help_text="The engine's action names; the former consolidate and stale-gang are read as "
+                                    "consolidation and stalegangeviction.")
     queue = django_filters.CharFilter(method="filter_queue", label="Queue name (preemptor or victim side)")
     victim_queue = django_filters.CharFilter(field_name="victim_queue__name")
     preemptor_queue = django_filters.CharFilter(field_name="preemptor_queue__name")

@@ -19,7 +19,7 @@ class SchedulingCycle(models.Model):
     started_at = models.DateTimeField(db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=CycleStatus.choices, default=CycleStatus.RUNNING)
-    # {"snapshot": seconds, "allocate": …, "consolidate": …, "reclaim": …, "preempt": …, "apply": …, "record": …}
+    # {"snapshot": seconds, "engine": …, "engine.allocate": …, "engine.consolidation": …, "apply": …, "record": …}
     phase_durations = models.JSONField(default=dict, blank=True)
     duration_seconds = models.FloatField(null=True, blank=True)
     jobs_considered = models.PositiveIntegerField(default=0)
@@ -79,14 +79,14 @@ class PreemptionEvent(models.Model):
         Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="preemption"
     )
     at = models.DateTimeField(db_index=True)
-    action = models.CharField(max_length=16, choices=PreemptionAction.choices)
+    action = models.CharField(max_length=32, choices=PreemptionAction.choices)
     preemptor = models.ForeignKey(
         "workloads.Workload", null=True, blank=True, on_delete=models.SET_NULL, related_name="preemptions_caused"
     )
     victim = models.ForeignKey(
         "workloads.Workload", null=True, blank=True, on_delete=models.SET_NULL, related_name="preemptions_suffered"
     )
-    preemptor_ref = models.CharField(max_length=320, blank=True, help_text="namespace/name; empty for stale-gang")
+    preemptor_ref = models.CharField(max_length=320, blank=True, help_text="namespace/name; empty for stalegangeviction")
     victim_ref = models.CharField(max_length=320)
     preemptor_queue = models.ForeignKey(
         "queues.Queue", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

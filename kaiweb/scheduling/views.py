@@ -23,15 +23,16 @@ from kaiweb.ui.pages import (
     paginate,
     render_page,
 )
+from scheduler_core import model as m
 
 TIMELINE_MAX = 1000
 FIGURE_LABEL = {"allocated": "Allocated", "fair_share": "Fair share", "quota": "Quota", "limit": "Limit"}
 CHART_CYCLES = 200
-# The order phases happen in; a cycle records "engine" and, inside it, "engine.<action>".
-PHASES = ("observe", "snapshot", "usage", "engine", "engine.open_session", "engine.fair_share", "engine.allocate",
-          "engine.consolidation", "engine.reclaim", "engine.preempt", "engine.stalegangeviction", "engine.close_session",
-          "allocate",
-          "consolidate", "reclaim", "preempt", "stale-gang", "reconcile", "apply", "record", "write_back")
+# The order phases happen in; a cycle records "engine" and, inside it, "engine.<action>" in the engine's
+# action names (a bare action name, from a cycle timed action by action, sorts after the engine's).
+PHASES = ("observe", "snapshot", "usage", "engine", "engine.open_session", "engine.fair_share",
+          *(f"engine.{a}" for a in m.ACTIONS), "engine.close_session",
+          *m.ACTIONS, "reconcile", "apply", "record", "write_back")
 
 
 def phase_order(names: set[str] | list[str]) -> list[str]:

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from scheduler_core import model as m
+
 # One palette for queues everywhere (tree, GPU map, stacked charts): a queue keeps its colour.
 # Ordered so that neighbours differ in hue and lightness: the first N colours of a page stay distinct.
 PALETTE = [
@@ -173,12 +175,12 @@ def queue_share_history(history: list[Any], resource: str, scale: float = 1.0, u
 
 
 def preemption_timeline(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Evictions over time, one marker row per action (reclaim, preempt, consolidate, stale gang)."""
+    """Evictions over time, one marker row per evicting action, in the engine's order and spelling."""
     if not events:
         return EMPTY
-    colours = {"reclaim": "#d9822b", "preempt": BAD, "consolidate": ACCENT, "stale-gang": MUTED}
+    colours = {m.RECLAIM: "#d9822b", m.PREEMPT: BAD, m.CONSOLIDATION: ACCENT, m.STALE_GANG_EVICTION: MUTED}
     fig = go.Figure()
-    for action in ("reclaim", "preempt", "consolidate", "stale-gang"):
+    for action in m.EVICTING_ACTIONS:
         evs = [e for e in events if e["action"] == action]
         if not evs:
             continue

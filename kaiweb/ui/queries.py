@@ -13,7 +13,7 @@ from typing import Any
 from django.db.models import Count, Q, Sum
 
 from kaiweb.core.choices import RESOURCES
-from scheduler_core.units import MB
+from scheduler_core.units import mb_to_bytes
 
 
 @dataclass
@@ -147,7 +147,7 @@ def cluster_totals(tree: list[QueueRow]) -> ClusterTotals:
     return ClusterTotals(
         nodes=cap["node_count"] or 0, ready_nodes=cap["ready_count"] or 0, gpu_total=float(cap["gpu"] or 0),
         cpu_total=float(cap["cpu"] or 0), memory_total=float(cap["memory"] or 0),
-        gpu_allocated=used["gpu"], cpu_allocated=used["cpu"], memory_allocated=used["memory"] * MB,
+        gpu_allocated=used["gpu"], cpu_allocated=used["cpu"], memory_allocated=mb_to_bytes(used["memory"]),
     )
 
 

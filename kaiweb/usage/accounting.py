@@ -41,7 +41,7 @@ from kaiweb.usage.utilization import (
 )
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES
 from kaiweb.workloads.models import Pod
-from scheduler_core.units import MB
+from scheduler_core.units import bytes_to_mb
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def allocated_now(cluster_id: int | None = None) -> tuple[dict[int, dict[str, fl
     totals: dict[int, dict[str, float]] = {pk: dict.fromkeys(RESOURCES, 0.0) for pk in parents}
     split: dict[int, Split] = {}
     for row in rows:
-        amounts = {"cpu": float(row["cpu"]), "memory": float(row["memory"]) / MB,
+        amounts = {"cpu": float(row["cpu"]), "memory": bytes_to_mb(row["memory"]),
                    "gpu": float(row["gpu"]) + float(row["fraction"])}
         leaf: int = row["workload__queue_id"]
         queue = split.setdefault(leaf, {"namespace": {}, "user": {}})
@@ -346,7 +346,7 @@ def cluster_capacity(cluster_id: int) -> dict[str, float]:
     agg = Node.objects.filter(cluster_id=cluster_id, ready=True).aggregate(
         cpu=Coalesce(Sum("allocatable_cpu"), 0.0), memory=Coalesce(Sum("allocatable_memory"), 0),
         gpu=Coalesce(Sum("allocatable_gpu"), 0.0))
-    return {"cpu": float(agg["cpu"]), "memory": float(agg["memory"]) / MB, "gpu": float(agg["gpu"])}
+    return {"cpu": float(agg["cpu"]), "memory": bytes_to_mb(agg["memory"]), "gpu": float(agg["gpu"])}
 
 
 def _samples(shard: SchedulingShard, now: datetime, window: float, queue_ids: list[int] | None = None):

@@ -38,6 +38,7 @@ from scheduler_core import model as m
 from scheduler_core.sim.replay import ReplayCluster, ReplayConfig, leaf_queues
 from scheduler_core.sim.traces import Job
 from scheduler_core.sim.whatif import what_if
+from scheduler_core.units import bytes_to_mib, mib_to_bytes
 
 DEFAULT_WINDOW = timedelta(hours=24)
 DEFAULT_MAX_JOBS = 400
@@ -251,7 +252,7 @@ def recorded_jobs(
         sim = [p["duration_seconds"] for p in wpods if p["duration_seconds"] is not None]
         info = {
             "job_id": ref, "submit": max(w["submitted_at"], start).timestamp(), "gang": gang, "gpu": gpu,
-            "cpu": max(int(p["cpu"]) for p in wpods), "mem": max(int(p["memory"]) // (1024 * 1024) for p in wpods),
+            "cpu": max(int(p["cpu"]) for p in wpods), "mem": max(bytes_to_mib(p["memory"]) for p in wpods),
         }
         if finished and first is not None and last is not None and last >= first:
             duration, source = (last - first).total_seconds(), OBSERVED
@@ -501,7 +502,7 @@ def binding_constraints(edits: list[dict[str, Any]], proposed: tuple[m.QueueSpec
         mine = [j for j in jobs if _ancestors_hit(queue_of.get(j.job_id), names, specs)]
         gpus = sum(j.gpu_per_pod * j.num_pods for j in mine)
         per_gpu = {"CPU": sum(j.cpu_milli_per_pod * j.num_pods for j in mine) / gpus if gpus else 0.0,
-                   "memory": sum(j.memory_mib_per_pod * j.num_pods for j in mine) * 2**20 / gpus if gpus else 0.0}
+                   "memory": mib_to_bytes(sum(j.memory_mib_per_pod * j.num_pods for j in mine)) / gpus if gpus else 0.0}
         want = float("inf") if new == m.UNLIMITED else new
         for q in chain:
             if q.name != target and q.gpu.limit != m.UNLIMITED and q.gpu.limit < want:
@@ -594,7 +595,7 @@ def run_whatif(
     }
     if not rec.jobs:
         return {**base, "empty": True, "queues": [], "summary": {}, "timeline": {}, "truncated": {}, "notes": []}
-    actions = tuple(a for a in m.ACTIONS if consolidation or a != "consolidation")
+    actions = tuple(a for a in m.ACTIONS if consolidation or a != m.CONSOLIDATION)
     cycle = m.CycleConfig(
         actions=actions,
         gpu_placement=getattr(shard, "gpu_placement", "binpack"),

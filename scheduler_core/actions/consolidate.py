@@ -126,12 +126,12 @@ def run_consolidation(s: Session, placer: Placer) -> None:
             s.add_counts(delta)
             touched = stmt.commit()
             for t in attempt.moved:
-                s.eviction_reasons[t.index] = ("consolidation", job.uid, m.Reason(
+                s.eviction_reasons[t.index] = (m.CONSOLIDATION, job.uid, m.Reason(
                     reasons.CONSOLIDATION, f"moved to node {s.nodes[t.node].name} to make room for job {job.uid}"
                     if t.node is not None else f"moved to make room for job {job.uid}", {"preemptor": job.uid}))
             for t in touched:
                 if t.status == m.PIPELINED and t.index >= 0:
-                    s.pipeline_actions[t.index] = "consolidation"
+                    s.pipeline_actions[t.index] = m.CONSOLIDATION
             s.pending_reasons.pop(job.uid, None)
         else:
             stmt.discard()

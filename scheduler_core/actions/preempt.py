@@ -151,7 +151,7 @@ def run_preempt(s: Session, placer: Placer) -> None:
                                 f"{t.job.priority}) in queue {job.queue}",
                                 {"queue": job.queue, "preemptor_priority": job.priority,
                                  "victim_priority": t.job.priority})
-            commit_attempt(s, stmt, job, attempt, "preempt", reason)
+            commit_attempt(s, stmt, job, attempt, m.PREEMPT, reason)
         else:
             stmt.discard()
             note_attempt(s, job, m.Reason(reasons.PREEMPT_FAILED, "preempt: " + attempt.verdict, {}))

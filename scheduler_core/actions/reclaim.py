@@ -403,7 +403,7 @@ def run_reclaim(s: Session, placer: Placer) -> None:
 
             # one attempt per job and cycle (KAI does not re-queue after a reclaim); an elastic job
             # grows further in later cycles, when its pipelined pods count as allocated
-            if commit_attempt(s, stmt, job, attempt, "reclaim", reason):
+            if commit_attempt(s, stmt, job, attempt, m.RECLAIM, reason):
                 touched = {job.index} | {t.job.index for t in attempt.evicted} | {t.job.index for t in attempt.moved}
                 vp.after_commit(touched, changed_jobs)
         else:

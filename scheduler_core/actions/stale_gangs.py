@@ -56,7 +56,7 @@ def run_stale_gangs(s: Session, placer: Placer) -> None:
             continue
         s.add_counts(delta)
         for t in victims:
-            s.eviction_reasons[t.index] = ("stalegangeviction", None, m.Reason(
+            s.eviction_reasons[t.index] = (m.STALE_GANG_EVICTION, None, m.Reason(
                 reasons.STALE_GANG, f"job {job.uid} has been below its gang minimum ({', '.join(short)}) for "
                 f"{number(s.now - job.stale_since)}s, longer than its grace period of {number(grace)}s",
                 {"stale_for_s": s.now - job.stale_since, "grace_s": grace}))

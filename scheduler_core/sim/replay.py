@@ -32,6 +32,7 @@ from typing import Any
 from scheduler_core import model as m
 from scheduler_core.cycle import run_cycle
 from scheduler_core.sim.traces import Job
+from scheduler_core.units import mib_to_bytes
 
 __all__ = [
     "ReplayCluster",
@@ -280,7 +281,7 @@ def _r(x: float, nd: int = 1) -> float | None:
 
 def _task_request(job: Job) -> m.TaskRequest:
     cpu = float(job.cpu_milli_per_pod or 4000 * max(1, math.ceil(job.gpu_per_pod)))
-    mem = float((job.memory_mib_per_pod or 16 * 1024 * max(1, math.ceil(job.gpu_per_pod))) * 1024 * 1024)
+    mem = float(mib_to_bytes(job.memory_mib_per_pod or 16 * 1024 * max(1, math.ceil(job.gpu_per_pod))))
     g = job.gpu_per_pod
     if g <= 0:
         return m.TaskRequest(cpu_millis=cpu, memory_bytes=mem)

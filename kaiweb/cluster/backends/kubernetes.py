@@ -95,6 +95,7 @@ from kaiweb.cluster.errors import (
 )
 from scheduler_core import queue_crd
 from scheduler_core.model import QueueSpec, TopologyConstraint
+from scheduler_core.units import bytes_to_mib
 
 logger = logging.getLogger(__name__)
 
@@ -461,7 +462,7 @@ def parse_node(raw: Mapping[str, Any]) -> ObservedNode | Unreadable:
                 raise _Bad(f"metadata.labels[{GPU_MEMORY_LABEL}]", "must be a whole number of MiB", text)
             gpu_memory = int(text)
             if gpu_memory >= _BYTES_THRESHOLD_MIB:
-                gpu_memory //= 1024 * 1024
+                gpu_memory = bytes_to_mib(gpu_memory)
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
         taints = []
         for i, t in enumerate(spec.get("taints") or []):

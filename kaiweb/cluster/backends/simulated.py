@@ -43,7 +43,7 @@ from kaiweb.cluster.workload_generator import BURST_LABEL, JobSpec, WorkloadGene
 from kaiweb.queues.models import PriorityClass, Queue
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
-from scheduler_core.units import MB
+from scheduler_core.units import mb_to_bytes
 
 DEFAULT_SIMULATION: dict[str, Any] = {
     "clock": "simulated",  # or "real": the wall clock
@@ -236,7 +236,7 @@ class SimulatedGateway:
                     pods.append(Pod(
                         workload_id=w.pk, name=f"{j.name}-{i}", uid=uuid.uuid4().hex,
                         gpu=0 if fractional else j.gpu_per_pod, gpu_fraction=j.gpu_per_pod if fractional else None,
-                        cpu=j.cpu_millis_per_pod, memory=j.memory_mb_per_pod * MB,
+                        cpu=j.cpu_millis_per_pod, memory=int(mb_to_bytes(j.memory_mb_per_pod)),
                         state=PodState.PENDING, duration_seconds=j.duration_seconds,
                     ))
             Pod.objects.bulk_create(pods, batch_size=1000)
