@@ -119,6 +119,7 @@ INSTALLED_APPS = [
     "kaiweb.reports",
     "kaiweb.ui",
     "kaiweb.whatif",
+    "kaiweb.admission",
 ]
 
 MIDDLEWARE = [
@@ -313,12 +314,15 @@ KAI_KUBERNETES_TIMEOUT = env.float("KAI_KUBERNETES_TIMEOUT", default=10.0)
 KAI_BIND_CONCURRENCY = env.int("KAI_BIND_CONCURRENCY", default=32)
 # PodGroups whose time stamps a cycle writes back at most (the rest in the cycles after it), so a
 # burst of starts does not hold up the next cycle.
-KAI_STAMP_WRITES_PER_CYCLE = env.int("KAI_STAMP_WRITES_PER_CYCLE", default=500)
+KAI_STAMP_WRITES_PER_CYCLE = env.int("KAI_STAMP_WRITES_PER_CYCLE", default=200)
 # watch_cluster's pod-grouper: threads writing PodGroups and pod marks, and how long a namespace's
 # labels and an owner it read are reused for further pods.
 KAI_GROUPER_WORKERS = env.int("KAI_GROUPER_WORKERS", default=8)
 KAI_GROUPER_CACHE_SECONDS = env.float("KAI_GROUPER_CACHE_SECONDS", default=5.0)
 KAI_WATCH_HEARTBEAT_SECONDS = env.float("KAI_WATCH_HEARTBEAT_SECONDS", default=30.0)
+# Admission webhooks (/admission/mutate, /admission/validate): the largest AdmissionReview read (an
+# object and its old version; etcd keeps objects up to 1.5 MiB each). 413 above it.
+KAI_ADMISSION_MAX_BYTES = env.int("KAI_ADMISSION_MAX_BYTES", default=4 * 1024 * 1024)
 # Periodic work, seeded into django-celery-beat's tables (editable at runtime in the admin):
 # one cycle per enabled shard every KAI_CYCLE_SECONDS, usage accounting, daily roll-up.
 CELERY_BEAT_SCHEDULE = {

@@ -1863,7 +1863,7 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
             update.append(row)
     # PodGroup status, events and stamps, judged against what each PodGroup says (`_pod_groups_said`).
     listed = _pod_groups_said(cluster)
-    _write_stamps(gateway, cluster, listed, report)
+    _write_stamps(gateway, cluster, listed, report, budget=stamp_budget(cycle))
     written = status_writer.write_pod_group_status(gateway, cycle, listed)
     report.pod_group_statuses = written.statuses_written
     report.errors.extend(written.errors)
@@ -1917,12 +1917,22 @@ def _keep_said(cluster: Cluster, written: Mapping[tuple[str, str], Mapping[str, 
     update_rows(Workload, rows, ["pod_group_said"])
 
 
+def stamp_budget(cycle: Any) -> int:
+    """How many PodGroups' stamps a cycle's write-back writes at most: ``KAI_STAMP_WRITES_PER_CYCLE``
+    after a cycle that neither bound nor evicted, a tenth of it (at least 1) after one that did, so a
+    fill or a reclaim is not followed by thousands of patches before the next cycle can start. The
+    stamps are for a move between schedulers: the database holds the times the engine reads."""
+    budget = max(1, int(getattr(settings, "KAI_STAMP_WRITES_PER_CYCLE", 200)))
+    acted = (getattr(cycle, "binds", 0) or 0) + (getattr(cycle, "evictions", 0) or 0)
+    return max(1, budget // 10) if acted else budget
+
+
 def _write_stamps(gateway: Any, cluster: Cluster, listed: Mapping[tuple[str, str], Mapping[str, Any]],
-                  report: WriteBackReport) -> None:
+                  report: WriteBackReport, *, budget: int) -> None:
     """Each PodGroup's stamps from its workload's row where the row's time is later than what the
-    PodGroup says (`stamps.annotations_wanted`), all changed PodGroups at once, judged against the
-    cycle's listing of them: a steady cluster costs no writes. At most ``KAI_STAMP_WRITES_PER_CYCLE``
-    PodGroups a cycle, the first by name; the others stay different and are written by the next cycles."""
+    PodGroup says (`stamps.annotations_wanted`), judged against what the mirror keeps of the PodGroup
+    (``listed``): a steady cluster costs no writes. At most ``budget`` PodGroups (`stamp_budget`), the
+    first by name; the others stay different and are written by the next cycles."""
     if not listed:
         return
     changes = []
@@ -1940,7 +1950,7 @@ def _write_stamps(gateway: Any, cluster: Cluster, listed: Mapping[tuple[str, str
     if not changes:
         return
     # Bounded per cycle, in name order: what is left is still different next cycle and written then.
-    changes = sorted(changes)[:max(1, int(getattr(settings, "KAI_STAMP_WRITES_PER_CYCLE", 500)))]
+    changes = sorted(changes)[:budget]
     written: dict[tuple[str, str], dict[str, Any]] = {}
     for (namespace, name, _, wanted), error in zip(changes, gateway.annotate_pod_groups(changes), strict=True):
         if error is None:

@@ -255,6 +255,15 @@ def test_a_burst_of_stamps_is_written_over_several_cycles_at_most_the_budget_eac
     assert mirror.write_back(gateway, SchedulingCycleFactory(shard=shard)).pod_group_stamps == 0
 
 
+def test_a_cycle_that_bound_or_evicted_writes_a_tenth_of_the_stamp_budget(settings: Any) -> None:
+    settings.KAI_STAMP_WRITES_PER_CYCLE = 200
+    assert mirror.stamp_budget(SchedulingCycleFactory.build(binds=0, evictions=0)) == 200
+    assert mirror.stamp_budget(SchedulingCycleFactory.build(binds=4000, evictions=0)) == 20
+    assert mirror.stamp_budget(SchedulingCycleFactory.build(binds=0, evictions=3)) == 20
+    settings.KAI_STAMP_WRITES_PER_CYCLE = 5
+    assert mirror.stamp_budget(SchedulingCycleFactory.build(binds=1, evictions=0)) == 1
+
+
 # -- the pod-grouper leaves the stamps alone ------------------------------------------------------
 
 
