@@ -17,6 +17,9 @@ threads = int(os.environ.get("KAI_WEB_THREADS", "4"))
 timeout = 60
 accesslog = os.environ.get("KAI_WEB_ACCESS_LOG", "-") or None  # "" turns the access log off
 errorlog = "-"
+# TLS (the admission webhooks' Deployment): the certificate and key the chart mounts; unset: plain HTTP.
+certfile = os.environ.get("KAI_TLS_CERT_FILE") or None
+keyfile = os.environ.get("KAI_TLS_KEY_FILE") or None
 
 
 def post_worker_init(worker: object) -> None:

@@ -29,6 +29,7 @@ urlpatterns = [
     path("usage/", include("kaiweb.usage.urls")),
     path("reports/", include("kaiweb.reports.urls")),
     path("audit/", include("kaiweb.audit.urls")),
+    path("admission/", include("kaiweb.admission.urls")),  # the webhooks, namespace bindings
     path("", include("kaiweb.scheduling.urls")),  # /preemptions/, /cycles/
     path("what-if/", include("kaiweb.whatif.urls")),
     path("", include("kaiweb.ui.urls")),  # / (overview)

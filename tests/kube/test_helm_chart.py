@@ -280,6 +280,75 @@ def test_rendering_refuses_with_a_message_naming_the_value(helm: str, values: li
 # -- the derived files are current --------------------------------------------------------------------
 
 
+# -- admission webhooks ------------------------------------------------------------------------------
+
+
+ADMISSION = [*SECRETS, "admission.enabled=true"]
+
+
+def test_admission_webhooks_are_off_unless_asked_for(helm: str) -> None:
+    docs = render(helm, SECRETS)
+    assert by_kind(docs, "MutatingWebhookConfiguration") == by_kind(docs, "ValidatingWebhookConfiguration") == {}
+
+
+def test_admission_webhooks_use_kais_failure_policy_and_a_certificate_their_ca_bundle_verifies(
+        helm: str, tmp_path: Path) -> None:
+    import base64
+
+    docs = render(helm, ADMISSION)
+    admission = name("admission")
+    secret = by_kind(docs, "Secret")[f"{admission}-tls"]
+    mutating = by_kind(docs, "MutatingWebhookConfiguration")[admission]["webhooks"]
+    validating = by_kind(docs, "ValidatingWebhookConfiguration")[admission]["webhooks"]
+    assert [w["name"] for w in mutating] == ["pod-mutator.kaiweb.io"]
+    assert [w["name"] for w in validating] == ["pod-validator.kaiweb.io", "podgroup-validator.kaiweb.io"]
+    for hook in mutating + validating:
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["sideEffects"] == "None"
+        assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+        assert hook["clientConfig"]["service"]["name"] == admission
+        assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                "values": ["kube-system", NAMESPACE]} in hook["namespaceSelector"]["matchExpressions"]
+    assert mutating[0]["matchConditions"] == [{"name": "scheduler-name",
+                                              "expression": "object.spec.schedulerName == 'kai-scheduler'"}]
+    assert mutating[0]["rules"][0]["operations"] == ["CREATE"]
+    assert mutating[0]["reinvocationPolicy"] == "IfNeeded"
+    assert validating[1]["rules"][0]["resources"] == ["podgroups"]
+    for key in ("ca.crt", "tls.crt"):
+        (tmp_path / key).write_bytes(base64.b64decode(secret["data"][key]))
+    verified = subprocess.run(["openssl", "verify", "-CAfile", str(tmp_path / "ca.crt"), "-verify_hostname",
+                               f"{admission}.{NAMESPACE}.svc", str(tmp_path / "tls.crt")],
+                              capture_output=True, text=True, check=False)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    pod = pod_templates(docs)["admission"]
+    container = pod["spec"]["containers"][0]
+    assert env_of(container)["KAI_TLS_CERT_FILE"]["value"] == "/etc/kaiweb/tls/tls.crt"
+    assert f"{admission}.{NAMESPACE}.svc" in env_of(container)["DJANGO_ALLOWED_HOSTS"]["value"].split(",")
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert pod["metadata"]["annotations"]["checksum/tls"]  # a new certificate rolls the pods
+    role = by_kind(docs, "ClusterRole")[admission]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]
+
+
+def test_admission_webhooks_take_their_ca_from_cert_manager_when_asked(helm: str) -> None:
+    docs = render(helm, [*ADMISSION, "admission.certManager.enabled=true"])
+    admission = name("admission")
+    assert f"{admission}-tls" not in by_kind(docs, "Secret")
+    certificate = by_kind(docs, "Certificate")[admission]
+    assert certificate["spec"]["secretName"] == f"{admission}-tls"
+    assert f"{admission}.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+    assert certificate["spec"]["issuerRef"] == {"name": admission, "kind": "Issuer"}
+    assert by_kind(docs, "Issuer")[admission]["spec"] == {"selfSigned": {}}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        config = by_kind(docs, kind)[admission]
+        assert config["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/{admission}"}
+        assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])
+    issuer = render(helm, [*ADMISSION, "admission.certManager.enabled=true",
+                           "admission.certManager.issuerRef.name=corp-ca", "admission.certManager.issuerRef.kind=ClusterIssuer"])
+    assert by_kind(issuer, "Certificate")[admission]["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+    assert by_kind(issuer, "Issuer") == {}
+
+
 def test_chart_crds_are_the_plain_crds() -> None:
     source = ROOT / "deploy" / "kubernetes" / "crds.yaml"
     copy_ = CHART / "crds" / "kai-crds.yaml"
@@ -324,7 +393,8 @@ def dry_run_create(dynamic: Any, doc: dict[str, Any]) -> None:
                    query_params=[("fieldValidation", "Strict")])
 
 
-@pytest.mark.parametrize("values", [SECRETS, INLINE_URLS], ids=["existing-secrets", "inline-urls"])
+@pytest.mark.parametrize("values", [SECRETS, INLINE_URLS, [*SECRETS, "admission.enabled=true"]],
+                         ids=["existing-secrets", "inline-urls", "admission-webhooks"])
 def test_api_server_accepts_every_rendered_object_in_a_dry_run(helm: str, dynamic: Any, values: list[str]) -> None:
     from kubernetes.dynamic.exceptions import DynamicApiError
 
@@ -490,6 +560,18 @@ def test_helm_installs_upgrades_and_uninstalls_a_release_on_the_api_server(helm:
     upgraded = helm_run("upgrade", "live", str(CHART), "--no-hooks", *sets, "--set", "scheduling.cycleSeconds=3")
     assert upgraded.returncode == 0, upgraded.stderr
     assert worker_env()["KAI_CYCLE_SECONDS"] == "3"
+
+    # The admission webhooks' certificate is made once and kept by later upgrades (lookup).
+    with_admission = [*sets, "--set", "admission.enabled=true"]
+    assert helm_run("upgrade", "live", str(CHART), "--no-hooks", *with_admission).returncode == 0
+    first = core.read_namespaced_secret("live-kaiweb-admission-tls", namespace).data
+    again = helm_run("upgrade", "live", str(CHART), "--no-hooks", *with_admission, "--set", "scheduling.cycleSeconds=4")
+    assert again.returncode == 0, again.stderr
+    assert core.read_namespaced_secret("live-kaiweb-admission-tls", namespace).data == first
+    renewed = helm_run("upgrade", "live", str(CHART), "--no-hooks", *with_admission,
+                       "--set", "admission.selfSigned.renewBeforeDays=4000")  # past the renewal point: made again
+    assert renewed.returncode == 0, renewed.stderr
+    assert core.read_namespaced_secret("live-kaiweb-admission-tls", namespace).data["tls.crt"] != first["tls.crt"]
 
     removed = helm_run("uninstall", "live", "--no-hooks")
     assert removed.returncode == 0, removed.stderr

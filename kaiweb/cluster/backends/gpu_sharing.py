@@ -10,9 +10,10 @@ writes the index of the device it got into its ``run.ai/reserve_for_gpu_index`` 
 Each sharer gets a **ConfigMap** with what its container needs to keep to its share: ``GPU_PORTION``,
 ``CUDA_DEVICE_MEMORY_LIMIT`` for a GPU-memory request, and ``NVIDIA_VISIBLE_DEVICES`` once the
 reservation pod has reported its device. It is named as KAI's admission webhook names it (the
-``runai/shared-gpu-configmap`` annotation, plus ``-<container index>``) and owned by the pod, so it goes
-with the pod. A container reads it with ``envFrom: [{configMapRef: {name: ...}}]``: KAI's webhook adds
-that reference when it admits the pod; without the webhook a workload spells it out itself.
+``runai/shared-gpu-configmap`` annotation, plus ``-<index>`` of the fraction container, ``-i<index>``
+for an init container) and owned by the pod, so it goes with the pod. kaiweb's mutating webhook
+(`kaiweb.admission`) points the fraction container's environment at its keys when it admits the pod;
+without the webhook a workload spells the references out itself.
 
 When the last sharer of a group has left (finished, deleted or evicted), the group's reservation pod
 is deleted on the next observe step (`orphaned_reservations`).
@@ -32,6 +33,7 @@ RESERVATION_APP = "kai-resource-reservation"
 APP_LABEL = "app"
 GPU_INDEX_ANNOTATION = "run.ai/reserve_for_gpu_index"
 CONFIG_MAP_ANNOTATION = "runai/shared-gpu-configmap"
+FRACTION_CONTAINER_ANNOTATION = "gpu-fraction-container-name"
 MAX_NAME = 63
 
 
@@ -68,9 +70,28 @@ def reservation_pod(*, namespace: str, node: str, group: str, image: str,
     }
 
 
-def config_map_name(pod: Mapping[str, Any], container_index: int = 0) -> str:
+def fraction_container(pod: Mapping[str, Any]) -> tuple[str, int] | None:
+    """Which container gets the share, as KAI picks it: the one the ``gpu-fraction-container-name``
+    annotation names (init containers first), else the first container. ``("containers", i)`` or
+    ``("initContainers", i)``; None when the annotation names no container of the pod."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    wanted = (meta.get("annotations") or {}).get(FRACTION_CONTAINER_ANNOTATION)
+    if wanted is None:
+        return ("containers", 0)
+    for kind in ("initContainers", "containers"):
+        for index, container in enumerate(spec.get(kind) or []):
+            if isinstance(container, Mapping) and container.get("name") == wanted:
+                return (kind, index)
+    return None
+
+
+def config_map_name(pod: Mapping[str, Any], container_index: int | str | None = None) -> str:
     """The name KAI's webhook gives a sharer's ConfigMap: the annotation's prefix, or one made
-    from the pod's owner (or the pod) and its uid, then ``-<container index>``."""
+    from the pod's owner (or the pod) and its uid, then ``-<index>`` of the fraction container
+    (``-i<index>`` for an init container; ``container_index`` overrides it)."""
+    if container_index is None:
+        kind, index = fraction_container(pod) or ("containers", 0)
+        container_index = f"i{index}" if kind == "initContainers" else index
     meta = pod.get("metadata") or {}
     prefix = (meta.get("annotations") or {}).get(CONFIG_MAP_ANNOTATION)
     if not prefix:

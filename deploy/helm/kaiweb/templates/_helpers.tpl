@@ -92,6 +92,10 @@ The migrate hook passes its own Secret: it runs before the release's Secret exis
 {{- $web := include "kaiweb.componentName" (dict "root" $root "component" "web") -}}
 {{- $ns := $root.Release.Namespace -}}
 {{- $hosts := concat $root.Values.django.allowedHosts (list $web (printf "%s.%s" $web $ns) (printf "%s.%s.svc" $web $ns) (printf "%s.%s.svc.%s" $web $ns $root.Values.clusterDomain) "$(POD_IP)") -}}
+{{- if $root.Values.admission.enabled }}
+{{- $admission := include "kaiweb.componentName" (dict "root" $root "component" "admission") -}}
+{{- $hosts = concat $hosts (list (printf "%s.%s.svc" $admission $ns)) -}}
+{{- end }}
 - name: POD_NAME
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 - name: POD_IP
