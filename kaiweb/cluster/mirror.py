@@ -1006,8 +1006,10 @@ def _apply_shards(cluster: Cluster, observed: Sequence[Any]) -> None:
     """KAI's SchedulingShard objects configure the shard of the same name (created when missing).
 
     The eviction mode and condition come from the object's spec.args as KAI would run it (absent:
-    delete, no condition; `parse_shard`). A shard the cluster does not describe keeps its
-    configuration from the database."""
+    delete, no condition; `parse_shard`), the queue depths from spec.queueDepthPerAction, the usage
+    window and half-life from spec.usageDBConfig.usageParams, and what the object sets that kaiweb
+    does not apply is kept, with the reasons, in `unsupported_fields`. A shard the cluster does not
+    describe keeps its configuration from the database."""
     from kaiweb.cluster.models import SchedulingShard
 
     for shard in observed:
@@ -1017,7 +1019,13 @@ def _apply_shards(cluster: Cluster, observed: Sequence[Any]) -> None:
         values = {"partition_label_value": shard.partition_label_value,
                   "gpu_placement": shard.gpu_placement or "binpack", "cpu_placement": shard.cpu_placement or "binpack",
                   "args": dict(shard.args), "eviction_mode": shard.eviction_mode,
-                  "update_pod_eviction_condition": shard.update_pod_eviction_condition}
+                  "update_pod_eviction_condition": shard.update_pod_eviction_condition,
+                  "queue_depth_per_action": dict(shard.queue_depth_per_action),
+                  "unsupported_fields": [{"field": f, "reason": why} for f, why in shard.unsupported]}
+        if shard.usage_window_s is not None:
+            values["usage_window_seconds"] = round(shard.usage_window_s)
+        if shard.usage_half_life_s is not None:
+            values["usage_half_life_seconds"] = round(shard.usage_half_life_s)
         if shard.k_value is not None:
             values["k_value"] = shard.k_value
         if shard.preempt_min_runtime_s is not None:
@@ -1370,13 +1378,16 @@ def _deferred_cut(cluster: Cluster, events: list[Any]) -> int:
     return cut
 
 
-def _group_content(event: Any) -> ObservedPodGroup | None:
-    """What the mirror takes from a readable PodGroup ADDED or MODIFIED event: all it says but its
-    resourceVersion, KAI's stamps (`merge_stamps` reads those only from a PodGroup first seen) and
-    what kaiweb writes on it (``said``: its own writes, which the write-back keeps on the row as it
-    writes them). None for anything else (a DELETED, an unreadable PodGroup, a SYNCED)."""
+def _content(event: Any) -> Any:
+    """What the mirror takes from a readable PodGroup or Node ADDED or MODIFIED event: all it says but
+    its resourceVersion, and for a PodGroup KAI's stamps (`merge_stamps` reads those only from a
+    PodGroup first seen) and what kaiweb writes on it (``said``: its own writes, which the write-back
+    keeps on the row as it writes them). None for anything else (a DELETED, an unreadable object, a
+    SYNCED)."""
     if event.type not in (ADDED, MODIFIED) or event.problem is not None or event.obj is None:
         return None
+    if event.kind == "Node":
+        return dataclasses.replace(event.obj, resource_version="")
     return dataclasses.replace(event.obj, resource_version="", last_start_at=None, last_eviction_at=None,
                                stale_since=None, notes=(), said={})
 
@@ -1401,22 +1412,25 @@ class EventWriter(threading.Thread):
         self.batches = 0
         self.failures = 0
         self.echoes = 0
-        self._groups: dict[tuple[str, str], ObservedPodGroup] = {}  # what the last PodGroup event handed over said
+        self._last: dict[tuple[str, str, str], Any] = {}  # what the last PodGroup or Node event handed over said
 
     def put(self, event: Any) -> bool:
-        """Hand an event over; False when it was dropped as an echo (`_group_content`): a PodGroup
-        MODIFIED that says nothing new to the mirror since the last one handed over. Our own writes
-        to PodGroups (status, stamps) come back as such, thousands after a fill of thousands."""
-        if event.kind == "PodGroup":
-            key = (event.namespace, event.name)
-            content = _group_content(event)
-            if event.type == MODIFIED and content is not None and self._groups.get(key) == content:
+        """Hand an event over; False when it was dropped as an echo (`_content`): a PodGroup or Node
+        MODIFIED that says nothing new to the mirror since the last one of that object handed over.
+        Our own writes to PodGroups (status, stamps) come back as such, thousands after a fill of
+        thousands, and so does every node's status heartbeat (2,000 nodes: about a hundred a second).
+        A node's ``observed_at`` is therefore when the mirror last took a change of it; the watcher's
+        heartbeat says the mirror is current."""
+        if event.kind in ("PodGroup", "Node"):
+            key = (event.kind, event.namespace, event.name)
+            content = _content(event)
+            if event.type == MODIFIED and content is not None and self._last.get(key) == content:
                 self.echoes += 1
                 return False
             if content is None:
-                self._groups.pop(key, None)
+                self._last.pop(key, None)
             else:
-                self._groups[key] = content
+                self._last[key] = content
         self.events.put(event)
         return True
 

@@ -277,6 +277,25 @@ def test_the_event_writer_drops_a_pod_group_echo_that_says_nothing_new_and_keeps
     assert [e.resource_version for e in list(writer.events.queue)] == ["10", "12", "13", "14", "15"]
 
 
+def test_the_event_writer_drops_a_node_heartbeat_and_keeps_a_change_of_what_the_mirror_reads() -> None:
+    """A node's status heartbeat (a newer resourceVersion, nothing the mirror reads changed) is not
+    queued: 2,000 nodes send about a hundred a second. A node going not ready is."""
+    writer = mirror.EventWriter(fresh("k8s"))
+    raw = node_raw("gpu-5", 20)
+    assert writer.put(event("Node", ADDED, raw))
+    beat = copy.deepcopy(raw)
+    beat["metadata"]["resourceVersion"] = "21"
+    beat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-11-27T00:00:40Z"
+    assert not writer.put(event("Node", MODIFIED, beat))
+    down = copy.deepcopy(beat)
+    down["metadata"]["resourceVersion"] = "22"
+    down["status"]["conditions"][0]["status"] = "False"
+    assert writer.put(event("Node", MODIFIED, down))
+    assert writer.put(event("Node", MODIFIED, beat | {"metadata": {**beat["metadata"], "resourceVersion": "23"}}))
+    assert writer.echoes == 1
+    assert [e.resource_version for e in list(writer.events.queue)] == ["20", "22", "23"]
+
+
 def test_evicted_pods_marked_for_deletion_then_gone_are_written_in_one_run(django_assert_max_num_queries) -> None:
     """An eviction of hundreds of pods comes back as each pod marked for deletion, then gone,
     interleaved: one run, the same mirror as one by one."""
