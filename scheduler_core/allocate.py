@@ -25,6 +25,7 @@ from scheduler_core.ordering import (
     _member_order_key,
     batch_request,
     tasks_to_allocate,
+    within_queue_depth,
 )
 from scheduler_core.session import Session
 from scheduler_core.state import CPU, GPU, MEM, PODS, JobState, PodSet, SubGroupSet, TaskState
@@ -1024,7 +1025,8 @@ def run_allocate(s: Session, placer: Placer) -> None:
     attempts does not matter."""
     eligible = []
     needs = _GpuNeeds(s) if s.config.shortcuts else None
-    counted = needs.pushed if needs is not None else None
+    depth = s.config.queue_depth(m.ALLOCATE)
+    counted = needs.pushed if needs is not None and depth is None else None
     for j in s.jobs:  # valid, with pods to place, ready and not being deleted; a reason for those not ready
         if j.n_pending and j.valid:  # n_pending: has_pending()
             if not j.ready():
@@ -1035,6 +1037,16 @@ def run_allocate(s: Session, placer: Placer) -> None:
                 eligible.append(j)
                 if counted is not None:
                     counted(j)
+    if depth is not None:  # KAI's queueDepthPerAction: the rest of each queue waits for a later cycle
+        eligible, cut = within_queue_depth(eligible, depth)
+        for j in cut:
+            s.pending_reasons[j.uid] = m.Reason(
+                reasons.NOT_ATTEMPTED, f"not tried in this cycle: allocate tries at most {depth} job(s) of each "
+                f"queue (queueDepthPerAction), and {j.queue!r} has more ahead of this one",
+                {"action": m.ALLOCATE, "queue_depth": depth})
+        if needs is not None:
+            for j in eligible:
+                needs.pushed(j)
     # only the popped job's queues change between pops here (see JobsOrder)
     order = JobsOrder(s, eligible, local_changes=True)
     check = True  # at the start and after each failed attempt (successes do not need the proof)

@@ -46,8 +46,9 @@ full evaluation, which the property tests compare against):
    The memo holds at most ``max_entries`` verdicts (it is emptied when full: no eviction order
    to get wrong) and counts hits and misses, reported in ``CycleResult.counts["memo_hits"]`` /
    ``["memo_misses"]``. A memo is not shared by concurrent cycles; a control plane keeps one per
-   shard in its worker. The engine never bounds a search by queue depth (as KAI's
-   ``queueDepthPerAction`` does), so no decision is given up and there is no cut to report.
+   shard in its worker. A search is bounded by queue depth only when the config asks for it
+   (``CycleConfig.queue_depth_per_action``, KAI's ``queueDepthPerAction``); the cut is made before
+   these passes, so they prove things of the jobs the action really tries.
 
 3. **A quiet cycle's whole result** (``CycleMemo.reusable`` / ``keep``). A saturated cluster's
    cycle usually binds, pipelines and evicts nothing, and the next snapshot is the same one a few

@@ -494,6 +494,9 @@ class CycleConfig:
     default_preempt_min_runtime_s: float = 0.0
     default_reclaim_min_runtime_s: float = 0.0
     max_victim_scenarios: int = 2000  # bound of the victim search per pending job
+    # KAI's queueDepthPerAction: (action, N) pairs; an action named here tries at most the first N
+    # jobs of each leaf queue, in its job order (``ordering.within_queue_depth``). () = no bound.
+    queue_depth_per_action: tuple[tuple[str, int], ...] = ()
     # exact shortcuts (consolidation's early exit, the cross-cycle memo); False runs the plain
     # full evaluation, which gives the same decisions (kept to prove it)
     shortcuts: bool = True
@@ -509,6 +512,13 @@ class CycleConfig:
 
     def has_plugin(self, name: str) -> bool:
         return self.plugins is None or name in self.plugins
+
+    def queue_depth(self, action: str) -> int | None:
+        """How many jobs per leaf queue ``action`` tries (KAI's queueDepthPerAction); None: all."""
+        for name, depth in self.queue_depth_per_action:
+            if name == action:
+                return depth
+        return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -287,6 +287,24 @@ def _moved(leaf: _QNode, count: int) -> None:
         node = node.parent
 
 
+def within_queue_depth(jobs: list[JobState], depth: int | None) -> tuple[list[JobState], list[JobState]]:
+    """KAI's queueDepthPerAction: of the jobs an action may try, each leaf queue keeps its first
+    ``depth`` in JobOrder (ties by position in ``jobs``, as `JobsOrder` breaks them); returns
+    (kept, cut), each in the order of ``jobs``. ``depth`` None keeps every job (the same list).
+
+    KAI caps each leaf's job heap at that size when the action builds its order; a job the
+    action pushes back after a partial success stays in (it was one of the kept)."""
+    if depth is None:
+        return jobs, []
+    by_queue: dict[str, list[tuple[Key, int]]] = {}
+    for i, j in enumerate(jobs):
+        by_queue.setdefault(j.queue, []).append((j.order_key(), i))
+    kept: set[int] = set()
+    for entries in by_queue.values():
+        kept.update(i for _, i in heapq.nsmallest(max(depth, 0), entries))
+    return ([j for i, j in enumerate(jobs) if i in kept], [j for i, j in enumerate(jobs) if i not in kept])
+
+
 class JobsOrder:
     """Pending jobs ordered by the queue tree (QueueOrder at every level) and JobOrder in leaves."""
 

@@ -35,8 +35,28 @@ class SchedulingShardAdmin(ServiceAdmin):
     fields = (
         "cluster", "name", "partition_label_key", "partition_label_value", "gpu_placement", "cpu_placement",
         "k_value", "usage_window_seconds", "usage_half_life_seconds", "preempt_min_runtime", "reclaim_min_runtime",
-        "eviction_mode", "update_pod_eviction_condition", "enabled",
+        "eviction_mode", "update_pod_eviction_condition", "enabled", "queue_depths", "not_applied",
     )
+    readonly_fields = ("queue_depths", "not_applied")
+
+    @admin.display(description="Queue depth per action")
+    def queue_depths(self, obj: SchedulingShard) -> str:
+        """KAI's queueDepthPerAction, as the SchedulingShard object sets it."""
+        depths = obj.queue_depth_per_action if isinstance(obj.queue_depth_per_action, dict) else {}
+        if not depths:
+            return "every job of each queue (no queueDepthPerAction)"
+        return ", ".join(f"{action}: {depth} job(s) per queue" for action, depth in sorted(depths.items()))
+
+    @admin.display(description="SchedulingShard fields not applied")
+    def not_applied(self, obj: SchedulingShard) -> Any:
+        """What the shard's SchedulingShard object sets that kaiweb reads but does not apply, and why."""
+        from django.utils.html import format_html, format_html_join
+
+        rows = [r for r in (obj.unsupported_fields or []) if isinstance(r, dict)]
+        if not rows:
+            return "none: every field the SchedulingShard object sets is applied"
+        return format_html("<ul>{}</ul>", format_html_join(
+            "", "<li><code>{}</code>: {}</li>", ((r.get("field", ""), r.get("reason", "")) for r in rows)))
 
     def service_save(self, request: Any, obj: SchedulingShard | None, data: dict[str, Any], change: bool) -> Change[Any]:
         return services.save_shard(obj, data, actor=request.user, source=SOURCE)

@@ -102,6 +102,16 @@ class SchedulingShard(TimeStampedModel):
         help_text="With delete: set the DisruptionTarget condition (reason PreemptionByScheduler, the "
         "eviction's message) before deleting, as KAI's --update-pod-eviction-condition does.",
     )
+    queue_depth_per_action = models.JSONField(
+        default=dict, blank=True,
+        help_text="KAI's queueDepthPerAction, from the SchedulingShard object: action → the jobs of each queue "
+        "the action tries per cycle, in its job order. Empty: every job.",
+    )
+    unsupported_fields = models.JSONField(
+        default=list, blank=True,
+        help_text="The SchedulingShard object's fields kaiweb reads but does not apply, each with the reason "
+        "([{\"field\": …, \"reason\": …}]); written by the cluster mirror.",
+    )
     enabled = models.BooleanField(default=True)
 
     class Meta:

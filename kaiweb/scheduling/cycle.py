@@ -160,8 +160,17 @@ def cycle_config(shard: SchedulingShard) -> m.CycleConfig:
         typical_pods=shard_typical_pods(shard),
         default_preempt_min_runtime_s=seconds(shard.preempt_min_runtime),
         default_reclaim_min_runtime_s=seconds(shard.reclaim_min_runtime),
+        queue_depth_per_action=queue_depths(shard),
         **({} if cap is None else {"max_consolidation_preemptees": cap}),
     )
+
+
+def queue_depths(shard: SchedulingShard) -> tuple[tuple[str, int], ...]:
+    """The shard's queueDepthPerAction as the engine takes it (action, depth), by action name; an
+    entry that is not an action and a whole number ≥ 0 is left out (the mirror refuses such objects)."""
+    depths = shard.queue_depth_per_action if isinstance(shard.queue_depth_per_action, dict) else {}
+    return tuple((str(a), d) for a, d in sorted(depths.items())
+                 if a in m.ACTIONS and isinstance(d, int) and not isinstance(d, bool) and d >= 0)
 
 
 # ----------------------------------------------------------------------------------- reconcile

@@ -15,7 +15,7 @@ from scheduler_core.actions.victims import (
     trigger_jobs,
 )
 from scheduler_core.allocate import Placer
-from scheduler_core.ordering import JobsOrder, tasks_to_allocate
+from scheduler_core.ordering import JobsOrder, tasks_to_allocate, within_queue_depth
 from scheduler_core.session import Session
 from scheduler_core.state import GPU, JobState, TaskState
 from scheduler_core.statement import Statement
@@ -85,7 +85,8 @@ def _consolidation_hopeless(s: Session, triggers: list[JobState], free_cache: li
 def run_consolidation(s: Session, placer: Placer) -> None:
     """Move preemptible running pods (each must be re-placed) to open room for a pending job."""
     sigs = Signatures()
-    triggers = [j for j in trigger_jobs(s) if j.preemptible]
+    triggers, _ = within_queue_depth([j for j in trigger_jobs(s) if j.preemptible],
+                                     s.config.queue_depth(m.CONSOLIDATION))
     if not triggers:
         return
     free_cache: list[float] = [-1.0, 0.0]

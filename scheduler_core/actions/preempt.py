@@ -19,7 +19,7 @@ from scheduler_core.actions.victims import (
     trigger_jobs,
 )
 from scheduler_core.allocate import Placer
-from scheduler_core.ordering import JobsOrder, batch_request, tasks_to_allocate
+from scheduler_core.ordering import JobsOrder, batch_request, tasks_to_allocate, within_queue_depth
 from scheduler_core.session import Session
 from scheduler_core.state import JobState, TaskState
 from scheduler_core.statement import Statement
@@ -114,7 +114,7 @@ def _preempt_hopeless(s: Session, triggers: list[JobState], sigs: Signatures) ->
 def run_preempt(s: Session, placer: Placer) -> None:
     """Same-queue eviction of strictly lower-priority preemptible jobs."""
     sigs = Signatures()
-    triggers = trigger_jobs(s)
+    triggers, _ = within_queue_depth(trigger_jobs(s), s.config.queue_depth(m.PREEMPT))
     if s.config.shortcuts and triggers and _preempt_hopeless(s, triggers, sigs):
         return
     order = JobsOrder(s, triggers)

@@ -32,7 +32,7 @@ from scheduler_core.actions.victims import (
 )
 from scheduler_core.allocate import Placer
 from scheduler_core.model import Key
-from scheduler_core.ordering import JobsOrder, batch_request, tasks_to_allocate
+from scheduler_core.ordering import JobsOrder, batch_request, tasks_to_allocate, within_queue_depth
 from scheduler_core.proportion import QueueAttrs, allocatable_share
 from scheduler_core.session import Session
 from scheduler_core.state import GPU, JobState, TaskState
@@ -279,7 +279,7 @@ class VictimPool:
 def run_reclaim(s: Session, placer: Placer) -> None:
     """Cross-queue eviction for pending jobs whose queue is below its fair share."""
     sigs = Signatures()
-    triggers = trigger_jobs(s)
+    triggers, _ = within_queue_depth(trigger_jobs(s), s.config.queue_depth(m.RECLAIM))
     if not triggers:
         return  # no pending job may reclaim: skip building the victim pool
     if s.config.shortcuts and _reclaim_hopeless(s, triggers):

@@ -31,9 +31,11 @@ class SchedulingShardSerializer(WarningsMixin, serializers.ModelSerializer):
         fields = (
             "id", "cluster", "name", "partition_label_key", "partition_label_value", "gpu_placement", "cpu_placement",
             "k_value", "usage_window_seconds", "usage_half_life_seconds", "preempt_min_runtime", "reclaim_min_runtime",
-            "eviction_mode", "update_pod_eviction_condition", "enabled", "created", "updated", "warnings",
+            "eviction_mode", "update_pod_eviction_condition", "queue_depth_per_action", "unsupported_fields",
+            "enabled", "created", "updated", "warnings",
         )
-        read_only_fields = ("created", "updated")
+        # set by the cluster's SchedulingShard object (the mirror), never through the API
+        read_only_fields = ("created", "updated", "queue_depth_per_action", "unsupported_fields")
         validators: list = []  # overlaps are checked by the service, with a message naming the other shard
         extra_kwargs = {"eviction_mode": {"error_messages": {"invalid_choice": EVICTION_MODE_RULE + ', not "{input}"'}}}
 

@@ -94,7 +94,7 @@ from kaiweb.cluster.errors import (
     ClusterUnavailable,
 )
 from scheduler_core import queue_crd
-from scheduler_core.model import QueueSpec, TopologyConstraint
+from scheduler_core.model import ACTIONS, QueueSpec, TopologyConstraint
 from scheduler_core.units import bytes_to_mib
 
 logger = logging.getLogger(__name__)
@@ -645,10 +645,192 @@ _GO_BOOLS = {**dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
              **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False)}
 
 
+# The spec.args keys kaiweb reads (the rest are KAI scheduler flags it does not apply): its own
+# eviction mode and KAI's flags for the DisruptionTarget condition (both above),
+# max-consolidation-preemptees (scheduling.cycle) and restrict-node-scheduling (scheduling.adapters).
+SHARD_ARGS_READ = (EVICTION_MODE_ARG, UPDATE_POD_EVICTION_CONDITION_ARG, "max-consolidation-preemptees",
+                   "restrict-node-scheduling")
+# Every field of KAI's SchedulingShardSpec (kai.scheduler/v1, up to v0.18). Those applied are read by
+# `parse_shard`; `_shard_unsupported` validates the others and says why each is not applied.
+SHARD_SPEC_FIELDS = ("args", "placementStrategy", "partitionLabelValue", "queueDepthPerAction", "minRuntime",
+                     "kValue", "usageDBConfig", "scenarioSearchBudgets", "plugins", "actions", "goMemLimitRatio",
+                     "goMemLimit")
+# KAI's scenario search budgets when the object sets none (pkg/common/constants); 0s = unlimited
+SEARCH_BUDGET_DEFAULTS: dict[str, Any] = {"maxActionSearchDuration": {"default": "5m"}, "maxJobSearchDuration": "4m",
+                          "minJobSearchDuration": "0s",
+                          "maxGeneratorSearchDuration": {"default": "2m", "NodeLocalGreedy": "30s",
+                                                         "MultiNodeGang": "2m"}}
+SEARCH_BUDGET_ACTIONS = ("default", "reclaim", "preempt", "consolidation")
+USAGE_WINDOW_TYPES = ("sliding", "tumbling", "cron")
+_PROM_DURATION_PART = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
+_PROM_DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0,
+                        "y": 365 * 86400.0}
+
+
+def _prom_duration(value: Any, field: str) -> float | None:
+    """A Prometheus duration ("1w", "7d", "12h30m") in seconds; None when unset."""
+    if value is None or value == "":
+        return None
+    text = str(value).strip()
+    parts = _PROM_DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise _Bad(field, "must be a Prometheus duration such as 1w, 7d or 12h", value)
+    seconds = sum(int(n) * _PROM_DURATION_UNITS[u] for n, u in parts)
+    if seconds <= 0 or seconds > _MAX_DURATION_S:
+        raise _Bad(field, "must be more than 0 and at most ten years", value)
+    return seconds
+
+
+def _is_rfc3339(value: Any) -> bool:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).tzinfo is not None
+    except ValueError:
+        return False
+
+
+def _mapping(value: Any, field: str, rule: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _Bad(field, rule, value)
+    return value
+
+
+def _queue_depths(value: Any) -> tuple[tuple[str, int], ...]:
+    """spec.queueDepthPerAction: KAI's action names → jobs per queue the action tries (≥ 0)."""
+    depths = _mapping(value, "spec.queueDepthPerAction", "must map action names to whole numbers")
+    out = []
+    for action, depth in sorted(depths.items()):
+        field = f"spec.queueDepthPerAction[{action}]"
+        if action not in ACTIONS:
+            raise _Bad(field, f"must name one of KAI's actions: {', '.join(ACTIONS)}", action)
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise _Bad(field, "must be a whole number, at least 0 (the jobs of each queue the action tries)", depth)
+        out.append((str(action), depth))
+    return tuple(out)
+
+
+def _search_budgets(value: Any) -> str:
+    """spec.scenarioSearchBudgets validated as KAI's operator does; the budgets in effect (KAI's
+    defaults where unset), as text for the report."""
+    budgets = _mapping(value, "spec.scenarioSearchBudgets", "must be an object of search durations")
+    known = tuple(SEARCH_BUDGET_DEFAULTS)
+    for key in budgets:
+        if key not in known:
+            raise _Bad(f"spec.scenarioSearchBudgets.{key}", f"is not a budget; known: {', '.join(known)}", key)
+    effective: dict[str, Any] = {}
+    for key in ("maxActionSearchDuration", "maxGeneratorSearchDuration"):
+        given = _mapping(budgets.get(key), f"spec.scenarioSearchBudgets.{key}", "must map names to durations")
+        for name, duration in given.items():
+            field = f"spec.scenarioSearchBudgets.{key}[{name}]"
+            if key == "maxActionSearchDuration" and name not in SEARCH_BUDGET_ACTIONS:
+                raise _Bad(field, f"must be one of {', '.join(SEARCH_BUDGET_ACTIONS)}", name)
+            _duration(duration, field)
+        effective[key] = {**SEARCH_BUDGET_DEFAULTS[key], **{str(k): str(v) for k, v in given.items()}}
+    seconds = {}
+    for key in ("maxJobSearchDuration", "minJobSearchDuration"):
+        given_text = budgets.get(key)
+        seconds[key] = _duration(given_text, f"spec.scenarioSearchBudgets.{key}")
+        effective[key] = str(given_text) if given_text not in (None, "") else SEARCH_BUDGET_DEFAULTS[key]
+    low, high = seconds["minJobSearchDuration"], seconds["maxJobSearchDuration"]
+    if low is not None and high is not None and high > 0 and low >= high:
+        raise _Bad("spec.scenarioSearchBudgets.minJobSearchDuration",
+                   "must be less than maxJobSearchDuration (unless that is 0s, unlimited)",
+                   budgets.get("minJobSearchDuration"))
+    return json.dumps(effective, sort_keys=True)
+
+
+def _usage_db(value: Any) -> tuple[float | None, float | None, list[tuple[str, str]]]:
+    """spec.usageDBConfig validated: (window seconds, half-life seconds, what is not applied)."""
+    config = _mapping(value, "spec.usageDBConfig", "must be an object with clientType and usageParams")
+    if not config:
+        return None, None, []
+    client_type = config.get("clientType")
+    if not isinstance(client_type, str) or not client_type:
+        raise _Bad("spec.usageDBConfig.clientType", "is required: the usage database's client, e.g. prometheus",
+                   client_type)
+    for key in ("connectionString", "connectionStringEnvVar"):
+        if not isinstance(config.get(key) or "", str):
+            raise _Bad(f"spec.usageDBConfig.{key}", "must be a string", config.get(key))
+    where = config.get("connectionString") or (f"${config['connectionStringEnvVar']}"
+                                               if config.get("connectionStringEnvVar") else "KAI's own Prometheus")
+    unsupported = [("spec.usageDBConfig.clientType",
+                    f"time-based fair share reads kaiweb's own usage accounting, not the {client_type} usage "
+                    f"database at {where}")]
+    params = _mapping(config.get("usageParams"), "spec.usageDBConfig.usageParams", "must be an object")
+    window = _prom_duration(params.get("windowSize"), "spec.usageDBConfig.usageParams.windowSize")
+    half_life = _duration(params.get("halfLifePeriod"), "spec.usageDBConfig.usageParams.halfLifePeriod")
+    window_type = params.get("windowType") or "sliding"
+    if window_type not in USAGE_WINDOW_TYPES:
+        raise _Bad("spec.usageDBConfig.usageParams.windowType", f"must be one of {', '.join(USAGE_WINDOW_TYPES)}",
+                   window_type)
+    if window_type != "sliding":
+        unsupported.append(("spec.usageDBConfig.usageParams.windowType",
+                            f"a shard's usage window slides; a {window_type} window is not applied"))
+    start = params.get("tumblingWindowStartTime")
+    if start not in (None, "") and not _is_rfc3339(start):
+        raise _Bad("spec.usageDBConfig.usageParams.tumblingWindowStartTime", "must be an RFC 3339 time", start)
+    for key in ("fetchInterval", "stalenessPeriod", "waitTimeout"):
+        _duration(params.get(key), f"spec.usageDBConfig.usageParams.{key}")
+    for key in ("tumblingWindowStartTime", "cronString", "fetchInterval", "stalenessPeriod", "waitTimeout",
+                "extraParams"):
+        if params.get(key) not in (None, "", {}):
+            unsupported.append((f"spec.usageDBConfig.usageParams.{key}",
+                                "a setting of KAI's usage database client, which kaiweb does not run"))
+    return window, half_life, unsupported
+
+
+def _overrides(value: Any, field: str, with_arguments: bool) -> list[str]:
+    """spec.plugins / spec.actions: name → {enabled, priority[, arguments]}, validated; the names."""
+    entries = _mapping(value, field, "must map names to objects with enabled and priority")
+    for name, entry in entries.items():
+        entry = _mapping(entry, f"{field}[{name}]", "must be an object with enabled and priority")
+        if not isinstance(entry.get("enabled", True), bool):
+            raise _Bad(f"{field}[{name}].enabled", "must be true or false", entry.get("enabled"))
+        priority = entry.get("priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise _Bad(f"{field}[{name}].priority", "must be a whole number", priority)
+        if with_arguments:
+            _mapping(entry.get("arguments"), f"{field}[{name}].arguments", "must be a map of strings")
+    return sorted(str(n) for n in entries)
+
+
+def _shard_unsupported(spec: Mapping[str, Any], args: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The fields the object sets that kaiweb validates but does not apply, each with the reason."""
+    out: list[tuple[str, str]] = []
+    out += [(f"spec.args[{key}]", "a flag of KAI's scheduler that kaiweb does not read")
+            for key in sorted(args) if key not in SHARD_ARGS_READ]
+    if spec.get("scenarioSearchBudgets") is not None:
+        effective = _search_budgets(spec.get("scenarioSearchBudgets"))
+        out.append(("spec.scenarioSearchBudgets",
+                    f"KAI's wall-clock limits on its victim search ({effective}; 0s is unlimited); kaiweb's victim "
+                    "search is deterministic, bounded by a number of scenarios per job and never by time, so "
+                    "every budget acts as unlimited"))
+    for name in _overrides(spec.get("plugins"), "spec.plugins", True):
+        out.append((f"spec.plugins[{name}]", "kaiweb runs KAI's default plugins in their default order; a "
+                    "shard's plugin overrides are not applied"))
+    for name in _overrides(spec.get("actions"), "spec.actions", False):
+        out.append((f"spec.actions[{name}]", "kaiweb runs KAI's default actions in their default order "
+                    "(consolidation off with a spread placement, as KAI); a shard's action overrides are not applied"))
+    ratio = spec.get("goMemLimitRatio")
+    if ratio is not None:
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
+            raise _Bad("spec.goMemLimitRatio", "must be a number more than 0 and at most 1", ratio)
+    for key in ("goMemLimitRatio", "goMemLimit"):
+        if spec.get(key) is not None:
+            out.append((f"spec.{key}", "the Go runtime's memory limit of KAI's scheduler process; kaiweb's "
+                        "processes take theirs from the chart's resources"))
+    out += [(f"spec.{key}", "not a field of KAI's SchedulingShard (kai.scheduler/v1) that kaiweb knows")
+            for key in sorted(spec) if key not in SHARD_SPEC_FIELDS]
+    return out
+
+
 @_never_raises("SchedulingShard")
 def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
     try:
         spec = raw.get("spec") or {}
+        if not isinstance(spec, Mapping):
+            raise _Bad("spec", "must be an object", spec)
         strategy = spec.get("placementStrategy") or {}
         if not isinstance(strategy, Mapping):
             raise _Bad("spec.placementStrategy", "must be an object with gpu and cpu", strategy)
@@ -662,7 +844,6 @@ def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
         k_value = spec.get("kValue")
         if k_value is not None and (isinstance(k_value, bool) or not isinstance(k_value, int | float) or k_value < 0):
             raise _Bad("spec.kValue", "must be a number, at least 0", k_value)
-        runtime = spec.get("minRuntime") or {}
         args = {str(k): str(v) for k, v in args.items()}
         mode = args.get(EVICTION_MODE_ARG, EVICT_BY_DELETE)
         if mode not in EVICTION_MODES:
@@ -672,6 +853,11 @@ def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
             raise _Bad(f"spec.args[{UPDATE_POD_EVICTION_CONDITION_ARG}]",
                        "must be true or false (as KAI's flag reads it: 1, t, T, TRUE, true, True, 0, f, F, FALSE, "
                        "false, False)", condition)
+        runtime = _mapping(spec.get("minRuntime"), "spec.minRuntime",
+                           "must be an object with preemptMinRuntime and reclaimMinRuntime")
+        depths = _queue_depths(spec.get("queueDepthPerAction"))
+        window, half_life, usage_unsupported = _usage_db(spec.get("usageDBConfig"))
+        unsupported = [*usage_unsupported, *_shard_unsupported(spec, args)]
         return ObservedShard(
             name=_meta(raw).get("name", ""), partition_label_value=str(spec.get("partitionLabelValue") or ""),
             gpu_placement=strategy.get("gpu") or None, cpu_placement=strategy.get("cpu") or None,
@@ -680,6 +866,8 @@ def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
             preempt_min_runtime_s=_duration(runtime.get("preemptMinRuntime"), "spec.minRuntime.preemptMinRuntime"),
             reclaim_min_runtime_s=_duration(runtime.get("reclaimMinRuntime"), "spec.minRuntime.reclaimMinRuntime"),
             eviction_mode=mode, update_pod_eviction_condition=_GO_BOOLS[condition],
+            queue_depth_per_action=depths, usage_window_s=window, usage_half_life_s=half_life,
+            unsupported=tuple(sorted(unsupported)),
         )
     except _Bad as bad:
         return _unreadable("SchedulingShard", raw, bad)

@@ -385,3 +385,10 @@ class ObservedShard:
     # and spec.args[update-pod-eviction-condition] (KAI's flag); absent, KAI's behaviour.
     eviction_mode: str = EVICT_BY_DELETE
     update_pod_eviction_condition: bool = False
+    # spec.queueDepthPerAction: (action, jobs per queue) pairs, KAI's action names
+    queue_depth_per_action: tuple[tuple[str, int], ...] = ()
+    # spec.usageDBConfig.usageParams windowSize and halfLifePeriod, in seconds (None: not set)
+    usage_window_s: float | None = None
+    usage_half_life_s: float | None = None
+    # what the object sets that kaiweb reads but does not apply: (field, why), in field order
+    unsupported: tuple[tuple[str, str], ...] = ()

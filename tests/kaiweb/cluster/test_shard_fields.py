@@ -1,0 +1,174 @@
+"""Every field of KAI's SchedulingShard (kai.scheduler/v1) is read: applied (queueDepthPerAction, the
+usage window of usageDBConfig, …) or kept on the shard as not applied with the reason, shown on the
+shard's page and in the API; a bad value is an unreadable object naming the field and the rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kaiweb.cluster import mirror
+from kaiweb.cluster.backends.kubernetes import KubernetesGateway, parse_shard
+from kaiweb.cluster.backends.types import ObservedShard, Unreadable
+from kaiweb.cluster.models import Cluster, SchedulingShard, UnreadableObject
+from kaiweb.scheduling import cycle
+from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
+
+#: a SchedulingShard of KAI v0.18 that sets every field
+EVERY_FIELD: dict[str, Any] = {
+    "args": {"restrict-node-scheduling": "true", "leader-elect": "true"},
+    "placementStrategy": {"gpu": "binpack", "cpu": "binpack"},
+    "partitionLabelValue": "",
+    "queueDepthPerAction": {"allocate": 50, "reclaim": 5},
+    "minRuntime": {"preemptMinRuntime": "1m", "reclaimMinRuntime": "5m"},
+    "kValue": 0.5,
+    "usageDBConfig": {"clientType": "prometheus", "connectionString": "http://prometheus:9090",
+                      "usageParams": {"windowSize": "1w", "halfLifePeriod": "12h", "windowType": "sliding"}},
+    "scenarioSearchBudgets": {"maxActionSearchDuration": {"reclaim": "2s"}, "maxJobSearchDuration": "0s"},
+    "plugins": {"gpuspread": {"enabled": False}},
+    "actions": {"consolidation": {"enabled": False, "priority": 400}},
+    "goMemLimitRatio": 0.9,
+    "goMemLimit": "2Gi",
+}
+
+
+def shard_object(spec: Any) -> ObservedShard | Unreadable:
+    return parse_shard({"metadata": {"name": "default"}, "spec": spec})
+
+
+def test_every_field_is_applied_or_reported_with_its_reason():
+    shard = shard_object(EVERY_FIELD)
+    assert isinstance(shard, ObservedShard)
+    assert shard.queue_depth_per_action == (("allocate", 50), ("reclaim", 5))
+    assert (shard.usage_window_s, shard.usage_half_life_s) == (7 * 86400.0, 12 * 3600.0)
+    assert (shard.k_value, shard.preempt_min_runtime_s, shard.reclaim_min_runtime_s) == (0.5, 60.0, 300.0)
+    reported = dict(shard.unsupported)
+    assert set(reported) == {
+        "spec.args[leader-elect]", "spec.usageDBConfig.clientType", "spec.scenarioSearchBudgets",
+        "spec.plugins[gpuspread]", "spec.actions[consolidation]", "spec.goMemLimitRatio", "spec.goMemLimit"}
+    assert "http://prometheus:9090" in reported["spec.usageDBConfig.clientType"]
+    # the budgets in effect: the object's, KAI's defaults for the rest
+    assert '"reclaim": "2s"' in reported["spec.scenarioSearchBudgets"]
+    assert '"NodeLocalGreedy": "30s"' in reported["spec.scenarioSearchBudgets"]
+    assert "never by time" in reported["spec.scenarioSearchBudgets"]
+
+
+def test_an_object_that_sets_only_applied_fields_reports_nothing():
+    shard = shard_object({"placementStrategy": {"gpu": "spread"}, "kValue": 1, "queueDepthPerAction": {"preempt": 0},
+                          "args": {"kaiweb-eviction-mode": "evict", "max-consolidation-preemptees": "4"}})
+    assert isinstance(shard, ObservedShard)
+    assert shard.unsupported == ()
+    assert shard.queue_depth_per_action == (("preempt", 0),)
+
+
+def test_an_unknown_field_and_the_windows_kaiweb_does_not_keep_are_reported():
+    shard = shard_object({"usageParams": {"windowSize": "1w"}, "usageDBConfig": {
+        "clientType": "prometheus", "usageParams": {"windowType": "cron", "cronString": "0 0 * * *"}}})
+    assert isinstance(shard, ObservedShard)
+    reported = dict(shard.unsupported)
+    assert "not a field of KAI's SchedulingShard" in reported["spec.usageParams"]
+    assert "cron window is not applied" in reported["spec.usageDBConfig.usageParams.windowType"]
+    assert "spec.usageDBConfig.usageParams.cronString" in reported
+
+
+@pytest.mark.parametrize(("spec", "field", "rule"), [
+    ({"queueDepthPerAction": {"alocate": 3}}, "spec.queueDepthPerAction[alocate]", "must name one of KAI's actions"),
+    ({"queueDepthPerAction": {"allocate": -1}}, "spec.queueDepthPerAction[allocate]", "at least 0"),
+    ({"queueDepthPerAction": {"allocate": "5"}}, "spec.queueDepthPerAction[allocate]", "whole number"),
+    ({"queueDepthPerAction": [5]}, "spec.queueDepthPerAction", "must map action names"),
+    ({"usageDBConfig": {"usageParams": {}}}, "spec.usageDBConfig.clientType", "is required"),
+    ({"usageDBConfig": {"clientType": "prometheus", "usageParams": {"windowSize": "a week"}}},
+     "spec.usageDBConfig.usageParams.windowSize", "Prometheus duration"),
+    ({"usageDBConfig": {"clientType": "prometheus", "usageParams": {"halfLifePeriod": "1d"}}},
+     "spec.usageDBConfig.usageParams.halfLifePeriod", "must be a duration"),
+    ({"usageDBConfig": {"clientType": "prometheus", "usageParams": {"windowType": "rolling"}}},
+     "spec.usageDBConfig.usageParams.windowType", "sliding, tumbling, cron"),
+    ({"scenarioSearchBudgets": {"maxActionSearchDuration": {"allocate": "1s"}}},
+     "spec.scenarioSearchBudgets.maxActionSearchDuration[allocate]", "default, reclaim, preempt, consolidation"),
+    ({"scenarioSearchBudgets": {"minJobSearchDuration": "5s", "maxJobSearchDuration": "1s"}},
+     "spec.scenarioSearchBudgets.minJobSearchDuration", "less than maxJobSearchDuration"),
+    ({"scenarioSearchBudgets": {"maxJobSearchDuration": "-1s"}},
+     "spec.scenarioSearchBudgets.maxJobSearchDuration", "must be a duration"),
+    ({"actions": {"reclaim": {"enabled": "no"}}}, "spec.actions[reclaim].enabled", "true or false"),
+    ({"plugins": {"proportion": {"arguments": ["k"]}}}, "spec.plugins[proportion].arguments", "map of strings"),
+    ({"goMemLimitRatio": 1.5}, "spec.goMemLimitRatio", "at most 1"),
+    ({"minRuntime": "5m"}, "spec.minRuntime", "must be an object"),
+    ("everything", "spec", "must be an object"),
+])
+def test_a_bad_value_is_unreadable_naming_the_field_and_the_rule(spec, field, rule):
+    bad = shard_object(spec)
+    assert isinstance(bad, Unreadable)
+    assert bad.field == field
+    assert rule in bad.rule
+
+
+def test_unlimited_budgets_are_read_and_reported_as_not_applied():
+    shard = shard_object({"scenarioSearchBudgets": {"maxActionSearchDuration": {"default": "0s"},
+                                                    "maxJobSearchDuration": "0s", "minJobSearchDuration": "0s",
+                                                    "maxGeneratorSearchDuration": {"default": "0s"}}})
+    assert isinstance(shard, ObservedShard)
+    assert [f for f, _ in shard.unsupported] == ["spec.scenarioSearchBudgets"]
+
+
+@pytest.mark.django_db
+def test_the_mirror_keeps_the_depths_the_usage_window_and_what_is_not_applied_and_the_cycle_uses_the_depths():
+    cluster = Cluster.objects.create(name="k8s", backend="kubernetes")
+    mirror._apply_shards(cluster, [shard_object(EVERY_FIELD)])
+    shard = SchedulingShard.objects.get(cluster=cluster, name="default")
+    assert shard.queue_depth_per_action == {"allocate": 50, "reclaim": 5}
+    assert (shard.usage_window_seconds, shard.usage_half_life_seconds) == (7 * 86400, 12 * 3600)
+    assert {r["field"] for r in shard.unsupported_fields} >= {"spec.scenarioSearchBudgets", "spec.goMemLimit"}
+    assert cycle.cycle_config(shard).queue_depth_per_action == (("allocate", 50), ("reclaim", 5))
+
+    # the object drops the fields: nothing bounded, nothing left to report
+    mirror._apply_shards(cluster, [shard_object({})])
+    shard.refresh_from_db()
+    assert (shard.queue_depth_per_action, shard.unsupported_fields) == ({}, [])
+    assert cycle.cycle_config(shard).queue_depth_per_action == ()
+
+
+@pytest.mark.django_db
+def test_a_shard_without_queue_depths_runs_the_cycle_config_of_before():
+    shard = SchedulingShard.objects.get(name="default")
+    assert shard.queue_depth_per_action == {}
+    assert cycle.cycle_config(shard).queue_depth_per_action == ()
+
+
+@pytest.mark.django_db
+def test_the_shard_page_and_the_api_show_the_depths_and_what_is_not_applied(admin_client, admin_api):
+    shard = SchedulingShard.objects.get(name="default")
+    shard.queue_depth_per_action = {"allocate": 50}
+    shard.unsupported_fields = [{"field": "spec.goMemLimit", "reason": "the Go runtime's memory limit"}]
+    shard.save()
+    page = admin_client.get(f"/admin/cluster/schedulingshard/{shard.pk}/change/").content.decode()
+    assert "allocate: 50 job(s) per queue" in page
+    assert "<code>spec.goMemLimit</code>: the Go runtime&#x27;s memory limit" in page
+
+    shown = admin_api.get("/api/v1/shards/default/").json()
+    assert shown["queue_depth_per_action"] == {"allocate": 50}
+    assert shown["unsupported_fields"] == [{"field": "spec.goMemLimit", "reason": "the Go runtime's memory limit"}]
+    # set by the cluster's object only: a PATCH leaves them
+    admin_api.patch("/api/v1/shards/default/", {"queue_depth_per_action": {}, "k_value": 2}, format="json")
+    shard.refresh_from_db()
+    assert (shard.queue_depth_per_action, shard.k_value) == ({"allocate": 50}, 2)
+
+
+@pytest.mark.django_db
+def test_a_bad_schedulingshard_on_the_api_server_is_a_problem_record_and_no_crash(
+        kube_apiserver: FakeKubeApiServer) -> None:  # noqa: F811
+    gateway = KubernetesGateway(kube_apiserver.api_client, request_timeout=2.0, max_attempts=2, sleep=lambda _: None)
+    cluster = mirror.kubernetes_cluster("k8s")
+    kube_apiserver.register("schedulingshards", "SchedulingShard", "kai.scheduler/v1", namespaced=False)
+    kube_apiserver.put("schedulingshards", {"metadata": {"name": "default"},
+                                            "spec": {"queueDepthPerAction": {"allocate": -3}}})
+    kube_apiserver.put("schedulingshards", {"metadata": {"name": "west"},
+                                            "spec": {"partitionLabelValue": "west", "queueDepthPerAction": {"reclaim": 2},
+                                                     "goMemLimit": "1Gi"}})
+    mirror.sync_full(gateway, cluster)
+    problem = UnreadableObject.objects.get(cluster=cluster, kind="SchedulingShard", name="default")
+    assert problem.field == "spec.queueDepthPerAction[allocate]"
+    assert "at least 0" in problem.rule
+    west = SchedulingShard.objects.get(cluster=cluster, name="west")
+    assert west.queue_depth_per_action == {"reclaim": 2}
+    assert [r["field"] for r in west.unsupported_fields] == ["spec.goMemLimit"]
