@@ -314,7 +314,7 @@ KAI_KUBERNETES_TIMEOUT = env.float("KAI_KUBERNETES_TIMEOUT", default=10.0)
 KAI_BIND_CONCURRENCY = env.int("KAI_BIND_CONCURRENCY", default=32)
 # PodGroups whose time stamps a cycle writes back at most (the rest in the cycles after it), so a
 # burst of starts does not hold up the next cycle.
-KAI_STAMP_WRITES_PER_CYCLE = env.int("KAI_STAMP_WRITES_PER_CYCLE", default=200)
+KAI_STAMP_WRITES_PER_CYCLE = env.int("KAI_STAMP_WRITES_PER_CYCLE", default=50)
 # watch_cluster's pod-grouper: threads writing PodGroups and pod marks, and how long a namespace's
 # labels and an owner it read are reused for further pods.
 KAI_GROUPER_WORKERS = env.int("KAI_GROUPER_WORKERS", default=8)

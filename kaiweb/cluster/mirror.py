@@ -1936,7 +1936,7 @@ def stamp_budget(cycle: Any) -> int:
     after a cycle that neither bound nor evicted, a tenth of it (at least 1) after one that did, so a
     fill or a reclaim is not followed by thousands of patches before the next cycle can start. The
     stamps are for a move between schedulers: the database holds the times the engine reads."""
-    budget = max(1, int(getattr(settings, "KAI_STAMP_WRITES_PER_CYCLE", 200)))
+    budget = max(1, int(getattr(settings, "KAI_STAMP_WRITES_PER_CYCLE", 50)))
     acted = (getattr(cycle, "binds", 0) or 0) + (getattr(cycle, "evictions", 0) or 0)
     return max(1, budget // 10) if acted else budget
 
