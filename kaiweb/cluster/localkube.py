@@ -69,6 +69,8 @@ KWOK_CONTROLLERS = ("nodelifecycle,job,replicaset,deployment,statefulset,cronjob
 KWOK_STAGES = Path(__file__).resolve().parents[2] / "deploy" / "kube" / "kwok-stages.yaml"
 KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 KWOK_LEASE_SECONDS = 40
+# How long the node-lifecycle controller waits for a KWOK node's lease before marking it NotReady.
+KWOK_NODE_GRACE_SECONDS = 300
 NO_KWOK = "no kwok binary beside the kube-apiserver: run `make kube` (it builds KWOK too)"
 NO_SCHEDULER = "no kube-scheduler binary beside the kube-apiserver: run `make kube` (it builds kube-scheduler too)"
 REQUIRED = ("kube-apiserver", "etcd")
@@ -457,6 +459,11 @@ class LocalKube:
                     # Its client's default, 20 requests/s, makes lifting the not-ready taint off a few
                     # hundred new nodes take most of a minute.
                     "--kube-api-qps", "500", "--kube-api-burst", "1000"]
+            if self.kwok:
+                # One KWOK process renews every fake node's lease; on a busy machine with thousands of
+                # nodes a renewal can come late, and the default grace (50 s) then marks nodes NotReady
+                # and back, again and again, which no real fleet does.
+                argv += ["--node-monitor-grace-period", f"{KWOK_NODE_GRACE_SECONDS}s"]
             if self.version.startswith("v1.") and int(self.version.split(".")[1]) < 24:
                 argv += ["--port", "0"]  # the insecure port exists (and must be closed) only in old releases
             kcm = self._spawn("kube-controller-manager", argv)
