@@ -1876,9 +1876,13 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
             row.uid, row.reason, row.digest, row.reported_at = uid, reason[:64], digest, now
             update.append(row)
     # PodGroup status, events and stamps, judged against what each PodGroup says (`_pod_groups_said`).
-    listed = _pod_groups_said(cluster)
-    _write_stamps(gateway, cluster, listed, report, budget=stamp_budget(cycle))
-    written = status_writer.write_pod_group_status(gateway, cycle, listed)
+    listed, times = _pod_groups_said(cluster)
+    _write_stamps(gateway, cluster, listed, times, report, budget=stamp_budget(cycle))
+    # Only a PodGroup with a pod waiting, or with a condition to take away, can need a status or an event.
+    waiting = set(Pod.objects.filter(workload__cluster=cluster, state__in=(PodState.PENDING, PodState.GATED))
+                  .values_list("workload__namespace", "workload__name").distinct())
+    written = status_writer.write_pod_group_status(gateway, cycle, {
+        key: raw for key, raw in listed.items() if key in waiting or raw["status"]["schedulingConditions"]})
     report.pod_group_statuses = written.statuses_written
     report.errors.extend(written.errors)
     _keep_said(cluster, {key: {"conditions": conditions} for key, conditions in written.conditions.items()})
@@ -1893,23 +1897,26 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
     return report
 
 
-def _pod_groups_said(cluster: Cluster) -> dict[tuple[str, str], dict[str, Any]]:
+def _pod_groups_said(cluster: Cluster) -> tuple[dict[tuple[str, str], dict[str, Any]],
+                                                  dict[tuple[str, str], dict[str, datetime | None]]]:
     """Each PodGroup of the cluster as far as the write-back reads it (its uid, KAI's stamp annotations,
     its scheduling conditions), from the mirror: what the watcher saw when it first saw it (or when it
-    last changed), then what the write-back wrote (`_keep_said`). No listing of every PodGroup per
-    cycle: at 16,000 PodGroups that took most of an idle cycle. A change someone else makes to these
-    fields alone is seen at the next full sync."""
+    last changed), then what the write-back wrote (`_keep_said`); and its workload's times (stamp field
+    → time), from the same query. No listing of every PodGroup per cycle: at 16,000 PodGroups that took
+    most of an idle cycle. A change someone else makes to these fields alone is seen at the next full sync."""
     listed: dict[tuple[str, str], dict[str, Any]] = {}
+    times: dict[tuple[str, str], dict[str, datetime | None]] = {}
     rows = Workload.objects.filter(cluster=cluster).exclude(uid="").exclude(
-        labels__has_key=IMPLICIT_GROUP_LABEL).values_list("namespace", "name", "uid", "pod_group_said")
-    for namespace, name, uid, said in rows:
+        labels__has_key=IMPLICIT_GROUP_LABEL).values_list("namespace", "name", "uid", "pod_group_said", *stamps.FIELDS)
+    for namespace, name, uid, said, *at in rows:
         said = said if isinstance(said, Mapping) else {}
         listed[(namespace, name)] = {
             "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
             "metadata": {"namespace": namespace, "name": name, "uid": uid,
                          "annotations": dict(said.get("annotations") or {})},
             "status": {"schedulingConditions": list(said.get("conditions") or [])}}
-    return listed
+        times[(namespace, name)] = dict(zip(stamps.FIELDS, at, strict=True))
+    return listed, times
 
 
 def _keep_said(cluster: Cluster, written: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
@@ -1942,25 +1949,18 @@ def stamp_budget(cycle: Any) -> int:
 
 
 def _write_stamps(gateway: Any, cluster: Cluster, listed: Mapping[tuple[str, str], Mapping[str, Any]],
-                  report: WriteBackReport, *, budget: int) -> None:
-    """Each PodGroup's stamps from its workload's row where the row's time is later than what the
-    PodGroup says (`stamps.annotations_wanted`), judged against what the mirror keeps of the PodGroup
+                  times: Mapping[tuple[str, str], Mapping[str, datetime | None]], report: WriteBackReport, *,
+                  budget: int) -> None:
+    """Each PodGroup's stamps from its workload's ``times`` where they are later than what the PodGroup
+    says (`stamps.annotations_wanted`), judged against what the mirror keeps of the PodGroup
     (``listed``): a steady cluster costs no writes. At most ``budget`` PodGroups (`stamp_budget`), the
     first by name; the others stay different and are written by the next cycles."""
-    if not listed:
-        return
     changes = []
-    rows = Workload.objects.filter(cluster=cluster, name__in={n for _, n in listed}).values_list(
-        "namespace", "name", "uid", *stamps.FIELDS)
-    for namespace, name, uid, *times in rows:
-        raw = listed.get((namespace, name))
-        meta = (raw or {}).get("metadata") or {}
-        their_uid = str(meta.get("uid") or "")
-        if raw is None or (uid and their_uid and uid != their_uid[:64]):
-            continue
-        wanted = stamps.annotations_wanted(dict(zip(stamps.FIELDS, times, strict=True)), meta.get("annotations") or {})
+    for key, raw in listed.items():
+        meta = raw.get("metadata") or {}
+        wanted = stamps.annotations_wanted(times.get(key) or {}, meta.get("annotations") or {})
         if wanted:
-            changes.append((namespace, name, their_uid, wanted))
+            changes.append((key[0], key[1], str(meta.get("uid") or ""), wanted))
     if not changes:
         return
     # Bounded per cycle, in name order: what is left is still different next cycle and written then.

@@ -55,6 +55,8 @@ def annotations_wanted(row: Mapping[str, datetime | None], annotations: Mapping[
     out: dict[str, str | None] = {}
     for field, key in POD_GROUP_STAMPS:
         ours, text = row.get(field), annotations.get(key)
+        if ours is not None and text == stamp_text(ours):
+            continue  # says it already (the common case, without reading the text back)
         theirs: datetime | None = None
         readable = True
         if text:
