@@ -430,3 +430,36 @@ def test_allocation_stops_walking_when_no_job_left_can_be_placed(monkeypatch):
     assert fast_pops == ["p00", "p01", "p02"]
     assert len(plain_pops) == 20
     assert len(with_cpu_pops) == 21
+
+
+@st.composite
+def shared_heavy(draw):
+    """`crowded` clusters with more fractional pods pending (some of them several devices' worth)."""
+    snap = draw(crowded())
+    extra = tuple(m.JobSpec(f"x{j}", snap.queues[0].name, creation=NOW - 50 + j,
+                            tasks=(fraction_task(f"x{j}-0", draw(st.sampled_from([0.125, 0.25, 0.5, 0.75]))),))
+                  for j in range(draw(st.integers(1, 8))))
+    return dataclasses.replace(snap, jobs=snap.jobs + extra)
+
+
+@SETTINGS
+@given(shared_heavy())
+def test_the_shared_device_counts_are_those_of_the_listed_options(snap):
+    """`Placer._shared_counts` (the fit test of a node for a fractional task) counts what
+    `Placer._shared_options` lists, at every node and task a cycle tests."""
+    from scheduler_core.allocate import Placer
+
+    counted = Placer._shared_counts
+    seen = []
+
+    def checked(self, t, i):
+        n_any, n_idle = counted(self, t, i)
+        opts, _, _ = self._shared_options(t, i)
+        assert (n_any, n_idle) == (len(opts), sum(1 for o in opts if o[2]))
+        seen.append(i)
+        return n_any, n_idle
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Placer, "_shared_counts", checked)
+        run_cycle(snap)
+    assert seen  # the fit test ran for the fractional pods
