@@ -95,7 +95,7 @@ The migrate hook passes its own Secret: it runs before the release's Secret exis
 {{- if $root.Values.admission.enabled }}
 {{- $admission := include "kaiweb.componentName" (dict "root" $root "component" "admission") -}}
 {{- $hosts = concat $hosts (list (printf "%s.%s.svc" $admission $ns)) -}}
-{{- end }}
+{{- end -}}
 - name: POD_NAME
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 - name: POD_IP
