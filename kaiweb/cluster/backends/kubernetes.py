@@ -581,16 +581,23 @@ _MAX_DURATION_S = 10 * 365 * 24 * 3600.0
 
 def _duration(value: Any, field: str) -> float | None:
     """A Kubernetes duration ("90s", "1m30s", "2h") in seconds; None when unset."""
+    seconds = _read_duration(value, field, _DURATION_PART, _DURATION_UNITS, "a duration such as 30s, 5m or 1h30m")
+    if seconds is not None and seconds > _MAX_DURATION_S:
+        raise _Bad(field, "must be at most ten years", value)
+    return seconds
+
+
+def _read_duration(value: Any, field: str, part: re.Pattern[str], units: Mapping[str, float],
+                   example: str) -> float | None:
+    """Seconds of a duration written as number-unit parts matching ``part`` (``units``: seconds per
+    unit); None when unset; `_Bad` naming ``example`` when the text is anything else."""
     if value is None or value == "":
         return None
     text = str(value).strip()
-    parts = _DURATION_PART.findall(text)
+    parts = part.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
-        raise _Bad(field, "must be a duration such as 30s, 5m or 1h30m", value)
-    seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
-    if seconds > _MAX_DURATION_S:
-        raise _Bad(field, "must be at most ten years", value)
-    return seconds
+        raise _Bad(field, f"must be {example}", value)
+    return sum(float(n) * units[u] for n, u in parts)
 
 
 def _topology_constraint(tc: Any, field: str) -> TopologyConstraint | None:
@@ -669,13 +676,10 @@ _PROM_DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400
 
 def _prom_duration(value: Any, field: str) -> float | None:
     """A Prometheus duration ("1w", "7d", "12h30m") in seconds; None when unset."""
-    if value is None or value == "":
+    seconds = _read_duration(value, field, _PROM_DURATION_PART, _PROM_DURATION_UNITS,
+                             "a Prometheus duration such as 1w, 7d or 12h")
+    if seconds is None:
         return None
-    text = str(value).strip()
-    parts = _PROM_DURATION_PART.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise _Bad(field, "must be a Prometheus duration such as 1w, 7d or 12h", value)
-    seconds = sum(int(n) * _PROM_DURATION_UNITS[u] for n, u in parts)
     if seconds <= 0 or seconds > _MAX_DURATION_S:
         raise _Bad(field, "must be more than 0 and at most ten years", value)
     return seconds
