@@ -352,6 +352,22 @@ class Placer:
         idle_whole = min(max(0, int(math.floor(s.idle[i, GPU] + _EPS))), total_whole)
         return n_any + total_whole, n_idle + idle_whole
 
+    def _shared_to_count(self, t: TaskState, cand: np.ndarray, fitting: np.ndarray, n: int) -> np.ndarray:
+        """The positions in ``fitting`` whose node `_shared_counts` must look at for a shared task
+        on ``n`` devices. With the shortcuts on, a node with ``n`` whole devices free on idle is left
+        out: its counts are at least ``n`` on idle and on any, whatever its groups hold (the same
+        whole-device arithmetic as `_shared_counts`, for all the nodes at once)."""
+        if not self.fast_paths or len(fitting) == 0:
+            return fitting
+        s = self.s
+        nodes = cand[fitting]
+        idle = s.idle[nodes, GPU]
+        total_whole = np.maximum(0.0, np.floor(idle + s.rel[nodes, GPU] + _EPS))
+        total_whole[s.shared_mem(t, nodes) > s.gpu_mem[nodes] + _EPS] = 0.0
+        idle_whole = np.minimum(np.maximum(0.0, np.floor(idle + _EPS)), total_whole)
+        left: np.ndarray = fitting[idle_whole < n]
+        return left
+
     # ---- scoring ----------------------------------------------------------------------------
     def scores(self, t: TaskState, cand: np.ndarray, fit_idle: np.ndarray, extra: np.ndarray | None,
                placement_points: np.ndarray | None = None) -> np.ndarray:
@@ -392,10 +408,11 @@ class Placer:
             score += np.where(no_gpu, 10.0, 0.0)
         if self.use_sharing_order and (t.shared or r.cpu_only):
             bonus = np.zeros(len(cand))
-            for k, i in enumerate(cand):
+            # only the candidates holding shared groups can earn it
+            with_groups = np.flatnonzero(np.isin(cand, sorted(s.grouped))) if s.grouped else cand[:0]
+            for k in with_groups.tolist():
+                i = int(cand[k])
                 ns = s.nodes[i]
-                if not ns.groups:
-                    continue
                 if r.cpu_only:
                     bonus[k] = 10000.0
                     continue
@@ -481,10 +498,8 @@ class Placer:
         if t.shared:
             # a node fits a shared task if enough devices (groups with room + whole GPUs) exist
             n = r.gpu_devices
-            for k, i in enumerate(cand):
-                if not fit_any[k]:
-                    continue
-                n_any, n_idle = self._shared_counts(t, int(i))
+            for k in self._shared_to_count(t, cand, np.flatnonzero(fit_any), n).tolist():
+                n_any, n_idle = self._shared_counts(t, int(cand[k]))
                 fit_any[k] = n_any >= n
                 fit_idle[k] = fit_idle[k] and n_idle >= n
         if not fit_any.any():

@@ -72,6 +72,7 @@ class Session:
         self.victim_cache: dict[int, tuple[int, list[TaskState], Key]] = {}
         self.memo: CycleMemo | None = None  # verdicts remembered across cycles (memo.py), set by the caller
         self.n_groups = 0  # shared-GPU groups on all nodes (each holds one device)
+        self.grouped: set[int] = set()  # the nodes holding at least one shared-GPU group
         self.node_version = 0  # bumped on every change of node usage (placement caches key on it)
         self.changes = 0  # bumped on every change of a task's state (caches of the session's state key on it)
         # actions.victims.trigger_jobs's last answer: (changes, jobs, notes it wrote)
@@ -500,6 +501,14 @@ class Session:
         mem = float(r.gpu_memory_mib)
         return mem, math.ceil(100.0 * mem / gmem - EPS) / 100.0
 
+    def shared_mem(self, task: TaskState, nodes: np.ndarray) -> np.ndarray:
+        """`shared_need`'s MiB per device for many nodes at once (the same arithmetic, elementwise)."""
+        r = task.request
+        if r.gpu_kind == m.GPU_FRACTION:
+            mem: np.ndarray = np.floor(r.gpu_fraction * self.gpu_mem[nodes] + EPS)
+            return mem
+        return np.full(len(nodes), float(r.gpu_memory_mib))
+
     # ---- the one mutation -------------------------------------------------------------------
     def set_task(self, t: TaskState, status: str, node: int | None, groups: tuple[str, ...]) -> None:
         """Move a task to (status, node, groups), keeping every account in step."""
@@ -579,6 +588,7 @@ class Session:
                 if grp is None:
                     grp = ns.groups[g] = GpuGroup(g)
                     self.n_groups += 1
+                    self.grouped.add(i)
                 old = grp.contribution()
                 if status == m.RELEASING:
                     grp.mem_releasing += sign * mem
@@ -595,6 +605,8 @@ class Session:
                 if grp.empty:
                     del ns.groups[g]
                     self.n_groups -= 1
+                    if not ns.groups:
+                        self.grouped.discard(i)
         elif t.request.gpu_kind == m.GPU_MIG:
             for p, c in t.request.mig.items():
                 if status in ACTIVE_NODE_STATES:

@@ -436,10 +436,13 @@ def test_allocation_stops_walking_when_no_job_left_can_be_placed(monkeypatch):
 def shared_heavy(draw):
     """`crowded` clusters with more fractional pods pending (some of them several devices' worth)."""
     snap = draw(crowded())
-    extra = tuple(m.JobSpec(f"x{j}", snap.queues[0].name, creation=NOW - 50 + j,
-                            tasks=(fraction_task(f"x{j}-0", draw(st.sampled_from([0.125, 0.25, 0.5, 0.75]))),))
-                  for j in range(draw(st.integers(1, 8))))
-    return dataclasses.replace(snap, jobs=snap.jobs + extra)
+    extra = []
+    for j in range(draw(st.integers(1, 8))):
+        task = fraction_task(f"x{j}-0", draw(st.sampled_from([0.125, 0.25, 0.5, 0.75])))
+        devices = draw(st.sampled_from([1, 1, 1, 2, 3]))
+        task = dataclasses.replace(task, request=dataclasses.replace(task.request, gpu_devices=devices))
+        extra.append(m.JobSpec(f"x{j}", snap.queues[0].name, creation=NOW - 50 + j, tasks=(task,)))
+    return dataclasses.replace(snap, jobs=snap.jobs + tuple(extra))
 
 
 @SETTINGS
@@ -461,5 +464,25 @@ def test_the_shared_device_counts_are_those_of_the_listed_options(snap):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Placer, "_shared_counts", checked)
-        run_cycle(snap)
+        run_cycle(snap, PLAIN)  # without the shortcuts, every fitting node is counted
     assert seen  # the fit test ran for the fractional pods
+
+
+@SETTINGS
+@given(shared_heavy())
+def test_leaving_out_nodes_with_whole_devices_free_changes_no_shared_decision(snap):
+    """`Placer._shared_to_count` (nodes with enough whole devices free on idle are not counted) and
+    the sharing-order bonus read only for the nodes in ``Session.grouped``: the same decisions as
+    counting every node, and ``grouped`` is exactly the nodes holding a group whenever it is read."""
+    from scheduler_core.allocate import Placer
+
+    scores = Placer.scores
+
+    def checked(self, t, cand, *args, **kwargs):
+        assert self.s.grouped == {ns.index for ns in self.s.nodes if ns.groups}
+        return scores(self, t, cand, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Placer, "scores", checked)
+        fast = run_cycle(snap)
+    assert decisions(fast) == decisions(run_cycle(snap, PLAIN))
