@@ -417,7 +417,7 @@ def apply_decisions(gateway: Any, decisions: list[Decision],
         if d.kind == DecisionKind.BIND:
             portion = d.numbers.get("gpu_portion") if d.numbers else None
             binds.append((d, BindAction(namespace=namespace, name=d.pod_name, uid=uid, node=d.node_name,
-                                        gpu_group=d.gpu_group or None, gpu_portion=portion,
+                                        gpu_groups=tuple(d.gpu_groups or ()), gpu_portion=portion,
                                         idempotency_key=d.idempotency_key)))
         elif d.kind == DecisionKind.EVICT:
             # A cycle whose shard was deleted since: the defaults of a shard.
