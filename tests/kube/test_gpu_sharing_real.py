@@ -63,11 +63,13 @@ def _group_labels(pod: Any) -> dict[str, str]:
     return {k: v for k, v in (pod.metadata.labels or {}).items() if k.startswith("runai-gpu-group")}
 
 
-def test_a_pod_on_two_shared_gpus_is_labelled_per_device_as_kai_does_and_holds_both(kube_cluster: LocalKube) -> None:
+def test_a_pod_on_two_shared_gpus_is_labelled_per_device_as_kai_does_and_holds_both(
+        kube_cluster: LocalKube) -> None:
     server = RealServer(kube_cluster)
     server.wipe()
     server.add_node("gpu-1", gpus=8)
-    uid = server.add_pod("pair", annotations={"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"})["metadata"]["uid"]
+    pair = server.add_pod("pair", annotations={"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"})
+    uid = pair["metadata"]["uid"]
     gateway = KubernetesGateway(server.api_client, request_timeout=5.0, sleep=lambda _: None)
     core = client.CoreV1Api(server.api_client)
 
@@ -87,11 +89,13 @@ def test_a_pod_on_two_shared_gpus_is_labelled_per_device_as_kai_does_and_holds_b
     assert sorted(gateway.collect_reservations()) == sorted(p.metadata.name for p in held)
 
 
-def test_a_bind_that_gives_a_pod_other_than_the_devices_it_asks_for_is_refused(kube_cluster: LocalKube) -> None:
+def test_a_bind_that_gives_a_pod_other_than_the_devices_it_asks_for_is_refused(
+        kube_cluster: LocalKube) -> None:
     server = RealServer(kube_cluster)
     server.wipe()
     server.add_node("gpu-1", gpus=8)
-    uid = server.add_pod("pair", annotations={"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"})["metadata"]["uid"]
+    pair = server.add_pod("pair", annotations={"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"})
+    uid = pair["metadata"]["uid"]
     gateway = KubernetesGateway(server.api_client, request_timeout=5.0, sleep=lambda _: None)
 
     with pytest.raises(ClusterRejected, match="asks for 2 shared devices"):

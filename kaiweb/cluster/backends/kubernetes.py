@@ -1565,7 +1565,8 @@ class KubernetesGateway:
                 raise ClusterRejected(operation, f"the pod asks for {wanted} shared devices "
                                       f"({GPU_FRACTION_NUM_DEVICES_ANNOTATION}), the decision gives "
                                       f"{len(action.gpu_groups)}", status=422, reason="Invalid")
-            stale = {k: None for k in _meta(pod).get("labels") or {} if gpu_sharing.is_group_label(k) and k not in labels}
+            stale = {k: None for k in _meta(pod).get("labels") or {}
+                     if gpu_sharing.is_group_label(k) and k not in labels}
             patch = {"metadata": {"resourceVersion": _meta(pod).get("resourceVersion"),
                                   "labels": {**labels, **stale}}}
             try:

@@ -109,7 +109,8 @@ def test_a_pod_on_several_shared_gpus_counts_its_portion_on_each_and_must_hold_w
     short = violations([node("n1")], [spread("e", {"g1": "g1"})], now=NOW)
     assert [v.message for v in short] == ["pod e asks for 2 shared GPUs and holds 1 (g1)"]
 
-    twice = violations([node("n1")], [pod("f", "n1", gpus=0, labels={"runai-gpu-group": "g1", "runai-gpu-group/g1": "g1"},
-                                           annotations={"gpu-fraction": "0.5"})], now=NOW)
+    both = {"runai-gpu-group": "g1", "runai-gpu-group/g1": "g1"}
+    twice = violations([node("n1")], [pod("f", "n1", gpus=0, labels=both, annotations={"gpu-fraction": "0.5"})],
+                       now=NOW)
     assert [v.subject for v in twice] == ["Pod ns/f"]
     assert "names one shared GPU twice" in twice[0].message
