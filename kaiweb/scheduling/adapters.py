@@ -6,6 +6,10 @@ returns the engine's immutable snapshot plus an index from engine names back to 
 `persist_result` writes everything one cycle decided in one transaction with bulk operations,
 so the number of queries does not grow with the number of workloads.
 
+The objects of a shard's last build are kept in the process (``_BUILT``) and reused only for rows
+and a context equal to those they were made of: which worker built last never changes a snapshot
+(``scheduling.cycle``, "Per-process memory").
+
 Units: the engine counts memory in bytes, queue figures (quota, status, usage) are in the Queue
 CRD's MB (10^6 bytes, as KAI's proportion plugin converts them), converted by ``scheduler_core.units``.
 """
@@ -360,7 +364,7 @@ class _Made:
 
 
 #: Per shard id, the objects of its last build in this process (one entry per shard, each holding
-#: only the rows of that build).
+#: only the rows of that build). What changed since, whoever ran the cycles in between, only makes it miss.
 _BUILT: dict[int | None, _Built] = {}
 
 
