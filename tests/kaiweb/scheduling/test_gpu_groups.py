@@ -13,7 +13,7 @@ from kaiweb.scheduling.choices import DecisionKind, DecisionStatus
 from kaiweb.scheduling.models import Decision, SchedulingCycle
 from kaiweb.workloads.choices import PodState, WorkloadState
 from kaiweb.workloads.models import Pod
-from tests.celery.builders import SmallCluster, small_cluster, submit
+from tests.celery.builders import T0, SmallCluster, small_cluster, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -97,3 +97,37 @@ def test_a_group_read_from_the_cluster_keeps_its_name_and_the_next_cycle_shares_
     d = Decision.objects.get(kind=DecisionKind.BIND, pod_name="late-0")
     assert sorted(d.gpu_groups) == ["dev-a", "dev-b"]
 
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_reads_the_joined_groups_back_as_a_list_and_drops_a_name_cut_short():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before = [("workloads", "0010_gpu_groups_tuple"), ("scheduling", "0009_gpu_groups_tuple")]
+    after = [("workloads", "0011_gpu_groups_tuple_copy"), ("scheduling", "0010_gpu_groups_tuple_copy")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    cut = ",".join(f"gpu-group-{i:020d}" for i in range(3))[:64]  # two whole names and a part
+    cluster = old.get_model("cluster", "Cluster").objects.create(name="old", backend="simulated")
+    queue = old.get_model("queues", "Queue").objects.create(name="q")
+    workload = old.get_model("workloads", "Workload").objects.create(cluster=cluster, namespace="ns", name="w",
+                                                                     queue=queue, submitted_at=T0)
+    for name, group in (("one", "g-1"), ("cut", cut), ("none", "")):
+        old.get_model("workloads", "Pod").objects.create(workload=workload, name=name, gpu_group=group)
+    run = old.get_model("scheduling", "SchedulingCycle").objects.create(started_at=T0)
+    old.get_model("scheduling", "Decision").objects.create(cycle=run, kind="bind", workload_ref="ns/w",
+                                                           gpu_group=cut, reason="Allocated", idempotency_key="k")
+    try:
+        executor = MigrationExecutor(connection)
+        executor.migrate(after)
+        new = executor.loader.project_state(after).apps
+        pods = dict(new.get_model("workloads", "Pod").objects.values_list("name", "gpu_groups"))
+        decided = list(new.get_model("scheduling", "Decision").objects.values_list("gpu_groups", flat=True))
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    whole = [f"gpu-group-{i:020d}" for i in range(2)]
+    assert pods == {"one": ["g-1"], "cut": whole, "none": []}
+    assert decided == [whole]
