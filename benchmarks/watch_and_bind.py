@@ -306,7 +306,7 @@ def run_binds(kube: Any, args: argparse.Namespace) -> dict[str, Any]:
         listed = core.list_namespaced_pod(namespace, _preload_content=False)
         uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in json.loads(listed.data)["items"]}
         decisions = [Decision(pk=i + 1, kind=DecisionKind.BIND, namespace=namespace, pod_name=name, pod_uid=uid,
-                              node_name=f"node-{i % 100}", numbers={}, gpu_group="", reason="allocated",
+                              node_name=f"node-{i % 100}", numbers={}, reason="allocated",
                               idempotency_key=f"b8/{namespace}/{name}")
                      for i, (name, uid) in enumerate(sorted(uids.items()))]
         configuration = kube.configuration()

@@ -211,7 +211,7 @@ def build_dataset(
             pod_rows.append(Pod(
                 workload=wl, name=f"{wl.name}-{p}", gpu=per_pod if not frac else 0,
                 gpu_fraction=frac or None, cpu=4000 * max(per_pod, 1), memory=32 * 10**9 * max(per_pod, 1),
-                state=pod_state, node_id=node, gpu_group=group,
+                state=pod_state, node_id=node, gpu_groups=[group] if group else [],
                 started_at=wl.last_start_at if node else None,
             ))
     Pod.objects.bulk_create(pod_rows, batch_size=2000)

@@ -6,7 +6,8 @@ The mirror is what a scheduler can get wrong, so these checks look at the cluste
   every resource it lists (GPUs, CPU, memory, MIG slices and other extended resources) and for its
   pod count;
 - **shared devices**: no shared GPU (a ``runai-gpu-group`` on a node) is given more than 1.0 of its
-  device by the fractional pods bound to it;
+  device by the fractional pods bound to it (a pod on several devices counts its portion on each),
+  and no pod is given a device twice or fewer or more devices than it asks for;
 - **gangs**: no PodGroup has fewer bound pods than its ``minMember`` while some of them are bound,
   once the binds have settled (a gang is bound pod by pod, so a sample may fall between two of its
   binds; ``settle_seconds`` after its latest bind it must be whole). A member that has Succeeded
@@ -28,10 +29,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
+from kaiweb.cluster.backends.gpu_sharing import groups_of, is_group_label
 from kaiweb.cluster.backends.kubernetes import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION, pod_requests
 from kaiweb.cluster.backends.types import (
     GPU_FRACTION_ANNOTATION,
-    GPU_GROUP_LABEL,
+    GPU_FRACTION_NUM_DEVICES_ANNOTATION,
     GPU_PORTION_ANNOTATION,
     OBSERVER_HEADER,
     POD_GROUP_ANNOTATION,
@@ -127,16 +129,29 @@ def _portion(pod: Mapping[str, Any]) -> Decimal | None:
 
 def _shared_devices(pods: Iterable[Mapping[str, Any]]) -> list[Violation]:
     given: dict[tuple[str, str], Decimal] = {}
+    out = []
     for pod in pods:
-        group = (_meta(pod).get("labels") or {}).get(GPU_GROUP_LABEL)
+        meta = _meta(pod)
+        labels = meta.get("labels") or {}
+        groups = groups_of(labels)
         portion = _portion(pod)
-        if not group or portion is None:
+        if not groups or portion is None:
             continue
-        key = ((pod.get("spec") or {}).get("nodeName") or "", group)
-        given[key] = given.get(key, Decimal(0)) + portion
-    return [Violation("shared-device", f"Node {node}",
-                      f"shared GPU {group} on node {node} is given {total.normalize():f} of one device")
-            for (node, group), total in sorted(given.items()) if total > 1 + _EPSILON]
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        who = f"Pod {meta.get('namespace', '')}/{meta.get('name', '')}"
+        keys = [k for k in labels if is_group_label(k)]
+        if len(keys) != len(groups):
+            out.append(Violation("shared-device", who, f"pod {meta.get('name', '')} names one shared GPU twice "
+                                 f"in its labels {', '.join(sorted(keys))}"))
+        wanted = str((meta.get("annotations") or {}).get(GPU_FRACTION_NUM_DEVICES_ANNOTATION) or "1")
+        if wanted != str(len(groups)):
+            out.append(Violation("shared-device", who, f"pod {meta.get('name', '')} asks for {wanted} shared "
+                                 f"GPUs and holds {len(groups)} ({', '.join(groups)})"))
+        for group in groups:
+            given[(node, group)] = given.get((node, group), Decimal(0)) + portion
+    return out + [Violation("shared-device", f"Node {node}",
+                            f"shared GPU {group} on node {node} is given {total.normalize():f} of one device")
+                  for (node, group), total in sorted(given.items()) if total > 1 + _EPSILON]
 
 
 def _bound_at(pod: Mapping[str, Any]) -> datetime | None:

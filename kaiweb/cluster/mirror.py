@@ -108,7 +108,7 @@ _WORKLOAD_FIELDS = ("uid", "queue_id", "priority_class_id", "preemptibility", "m
                     "subgroups", "topology_constraint", "preemption_delay_seconds", "staleness_grace_seconds",
                     "labels", "submitted_at")
 _POD_FIELDS = ("workload_id", "uid", "subgroup", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices",
-               "mig_profile", "cpu", "memory", "task_priority", "state", "node_id", "gpu_group", "constraints",
+               "mig_profile", "cpu", "memory", "task_priority", "state", "node_id", "gpu_groups", "constraints",
                "resource_version")
 # States in which a pod holds its node's resources (what the engine charges to the node).
 _HOLDING = (*ALLOCATED_POD_STATES, PodState.RELEASING)
@@ -205,7 +205,7 @@ def pod_values(pod: ObservedPod) -> dict[str, Any]:
         "memory": int(requests.memory_bytes),
         "task_priority": pod.task_priority,
         "state": pod.state if pod.state in PodState.values else PodState.UNKNOWN,
-        "gpu_group": (pod.gpu_group or "")[:64],
+        "gpu_groups": list(pod.gpu_groups),
         "constraints": pod_constraints(pod),
         "resource_version": (pod.resource_version or "")[:32],
     }
@@ -1778,7 +1778,7 @@ def record_actions(cycle: Any) -> None:
 
     done = list(cycle.decisions.filter(status=DecisionStatus.APPLIED, pod_id__isnull=False,
                                        kind__in=(DecisionKind.BIND, DecisionKind.EVICT))
-                .values_list("kind", "pod_id", "node_id", "gpu_group"))
+                .values_list("kind", "pod_id", "node_id", "gpu_groups"))
     binds = [(pod, node, group) for kind, pod, node, group in done if kind == DecisionKind.BIND]
     evicts = [pod for kind, pod, _, _ in done if kind == DecisionKind.EVICT]
     with transaction.atomic():
@@ -1795,19 +1795,19 @@ def record_actions(cycle: Any) -> None:
                                     pk__in=evicted).update(last_eviction_at=at)
 
 
-def _record(pods: dict[int, Pod], binds: list[tuple[int, int, str]], evicts: list[int]) -> None:
+def _record(pods: dict[int, Pod], binds: list[tuple[int, int, list[str]]], evicts: list[int]) -> None:
     changed = []
     for pod_id, node_id, group in binds:
         p = pods.get(pod_id)
         if p is not None and p.state in (PodState.PENDING, PodState.GATED):
-            p.state, p.node_id, p.gpu_group = PodState.BINDING, node_id, (group or "")[:64]
+            p.state, p.node_id, p.gpu_groups = PodState.BINDING, node_id, list(group or ())
             changed.append(p)
     for pod_id in evicts:
         p = pods.get(pod_id)
         if p is not None and p.state in ALLOCATED_POD_STATES:
             p.state = PodState.RELEASING
             changed.append(p)
-    update_rows(Pod, changed, ["state", "node_id", "gpu_group"])
+    update_rows(Pod, changed, ["state", "node_id", "gpu_groups"])
 
 
 def write_back(gateway: Any, cycle: Any) -> WriteBackReport:

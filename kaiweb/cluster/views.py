@@ -75,7 +75,7 @@ def build_map(nodes: list[Node]) -> tuple[list[dict[str, Any]], list[tuple[str, 
         devices.setdefault(d.node_id, []).append(d)
     pods: dict[int, list[Any]] = {}
     for p in (Pod.objects.filter(node_id__in=ids, state__in=ALLOCATED_POD_STATES)
-              .values("node_id", "gpu", "gpu_fraction", "gpu_devices", "gpu_group", "workload__queue__name",
+              .values("node_id", "gpu", "gpu_fraction", "gpu_devices", "gpu_groups", "workload__queue__name",
                       "workload__namespace", "workload__name").order_by("node_id", "id")):
         pods.setdefault(p["node_id"], []).append(p)
     queues_seen: set[str] = set()
@@ -94,12 +94,13 @@ def build_map(nodes: list[Node]) -> tuple[list[dict[str, Any]], list[tuple[str, 
             q = p["workload__queue__name"]
             who = f"{p['workload__namespace']}/{p['workload__name']}"
             if p["gpu_fraction"]:
-                key = p["gpu_group"] or f"anon-{len(groups)}"
-                if key not in groups:
-                    groups[key] = slot
-                    slot += 1
-                idx = groups[key]
-                parts = [(idx + i, p["gpu_fraction"]) for i in range(max(1, p["gpu_devices"] or 1))]
+                # one group per device; a pod without its groups yet, devices of its own
+                keys = p["gpu_groups"] or [f"anon-{len(groups)}-{i}" for i in range(max(1, p["gpu_devices"] or 1))]
+                for key in keys:
+                    if key not in groups:
+                        groups[key] = slot
+                        slot += 1
+                parts = [(groups[key], p["gpu_fraction"]) for key in keys]
             else:
                 whole = int(round(p["gpu"] or 0))
                 parts = [(slot + i, 1.0) for i in range(whole)]

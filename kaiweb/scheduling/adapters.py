@@ -6,6 +6,10 @@ returns the engine's immutable snapshot plus an index from engine names back to 
 `persist_result` writes everything one cycle decided in one transaction with bulk operations,
 so the number of queries does not grow with the number of workloads.
 
+The objects of a shard's last build are kept in the process (``_BUILT``) and reused only for rows
+and a context equal to those they were made of: which worker built last never changes a snapshot
+(``scheduling.cycle``, "Per-process memory").
+
 Units: the engine counts memory in bytes, queue figures (quota, status, usage) are in the Queue
 CRD's MB (10^6 bytes, as KAI's proportion plugin converts them), converted by ``scheduler_core.units``.
 """
@@ -301,7 +305,7 @@ class _Epoch(Func):
 
 
 POD_COLUMNS = ("id", "workload_id", "name", "uid", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices", "cpu",
-               "memory", "state", "node_id", "gpu_group", "subgroup", "task_priority", "mig_profile",
+               "memory", "state", "node_id", "gpu_groups", "subgroup", "task_priority", "mig_profile",
                "constraints_text")
 WORKLOAD_COLUMNS = ("id", "namespace", "name", "labels_text", "queue_id", "queue__name", "priority_class__name",
                     "preemptibility", "min_member", "submitted_at", "last_start_at", "last_eviction_at",
@@ -360,7 +364,7 @@ class _Made:
 
 
 #: Per shard id, the objects of its last build in this process (one entry per shard, each holding
-#: only the rows of that build).
+#: only the rows of that build). What changed since, whoever ran the cycles in between, only makes it miss.
 _BUILT: dict[int | None, _Built] = {}
 
 
@@ -380,7 +384,7 @@ def _task_spec(row: tuple[Any, ...], restricted: bool, node_names: dict[int, str
         request=request,
         state=POD_STATE_TO_ENGINE.get(p["state"], m.PENDING),
         node=node_names.get(p["node_id"]) if p["node_id"] else None,
-        gpu_groups=(p["gpu_group"],) if p["gpu_group"] else (),
+        gpu_groups=tuple(p["gpu_groups"] or ()),
         subgroup=p["subgroup"] or None,
         task_order_priority=p["task_priority"],
         **constraints,
@@ -657,8 +661,8 @@ def persist_result(
 
     namespaces = {j.uid: j.namespace for j in snapshot.jobs}
 
-    def groups(names: tuple[str, ...]) -> str:
-        return ",".join(gpu_group_name(g, cycle.pk) for g in names)[:64]
+    def groups(names: tuple[str, ...]) -> list[str]:
+        return [gpu_group_name(g, cycle.pk) for g in names]
 
     def incarnation(pod_id: int | None, uid: str, job: str, task: str) -> str:
         # What names the pod in a key: its uid; a pod without one, its row; never its name alone.
@@ -669,7 +673,7 @@ def persist_result(
         rows.append(Decision(
             cycle=cycle, kind=DecisionKind.BIND, status=status, workload_id=index.workloads.get(b.job),
             pod_id=pod_id, node_id=index.nodes.get(b.node), workload_ref=b.job, pod_name=b.task,
-            node_name=b.node, gpu_group=groups(b.gpu_groups), reason="Allocated",
+            node_name=b.node, gpu_groups=groups(b.gpu_groups), reason="Allocated",
             message=f"{b.task} bound to {b.node}", namespace=namespaces.get(b.job, ""), pod_uid=uid,
             numbers={"gpu_portion": b.gpu_portion} if b.gpu_portion else {},
             idempotency_key=bind_key(incarnation(pod_id, uid, b.job, b.task), b.node),
@@ -679,7 +683,7 @@ def persist_result(
         rows.append(Decision(
             cycle=cycle, kind=DecisionKind.PIPELINE, status=status, workload_id=index.workloads.get(p.job),
             pod_id=pod_id, node_id=index.nodes.get(p.node), workload_ref=p.job, pod_name=p.task,
-            node_name=p.node, gpu_group=groups(p.gpu_groups), reason=f"Pipelined:{p.action}"[:64],
+            node_name=p.node, gpu_groups=groups(p.gpu_groups), reason=f"Pipelined:{p.action}"[:64],
             message=f"{p.task} waits for resources being released on {p.node} ({p.action})",
             namespace=namespaces.get(p.job, ""), pod_uid=uid,
             numbers={"moved_from": p.moved_from} if p.moved_from else {},

@@ -10,6 +10,21 @@ the next cycle of the shard first reconciles that log against the cluster (an ac
 took effect is marked applied, one that did not is marked failed and decided afresh) and
 marks the abandoned cycle failed. The gateway's actions are idempotent, so a retried or
 duplicated task never binds or evicts twice.
+
+Per-process memory. A worker remembers three things per shard between cycles: the engine's memo
+(``_MEMOS``: verdicts and the last quiet result, `scheduler_core.memo`), the last cycle it recorded
+(``_RECORDED``) and the objects of its last snapshot build (``adapters._BUILT``). Any worker may run
+a shard's next cycle, so each is kept where it is, in the process, and made harmless rather than
+shared: every entry is stored under everything it was computed from and used only when that is
+equal again (the memo compares the snapshot and config; a build compares the committed change
+counter and each row), or, for the one fact about other workers, "the latest record of this shard
+is mine", checked against the database before it is used (`_repeats`). A worker whose memory is
+stale or empty computes afresh what the other worker would have reused. Sharing them would gain
+nothing: what they save is the identity of objects and work inside one process (a reused object
+is compared by identity, a pickled one is a new object), and a shared copy would cost a round trip
+and serialisation of thousands of specs per cycle. ``tests/kaiweb/scheduling/test_two_workers.py``
+holds it: two workers, each with its own memory, taking turns on one shard in any order decide
+exactly what one worker decides, cycle after cycle, why-pending included.
 """
 
 from __future__ import annotations
@@ -78,10 +93,11 @@ class CycleOutcome:
 
 
 # One engine memo per shard, kept by the worker process across that shard's cycles: what it
-# remembers cannot change a decision (scheduler_core.memo; property-tested against the stateless cycle).
+# remembers cannot change a decision (scheduler_core.memo; property-tested against the stateless cycle,
+# and two workers' memos against one: "Per-process memory" above).
 _MEMOS: dict[int, CycleMemo] = {}
 # Per shard, the last cycle this process recorded and the workloads it recorded them for: a quiet
-# result the memo reuses repeats that cycle's record when no other cycle recorded since.
+# result the memo reuses repeats that cycle's record when no other cycle (of any worker) recorded since.
 _RECORDED: dict[int, tuple[int, dict[str, int]]] = {}
 
 
@@ -417,7 +433,7 @@ def apply_decisions(gateway: Any, decisions: list[Decision],
         if d.kind == DecisionKind.BIND:
             portion = d.numbers.get("gpu_portion") if d.numbers else None
             binds.append((d, BindAction(namespace=namespace, name=d.pod_name, uid=uid, node=d.node_name,
-                                        gpu_group=d.gpu_group or None, gpu_portion=portion,
+                                        gpu_groups=tuple(d.gpu_groups or ()), gpu_portion=portion,
                                         idempotency_key=d.idempotency_key)))
         elif d.kind == DecisionKind.EVICT:
             # A cycle whose shard was deleted since: the defaults of a shard.

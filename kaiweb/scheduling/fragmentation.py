@@ -29,11 +29,11 @@ def free_per_gpu(nodes: Iterable[Node]) -> dict[int, list[float]]:
     used_whole: dict[int, float] = {}
     groups: dict[int, dict[str, float]] = {}
     rows = (Pod.objects.filter(node_id__in=[n.pk for n in nodes], state__in=ALLOCATED_POD_STATES)
-            .values_list("pk", "node_id", "gpu", "gpu_fraction", "gpu_devices", "gpu_group"))
-    for pk, node_id, gpu, fraction, devices, group in rows:
+            .values_list("pk", "node_id", "gpu", "gpu_fraction", "gpu_devices", "gpu_groups"))
+    for pk, node_id, gpu, fraction, devices, names in rows:
         if fraction:
-            for k in range(max(1, devices or 1)):
-                key = f"{group or f'pod-{pk}'}/{k}"
+            # one group per device; a pod not yet given its groups, one device of its own per request
+            for key in names or [f"pod-{pk}/{k}" for k in range(max(1, devices or 1))]:
                 shares = groups.setdefault(node_id, {})
                 shares[key] = shares.get(key, 0.0) + fraction
         else:

@@ -56,7 +56,8 @@ class Decision(models.Model):
     pod_name = models.CharField(max_length=253, blank=True)
     pod_uid = models.CharField(max_length=64, blank=True, help_text="The pod incarnation the action is for.")
     node_name = models.CharField(max_length=253, blank=True)
-    gpu_group = models.CharField(max_length=64, blank=True)
+    gpu_groups = models.JSONField(default=list, blank=True,
+                                  help_text="A shared-GPU bind's device groups, one per device, in the engine's order.")
     reason = models.CharField(max_length=64, help_text="The engine's machine-readable reason code.")
     message = models.TextField(blank=True)
     numbers = models.JSONField(default=dict, blank=True, help_text="The figures behind the decision.")

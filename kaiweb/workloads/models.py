@@ -98,7 +98,10 @@ class Pod(models.Model):
     node = models.ForeignKey(
         "cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="pods"
     )
-    gpu_group = models.CharField(max_length=64, blank=True, help_text="Shared-GPU group of a fractional pod.")
+    gpu_groups = models.JSONField(
+        default=list, blank=True,
+        help_text="The shared-GPU groups of a fractional pod, one per device it was given, as the engine names them.",
+    )
     constraints = models.JSONField(
         default=dict, blank=True,
         help_text="Where the pod may run, as its spec says: nodeSelector, affinity, tolerations, hostPorts, "

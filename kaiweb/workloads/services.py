@@ -30,7 +30,7 @@ WORKLOAD_FIELDS = frozenset(
 POD_FIELDS = frozenset(
     {
         "name", "uid", "subgroup", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices", "mig_profile", "cpu",
-        "memory", "task_priority", "state", "node", "gpu_group", "duration_seconds", "started_at", "finished_at",
+        "memory", "task_priority", "state", "node", "gpu_groups", "duration_seconds", "started_at", "finished_at",
     }
 )
 

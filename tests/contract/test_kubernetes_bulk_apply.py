@@ -43,7 +43,7 @@ def _scene(server: Server, ns: str) -> tuple[list[BindAction], list[EvictAction]
     server.add_pod("replaced", namespace=ns)
     binds.append(BindAction(ns, "replaced", "uid-of-an-older-pod", "gpu-1"))
     uid = server.add_pod("frac", namespace=ns, annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
-    binds.append(BindAction(ns, "frac", uid, "gpu-0", gpu_group=f"grp-{ns}", gpu_portion=0.5))
+    binds.append(BindAction(ns, "frac", uid, "gpu-0", gpu_groups=(f"grp-{ns}",), gpu_portion=0.5))
     victim = server.add_pod("victim", namespace=ns, node="gpu-0", phase="Running")["metadata"]["uid"]
     evicts = [EvictAction(ns, "victim", victim, grace_seconds=0, reason="Preempted", message="preempted by a test"),
               EvictAction(ns, "never-was", "uid-x", grace_seconds=0)]
@@ -174,7 +174,7 @@ def test_the_sharers_of_one_gpu_find_or_make_its_reservation_pod_once(apiserver:
     uids = [apiserver.add_pod(f"s{i}", annotations={"gpu-fraction": "0.125"})["metadata"]["uid"] for i in range(8)]
     gateway = _gateway(apiserver, 8)
 
-    results = gateway.apply(binds=[BindAction("default", f"s{i}", uid, "gpu-0", gpu_group="grp-a", gpu_portion=0.125)
+    results = gateway.apply(binds=[BindAction("default", f"s{i}", uid, "gpu-0", gpu_groups=("grp-a",), gpu_portion=0.125)
                                    for i, uid in enumerate(uids)])
 
     assert [r.outcome for r in results] == [ActionOutcome.BOUND] * 8  # type: ignore[union-attr]
@@ -183,7 +183,7 @@ def test_the_sharers_of_one_gpu_find_or_make_its_reservation_pod_once(apiserver:
     assert all(apiserver.get("pods", f"s{i}", "default")["spec"]["nodeName"] == "gpu-0" for i in range(8))
 
     more = [apiserver.add_pod(f"t{i}", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"] for i in range(8)]
-    gateway.apply(binds=[BindAction("default", f"t{i}", uid, "gpu-0", gpu_group=f"grp-{i // 2}", gpu_portion=0.5)
+    gateway.apply(binds=[BindAction("default", f"t{i}", uid, "gpu-0", gpu_groups=(f"grp-{i // 2}",), gpu_portion=0.5)
                          for i, uid in enumerate(more)])
     groups = sorted(p["metadata"]["labels"]["runai-gpu-group"] for p in apiserver.list("pods", "kai-resource-reservation"))
     assert groups == ["grp-0", "grp-1", "grp-2", "grp-3", "grp-a"]
@@ -195,7 +195,7 @@ def test_one_reservation_lookup_per_group_within_an_apply(kube_apiserver: FakeKu
     gateway = _gateway(kube_apiserver, 8)
     before = len(kube_apiserver.requests)
 
-    gateway.apply(binds=[BindAction("default", f"s{i}", uid, "gpu-0", gpu_group="grp-a", gpu_portion=0.125)
+    gateway.apply(binds=[BindAction("default", f"s{i}", uid, "gpu-0", gpu_groups=("grp-a",), gpu_portion=0.125)
                          for i, uid in enumerate(uids)])
 
     listed = [r for r in kube_apiserver.requests[before:]

@@ -182,7 +182,7 @@ def test_pod_fields_are_mapped(apiserver: Server, gateway: KubernetesGateway) ->
     assert pod.requests.memory_bytes == 5 * GiB
     assert (pod.gpu_fraction, pod.gpu_memory_mib, pod.gpu_fraction_num_devices) == (0.25, None, 2)
     assert pod.is_fractional
-    assert pod.gpu_group == "g-7"
+    assert pod.gpu_groups == ("g-7",)
     assert pod.node_selector == {"pool": "a"}
     assert (pod.node, pod.phase, pod.state) == (None, "Pending", PodState.PENDING)
     assert isinstance(pod.created_at, datetime)
@@ -500,14 +500,30 @@ def test_a_fractional_bind_writes_the_gpu_group_and_portion(
 ) -> None:
     uid = apiserver.add_pod("frac", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
 
-    gateway.bind(BindAction("default", "frac", uid, "gpu-1", gpu_group="grp-1", gpu_portion=0.5))
+    gateway.bind(BindAction("default", "frac", uid, "gpu-1", gpu_groups=("grp-1",), gpu_portion=0.5))
 
     pod = apiserver.get("pods", "frac")
     assert pod["metadata"]["labels"]["runai-gpu-group"] == "grp-1"
-    assert pod["metadata"]["annotations"]["runai-gpu-group"] == "grp-1"
+    assert "runai-gpu-group" not in pod["metadata"]["annotations"]  # KAI writes the label only
     assert pod["metadata"]["annotations"]["kaiweb.io/gpu-portion"] == "0.5"
     (observed,) = gateway.list_pods()
-    assert (observed.gpu_group, observed.node) == ("grp-1", "gpu-1")
+    assert (observed.gpu_groups, observed.node) == (("grp-1",), "gpu-1")
+
+
+def test_a_bind_on_two_shared_gpus_labels_each_device_and_drops_the_groups_of_an_earlier_attempt(
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
+) -> None:
+    # An earlier attempt labelled the pod and was not bound (its groups are another cycle's).
+    uid = apiserver.add_pod("pair", labels={"runai-gpu-group/old-1": "old-1", "runai-gpu-group/old-2": "old-2"},
+                            annotations={"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"})["metadata"]["uid"]
+
+    gateway.bind(BindAction("default", "pair", uid, "gpu-1", gpu_groups=("grp-a", "grp-b"), gpu_portion=0.5))
+
+    labels = apiserver.get("pods", "pair")["metadata"]["labels"]
+    assert {k: v for k, v in labels.items() if k.startswith("runai-gpu-group")} == {
+        "runai-gpu-group/grp-a": "grp-a", "runai-gpu-group/grp-b": "grp-b"}
+    (observed,) = gateway.list_pods()
+    assert (observed.gpu_groups, observed.node) == (("grp-a", "grp-b"), "gpu-1")
 
 
 def test_a_fractional_bind_never_relabels_a_pod_bound_elsewhere(
@@ -517,7 +533,7 @@ def test_a_fractional_bind_never_relabels_a_pod_bound_elsewhere(
                                  annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
 
     with pytest.raises(ClusterRejected, match="already bound to gpu-2"):
-        gateway.bind(BindAction("default", "frac", uid, "gpu-1", gpu_group="grp-new", gpu_portion=0.5))
+        gateway.bind(BindAction("default", "frac", uid, "gpu-1", gpu_groups=("grp-new",), gpu_portion=0.5))
 
     assert apiserver.get("pods", "frac")["metadata"]["labels"]["runai-gpu-group"] == "grp-old"
 
@@ -526,7 +542,7 @@ def test_a_fractional_bind_repeated_is_one_binding(
     apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
 ) -> None:
     uid = apiserver.add_pod("frac", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
-    action = BindAction("default", "frac", uid, "gpu-1", gpu_group="grp-1", gpu_portion=0.5)
+    action = BindAction("default", "frac", uid, "gpu-1", gpu_groups=("grp-1",), gpu_portion=0.5)
 
     outcomes = [gateway.bind(action).outcome, gateway.bind(action).outcome]
 
@@ -541,7 +557,7 @@ def test_a_fractional_bind_reads_again_when_the_pod_changed_meanwhile(
     uid = kube_apiserver.add_pod("frac", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"]
     kube_apiserver.fail_next(1, status=409, method="PATCH", path_contains="/pods/frac")
 
-    result = gateway.bind(BindAction("default", "frac", uid, "gpu-1", gpu_group="grp-1", gpu_portion=0.5))
+    result = gateway.bind(BindAction("default", "frac", uid, "gpu-1", gpu_groups=("grp-1",), gpu_portion=0.5))
 
     assert result.outcome == ActionOutcome.BOUND
     assert _requests_to(kube_apiserver, "/pods/frac", "PATCH") == 2

@@ -15,6 +15,12 @@ for an init container) and owned by the pod, so it goes with the pod. kaiweb's m
 (`kaiweb.admission`) points the fraction container's environment at its keys when it admits the pod;
 without the webhook a workload spells the references out itself.
 
+A sharer says which devices it holds by labels, as KAI's binder writes them (its
+``resourcereservation`` service): a pod on one device has ``runai-gpu-group: <group>``; a pod on
+several (``gpu-fraction-num-devices`` > 1) has one ``runai-gpu-group/<group>: <group>`` per device and
+no plain label, since a label value cannot list several (`group_labels`, read back by `groups_of`).
+Each device has its own group and its own reservation pod.
+
 When the last sharer of a group has left (finished, deleted or evicted), the group's reservation pod
 is deleted on the next observe step (`orphaned_reservations`).
 
@@ -24,10 +30,11 @@ These functions are pure; `KubernetesGateway` calls them and does the reads and 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kaiweb.cluster.backends.types import GPU_GROUP_LABEL, GPU_RESOURCE
+from kaiweb.cluster.backends.types import GPU_GROUP_LABEL, GPU_RESOURCE, MULTI_GPU_GROUP_PREFIX
 
 RESERVATION_APP = "kai-resource-reservation"
 APP_LABEL = "app"
@@ -35,6 +42,43 @@ GPU_INDEX_ANNOTATION = "run.ai/reserve_for_gpu_index"
 CONFIG_MAP_ANNOTATION = "runai/shared-gpu-configmap"
 FRACTION_CONTAINER_ANNOTATION = "gpu-fraction-container-name"
 MAX_NAME = 63
+# A group names a label value and, on a pod with several devices, a label key's name part: both
+# are at most 63 characters of this shape.
+GROUP_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def group_labels(groups: Sequence[str]) -> dict[str, str]:
+    """The labels that say a pod holds ``groups`` (one per device), as KAI's binder writes them: the
+    plain ``runai-gpu-group`` for one device, one ``runai-gpu-group/<group>`` each for several.
+
+    Raises ValueError for no group, a group twice (one device given twice) or a name that cannot be
+    a label."""
+    if not groups:
+        raise ValueError("a shared-GPU pod needs at least one GPU group")
+    if len(set(groups)) != len(groups):
+        raise ValueError(f"GPU groups {', '.join(groups)} name one device twice")
+    bad = [g for g in groups if not GROUP_NAME.match(g)]
+    if bad:
+        raise ValueError(f"GPU group {bad[0]!r} is not a label value (63 characters at most, letters, "
+                         "digits, '-', '_', '.', starting and ending with a letter or digit)")
+    if len(groups) == 1:
+        return {GPU_GROUP_LABEL: groups[0]}
+    return {MULTI_GPU_GROUP_PREFIX + g: g for g in groups}
+
+
+def is_group_label(key: str) -> bool:
+    """Whether a label key is one of those `group_labels` writes."""
+    return key == GPU_GROUP_LABEL or key.startswith(MULTI_GPU_GROUP_PREFIX)
+
+
+def groups_of(labels: Mapping[str, str] | None) -> tuple[str, ...]:
+    """The GPU groups a pod's labels say it holds: the plain label's, then the per-device labels' in
+    name order (a label map keeps no order). KAI's own reader (``GetGpuGroups``) reads the per-device
+    labels only beside a plain one; a pod on several devices has none, so they are read on their own."""
+    labels = labels or {}
+    plain = labels.get(GPU_GROUP_LABEL)
+    multi = sorted({v for k, v in labels.items() if k.startswith(MULTI_GPU_GROUP_PREFIX) and v and v != plain})
+    return ((plain,) if plain else ()) + tuple(multi)
 
 
 def _short(text: str, n: int = 8) -> str:
@@ -126,10 +170,10 @@ def orphaned_reservations(reservations: Iterable[Mapping[str, Any]],
     live = set()
     for pod in sharers:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        group = (meta.get("labels") or {}).get(GPU_GROUP_LABEL)
-        if not group or meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+        if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
             continue
-        live.add(((pod.get("spec") or {}).get("nodeName") or "", group))
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        live.update((node, group) for group in groups_of(meta.get("labels")))
     out = []
     for pod in reservations:
         meta = pod.get("metadata") or {}

@@ -59,6 +59,7 @@ from kaiweb.cluster.backends.types import (
     MIG_ENABLED_LABEL,
     MIG_RESOURCE_PREFIX,
     MIG_STRATEGY_LABEL,
+    MULTI_GPU_GROUP_PREFIX,
     POD_GROUP_ANNOTATION,
     POD_GROUP_STAMPS,
     PREEMPTION_BY_SCHEDULER,
@@ -398,7 +399,7 @@ def _parse_pod(raw: Mapping[str, Any]) -> ObservedPod:
         gpu_fraction=fraction,
         gpu_memory_mib=memory_mib,
         gpu_fraction_num_devices=devices,
-        gpu_group=labels.get(GPU_GROUP_LABEL) or None,
+        gpu_groups=gpu_sharing.groups_of(labels),
         labels=labels,
         node_selector=dict(spec.get("nodeSelector") or {}),
         created_at=_time(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
@@ -1347,23 +1348,25 @@ class KubernetesGateway:
     def _bind(self, action: BindAction, later: _Later) -> ActionResult:
         """Bind through the Binding subresource; ``later`` writes the ``Scheduled`` event.
 
-        For a shared GPU the still-unbound pod first gets the GPU group label (what KAI reads back
-        for existing groups) and annotation, guarded by its resourceVersion; the Binding carries the decision's idempotency key and
-        GPU portion as annotations, which the API server copies onto the pod. The server answers
+        For a shared GPU the still-unbound pod first gets the labels of its GPU groups, as KAI's
+        binder writes them (`gpu_sharing.group_labels`: one device, ``runai-gpu-group``; several, one
+        ``runai-gpu-group/<group>`` each), guarded by its resourceVersion, and each group its
+        reservation pod; the Binding carries the decision's idempotency key and GPU portion as
+        annotations, which the API server copies onto the pod. The server answers
         a Binding with a ``Status`` the client cannot turn into a ``V1Binding`` (its ``target``
         is required), so the raw response is used. A 409 is read back: already on this node is
         success; elsewhere, or another incarnation of the pod, is refused.
         """
         operation = f"bind pod {action.namespace}/{action.name} to {action.node}"
-        if action.uid and not action.gpu_group and not self._binding_checks_uid():
+        if action.uid and not action.gpu_groups and not self._binding_checks_uid():
             # An API server before 1.27 may bind whatever pod has the name (the Binding's uid is no
             # precondition there): check the incarnation first. A newer one refuses another incarnation
             # with 409, read back below; a shared-GPU bind checks it in its guarded label patch.
             done = self._check_bindable(action, self.read_pod(action.namespace, action.name), operation)
             if done is not None:
                 return done
-        if action.gpu_group:
-            done, pod = self._label_gpu_group(action, operation)
+        if action.gpu_groups:
+            done, pod = self._label_gpu_groups(action, operation)
             if done is not None:
                 return done
             self._reserve_shared_gpu(action, pod, operation)
@@ -1434,15 +1437,17 @@ class KubernetesGateway:
         return None
 
     def _reserve_shared_gpu(self, action: BindAction, pod: Mapping[str, Any], operation: str) -> None:
-        """Before a sharer (``pod``, as just read) is bound: its group's reservation pod on the node
-        (made once), and the sharer's ConfigMap (`kaiweb.cluster.backends.gpu_sharing`). A
-        reservation that cannot be made refuses the bind: the pod would otherwise run on a device the
-        plugin may give away."""
-        holder = self._reservation_holder(action, pod, operation)
+        """Before a sharer (``pod``, as just read) is bound: the reservation pod of each of its groups
+        on the node (made once), and the sharer's ConfigMap (`kaiweb.cluster.backends.gpu_sharing`),
+        whose ``NVIDIA_VISIBLE_DEVICES`` lists the devices in the order of the groups once every
+        reservation has reported its own (as KAI's binder joins them). A reservation that cannot be
+        made refuses the bind: the pod would otherwise run on a device the plugin may give away."""
+        holders = [self._reservation_holder(action, group, pod, operation) for group in action.gpu_groups]
+        indexes = [(_meta(h).get("annotations") or {}).get(gpu_sharing.GPU_INDEX_ANNOTATION) for h in holders]
         memory = (_meta(pod).get("annotations") or {}).get(GPU_MEMORY_ANNOTATION)
         config_map = gpu_sharing.sharing_config_map(
             pod, portion=action.gpu_portion, gpu_memory_mib=int(memory) if str(memory or "").isdigit() else None,
-            device_index=(_meta(holder).get("annotations") or {}).get(gpu_sharing.GPU_INDEX_ANNOTATION))
+            device_index=",".join(str(i) for i in indexes) if all(indexes) else None)
         try:
             self._json(f"{operation}: ConfigMap", self.core.create_namespaced_config_map, action.namespace, config_map)
         except ClusterRejected as err:
@@ -1452,21 +1457,23 @@ class KubernetesGateway:
                        config_map["metadata"]["name"], action.namespace, {"data": config_map["data"]},
                        _content_type="application/merge-patch+json")
 
-    def _reservation_holder(self, action: BindAction, pod: Mapping[str, Any], operation: str) -> Mapping[str, Any]:
-        """The reservation pod of the sharer's (node, GPU group): found, else made. Within `apply`, once
-        per (node, group) for all its sharers; a failure is not remembered (the next sharer tries)."""
+    def _reservation_holder(self, action: BindAction, group: str, pod: Mapping[str, Any],
+                            operation: str) -> Mapping[str, Any]:
+        """The reservation pod of one of the sharer's (node, GPU group): found, else made. Within
+        `apply`, once per (node, group) for all its sharers; a failure is not remembered (the next
+        sharer tries)."""
         memo = self._holders
         if memo is None:
-            return self._find_or_make_holder(action, pod, operation)
+            return self._find_or_make_holder(action, group, pod, operation)
         with self._holders_lock:
-            entry = memo.setdefault((action.node, action.gpu_group or ""), [threading.Lock(), None])
+            entry = memo.setdefault((action.node, group), [threading.Lock(), None])
         with entry[0]:
             if entry[1] is None:
-                entry[1] = self._find_or_make_holder(action, pod, operation)
+                entry[1] = self._find_or_make_holder(action, group, pod, operation)
             return entry[1]
 
-    def _find_or_make_holder(self, action: BindAction, pod: Mapping[str, Any], operation: str) -> Mapping[str, Any]:
-        group = action.gpu_group or ""
+    def _find_or_make_holder(self, action: BindAction, group: str, pod: Mapping[str, Any],
+                             operation: str) -> Mapping[str, Any]:
         ns = self.reservation_namespace
         self._ensure_namespace(ns, operation)
         selector = f"{gpu_sharing.APP_LABEL}={gpu_sharing.RESERVATION_APP},{GPU_GROUP_LABEL}={group}"
@@ -1516,6 +1523,14 @@ class KubernetesGateway:
         sharers, _ = self.list_raw("list GPU sharers", self.core.list_pod_for_all_namespaces,
                                    label_selector=GPU_GROUP_LABEL)
         sharers = [p for p in sharers if _meta(p).get("namespace") != ns]
+        # A pod on several devices has no plain label (a selector cannot ask for a key prefix): the
+        # groups no plain label holds are asked for by their per-device label, as KAI's binder does.
+        orphans = set(gpu_sharing.orphaned_reservations(held, sharers))
+        for group in sorted({(_meta(h).get("labels") or {}).get(GPU_GROUP_LABEL) or "" for h in held
+                             if _meta(h).get("name") in orphans} - {""}):
+            more, _ = self.list_raw(f"list the sharers of GPU group {group}", self.core.list_pod_for_all_namespaces,
+                                    label_selector=f"{MULTI_GPU_GROUP_PREFIX}{group}={group}")
+            sharers += [p for p in more if _meta(p).get("namespace") != ns]
         doomed = gpu_sharing.orphaned_reservations(held, sharers)
         for name in doomed:
             try:
@@ -1526,21 +1541,34 @@ class KubernetesGateway:
                     raise
         return doomed
 
-    def _label_gpu_group(self, action: BindAction, operation: str
-                         ) -> tuple[ActionResult | None, dict[str, Any]]:
-        """Label a still-unbound pod with its GPU group before the Binding (as KAI's binder does);
+    def _label_gpu_groups(self, action: BindAction, operation: str
+                          ) -> tuple[ActionResult | None, dict[str, Any]]:
+        """Label a still-unbound pod with its GPU groups before the Binding (as KAI's binder does);
         returns (None, the pod as read) when it may be bound now, else (the result, {}).
 
+        The groups must be one per device the pod asks for (``gpu-fraction-num-devices``, else one),
+        each named once: anything else is refused before the pod is touched. Group labels left by an
+        earlier attempt that are not among these are removed, so the pod holds only these devices.
         The patch carries the resourceVersion just read, so it cannot land on a pod that was bound
         elsewhere (or replaced) in between: the server refuses it with 409, and the pod is read again."""
+        try:
+            labels: dict[str, str | None] = dict(gpu_sharing.group_labels(action.gpu_groups))
+        except ValueError as bad:
+            raise ClusterRejected(operation, str(bad), status=422, reason="Invalid") from bad
         for _ in range(3):
             pod = self.read_pod(action.namespace, action.name)
             done = self._check_bindable(action, pod, operation)
             if done is not None or pod is None:
                 return done, {}
+            wanted = str((_meta(pod).get("annotations") or {}).get(GPU_FRACTION_NUM_DEVICES_ANNOTATION) or "1")
+            if wanted != str(len(action.gpu_groups)):
+                raise ClusterRejected(operation, f"the pod asks for {wanted} shared devices "
+                                      f"({GPU_FRACTION_NUM_DEVICES_ANNOTATION}), the decision gives "
+                                      f"{len(action.gpu_groups)}", status=422, reason="Invalid")
+            stale = {k: None for k in _meta(pod).get("labels") or {}
+                     if gpu_sharing.is_group_label(k) and k not in labels}
             patch = {"metadata": {"resourceVersion": _meta(pod).get("resourceVersion"),
-                                  "labels": {GPU_GROUP_LABEL: action.gpu_group},
-                                  "annotations": {GPU_GROUP_LABEL: action.gpu_group}}}
+                                  "labels": {**labels, **stale}}}
             try:
                 self._json(operation, self.core.patch_namespaced_pod, action.name, action.namespace, patch,
                            _content_type="application/strategic-merge-patch+json")

@@ -299,7 +299,7 @@ class SimulatedGateway:
                 priority=w.priority_class.value if w.priority_class else None,
                 requests=ResourceAmounts(cpu_millis=int(p.cpu), memory_bytes=int(p.memory), gpus=p.gpu),
                 gpu_fraction=p.gpu_fraction, gpu_memory_mib=p.gpu_memory_mib, gpu_fraction_num_devices=p.gpu_devices,
-                gpu_group=p.gpu_group or None, labels={}, node_selector={}, created_at=w.submitted_at,
+                gpu_groups=tuple(p.gpu_groups or ()), labels={}, node_selector={}, created_at=w.submitted_at,
                 deleted_at=None, resource_version="",
             ))
         return Listing(tuple(items))
@@ -359,7 +359,7 @@ class SimulatedGateway:
                                           "(that incarnation) is no longer running")
                 continue
             # The controller recreates an evicted pod: a new pending incarnation with a new uid.
-            pod.state, pod.node, pod.gpu_group, pod.started_at = PodState.PENDING, None, "", None
+            pod.state, pod.node, pod.gpu_groups, pod.started_at = PodState.PENDING, None, [], None
             pod.uid = uuid.uuid4().hex
             changed[pod.pk] = pod
             touched.add(pod.workload_id)
@@ -384,12 +384,12 @@ class SimulatedGateway:
                 raise ClusterRejected(f"bind pod {b.namespace}/{b.name} to {b.node}",
                                       "the pod is already bound to another node", status=409, reason="Conflict")
             pod.state, pod.node, pod.started_at = PodState.RUNNING, node, at
-            pod.gpu_group = (b.gpu_group or "")[:64]
+            pod.gpu_groups = list(b.gpu_groups)
             changed[pod.pk] = pod
             touched.add(pod.workload_id)
             results[offset + j] = ActionResult(ActionOutcome.BOUND, f"{b.name} bound to {b.node}")
         with transaction.atomic():
-            Pod.objects.bulk_update(list(changed.values()), ["state", "node", "gpu_group", "started_at", "uid"],
+            Pod.objects.bulk_update(list(changed.values()), ["state", "node", "gpu_groups", "started_at", "uid"],
                                     batch_size=500)
             if evicted_workloads:
                 Workload.objects.filter(pk__in=evicted_workloads).update(last_eviction_at=at)

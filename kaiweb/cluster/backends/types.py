@@ -32,6 +32,9 @@ GPU_FRACTION_ANNOTATION = "gpu-fraction"
 GPU_MEMORY_ANNOTATION = "gpu-memory"
 GPU_FRACTION_NUM_DEVICES_ANNOTATION = "gpu-fraction-num-devices"
 GPU_GROUP_LABEL = "runai-gpu-group"
+# A pod on several shared devices (gpu-fraction-num-devices > 1) has one label per device instead,
+# ``runai-gpu-group/<group>: <group>`` (KAI's MultiGpuGroupLabelPrefix).
+MULTI_GPU_GROUP_PREFIX = GPU_GROUP_LABEL + "/"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 MIG_ENABLED_LABEL = "node-role.kubernetes.io/mig-enabled"
@@ -185,7 +188,7 @@ class ObservedPod:
     gpu_fraction: float | None  # annotation gpu-fraction, 0 < f <= 1
     gpu_memory_mib: int | None  # annotation gpu-memory, > 0
     gpu_fraction_num_devices: int  # annotation gpu-fraction-num-devices, default 1
-    gpu_group: str | None  # label runai-gpu-group (set on bind for shared GPUs)
+    gpu_groups: tuple[str, ...]  # the shared devices it was given (`gpu_sharing.groups_of` its labels)
     labels: Mapping[str, str]
     node_selector: Mapping[str, str]
     created_at: datetime | None
@@ -299,7 +302,7 @@ class BindAction:
     name: str
     uid: str
     node: str
-    gpu_group: str | None = None  # for fractional GPUs: the shared device group
+    gpu_groups: tuple[str, ...] = ()  # for fractional GPUs: one shared device group per device
     gpu_portion: float | None = None  # for fractional GPUs: the accepted share of one device
     idempotency_key: str = ""
     node_pool: str = ""  # the shard that decided it, for the Scheduled event

@@ -23,10 +23,13 @@ class SchedulingCycleSerializer(serializers.ModelSerializer):
 class DecisionSerializer(serializers.ModelSerializer):
     """A bind, pipeline or eviction with the engine's reason code and numbers."""
 
+    gpu_groups = serializers.ListField(child=serializers.CharField(), read_only=True,
+                                       help_text="A shared-GPU bind's device groups, one per device.")
+
     class Meta:
         model = Decision
         fields = (
-            "id", "cycle", "kind", "status", "workload", "workload_ref", "pod_name", "node_name", "gpu_group", "reason",
+            "id", "cycle", "kind", "status", "workload", "workload_ref", "pod_name", "node_name", "gpu_groups", "reason",
             "message", "numbers", "idempotency_key", "applied_at",
         )
 

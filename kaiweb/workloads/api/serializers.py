@@ -26,14 +26,16 @@ class PodSerializer(serializers.ModelSerializer):
     """A pod: requests (GPU whole / fraction / memory, CPU millicores, memory bytes), state, node."""
 
     node = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    gpu_groups = serializers.ListField(child=serializers.CharField(), read_only=True,
+                                       help_text="The shared-GPU groups of a fractional pod, one per device.")
 
     class Meta:
         model = Pod
         fields = (
             "id", "name", "subgroup", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices", "mig_profile", "cpu",
-            "memory", "task_priority", "state", "node", "gpu_group", "duration_seconds", "started_at", "finished_at",
+            "memory", "task_priority", "state", "node", "gpu_groups", "duration_seconds", "started_at", "finished_at",
         )
-        read_only_fields = ("state", "node", "gpu_group", "started_at", "finished_at")
+        read_only_fields = ("state", "node", "gpu_groups", "started_at", "finished_at")
 
 
 class WorkloadSerializer(serializers.ModelSerializer):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from kaiweb.cluster.backends import gpu_sharing as gs
 
 
@@ -52,3 +56,45 @@ def test_a_reservation_is_released_when_its_last_sharer_has_left():
     sharers = [sharer("n1", "g1"), sharer("n1", "g2", phase="Succeeded"),
                sharer("n2", "g3", meta={"deletionTimestamp": "2026-01-01T00:00:00Z"})]
     assert gs.orphaned_reservations(holders, sharers) == ["r2", "r3"]
+
+
+_NAMES = st.from_regex(gs.GROUP_NAME, fullmatch=True)
+
+
+@given(st.lists(_NAMES, min_size=1, max_size=8, unique=True))
+def test_the_labels_of_a_pods_groups_read_back_as_the_same_groups(groups: list[str]) -> None:
+    labels = gs.group_labels(groups)
+
+    assert sorted(gs.groups_of(labels)) == sorted(groups)
+    assert all(gs.is_group_label(k) for k in labels)
+    # What KAI writes: the plain label for one device; one label per device, and no plain one, for several.
+    assert ("runai-gpu-group" in labels) == (len(groups) == 1)
+    assert len(labels) == len(groups)
+
+
+def test_labels_for_several_devices_are_keyed_by_group_as_kais_binder_writes_them() -> None:
+    assert gs.group_labels(["g1"]) == {"runai-gpu-group": "g1"}
+    assert gs.group_labels(["g1", "g2"]) == {"runai-gpu-group/g1": "g1", "runai-gpu-group/g2": "g2"}
+    assert gs.groups_of({"runai-gpu-group/g2": "g2", "runai-gpu-group/g1": "g1", "app": "x"}) == ("g1", "g2")
+    assert gs.groups_of({"runai-gpu-group": "g1"}) == ("g1",)
+    assert gs.groups_of({}) == ()
+
+
+@pytest.mark.parametrize(("groups", "rule"), [
+    ([], "at least one"),
+    (["g1", "g1"], "one device twice"),
+    (["g1,g2"], "not a label value"),
+    (["g" * 64], "not a label value"),
+])
+def test_groups_that_cannot_be_labels_or_name_a_device_twice_are_refused(groups: list[str], rule: str) -> None:
+    with pytest.raises(ValueError, match=rule):
+        gs.group_labels(groups)
+
+
+def test_a_reservation_stays_while_a_sharer_on_several_devices_holds_it() -> None:
+    holders = [{"metadata": {"name": name, "labels": {"runai-gpu-group": group}}, "spec": {"nodeName": "n1"}}
+               for name, group in (("r1", "g1"), ("r2", "g2"), ("r3", "g3"))]
+    spread = {"metadata": {"labels": gs.group_labels(["g1", "g2"])}, "spec": {"nodeName": "n1"},
+              "status": {"phase": "Running"}}
+
+    assert gs.orphaned_reservations(holders, [spread]) == ["r3"]

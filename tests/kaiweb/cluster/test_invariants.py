@@ -90,3 +90,27 @@ def test_a_gang_whose_pods_finish_one_by_one_is_not_broken_but_one_that_lost_a_p
     groups = [group("ending", 3), group("failed", 2), group("gone", 2)]
     found = violations([node("n1")], [*ending, *failed, *gone], groups, now=NOW)
     assert rules(found) == [("gang", "PodGroup ns/failed"), ("gang", "PodGroup ns/gone")]
+
+
+def test_a_pod_on_several_shared_gpus_counts_its_portion_on_each_and_must_hold_what_it_asks_for() -> None:
+    def spread(name: str, groups: dict[str, str], devices: str = "2") -> dict[str, Any]:
+        return pod(name, "n1", gpus=0, labels={f"runai-gpu-group/{g}": v for g, v in groups.items()},
+                   annotations={"gpu-fraction": "0.5", "gpu-fraction-num-devices": devices})
+
+    def single(name: str, group: str) -> dict[str, Any]:
+        return pod(name, "n1", gpus=0, labels={"runai-gpu-group": group}, annotations={"gpu-fraction": "0.5"})
+
+    fine = [spread("a", {"g1": "g1", "g2": "g2"}), single("b", "g1"), single("c", "g2")]
+    assert violations([node("n1")], fine, now=NOW) == []
+
+    over = violations([node("n1")], [*fine, single("d", "g2")], now=NOW)
+    assert [(v.rule, v.message.split(" is given ")[1]) for v in over] == [("shared-device", "1.5 of one device")]
+
+    short = violations([node("n1")], [spread("e", {"g1": "g1"})], now=NOW)
+    assert [v.message for v in short] == ["pod e asks for 2 shared GPUs and holds 1 (g1)"]
+
+    both = {"runai-gpu-group": "g1", "runai-gpu-group/g1": "g1"}
+    twice = violations([node("n1")], [pod("f", "n1", gpus=0, labels=both, annotations={"gpu-fraction": "0.5"})],
+                       now=NOW)
+    assert [v.subject for v in twice] == ["Pod ns/f"]
+    assert "names one shared GPU twice" in twice[0].message

@@ -103,7 +103,7 @@ def test_stranded_gpus_use_the_engines_measure():
 def test_free_gpus_per_node_come_from_the_placed_pods():
     node = NodeFactory(allocatable_gpu=4)
     for frac in (0.5, 0.25):
-        PodFactory(node=node, state="Running", gpu=0, gpu_fraction=frac, gpu_group="g1")
+        PodFactory(node=node, state="Running", gpu=0, gpu_fraction=frac, gpu_groups=["g1"])
     PodFactory(node=node, state="Running", gpu=2)
     PodFactory(node=node, state="Pending", gpu=1)  # not placed: does not count
     assert sorted(free_per_gpu([node])[node.pk]) == [0.25, 1.0]
@@ -117,7 +117,7 @@ def test_free_gpus_per_node_come_from_the_placed_pods():
 def test_stranded_gpus_are_on_metrics_and_the_node_map(admin_client):
     node = NodeFactory(name="gpu-a", allocatable_gpu=2)
     wl = WorkloadFactory(submitted_at=T0)
-    PodFactory(workload=wl, node=node, state="Running", gpu=0, gpu_fraction=0.9, gpu_group="g1")
+    PodFactory(workload=wl, node=node, state="Running", gpu=0, gpu_fraction=0.9, gpu_groups=["g1"])
     PodFactory(workload=wl, node=node, state="Running", gpu=1)
     # no pod in the window: the default typical pods, the smallest a quarter GPU: 0.1 free is stranded
     body = admin_client.get("/metrics").content.decode()
