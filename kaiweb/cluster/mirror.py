@@ -1007,7 +1007,8 @@ def _apply_shards(cluster: Cluster, observed: Sequence[Any]) -> None:
 
     The eviction mode and condition come from the object's spec.args as KAI would run it (absent:
     delete, no condition; `parse_shard`), the queue depths from spec.queueDepthPerAction, the usage
-    window and half-life from spec.usageDBConfig.usageParams, and what the object sets that kaiweb
+    window and half-life from spec.usageDBConfig.usageParams, the Prometheus time-based fair share reads
+    (the rest of spec.usageDBConfig, `usage_db`), and what the object sets that kaiweb
     does not apply is kept, with the reasons, in `unsupported_fields`. A shard the cluster does not
     describe keeps its configuration from the database."""
     from kaiweb.cluster.models import SchedulingShard
@@ -1021,6 +1022,7 @@ def _apply_shards(cluster: Cluster, observed: Sequence[Any]) -> None:
                   "args": dict(shard.args), "eviction_mode": shard.eviction_mode,
                   "update_pod_eviction_condition": shard.update_pod_eviction_condition,
                   "queue_depth_per_action": dict(shard.queue_depth_per_action),
+                  "usage_db": shard.usage_db.as_json() if shard.usage_db is not None else {},
                   "unsupported_fields": [{"field": f, "reason": why} for f, why in shard.unsupported]}
         if shard.usage_window_s is not None:
             values["usage_window_seconds"] = round(shard.usage_window_s)
@@ -1036,7 +1038,8 @@ def _apply_shards(cluster: Cluster, observed: Sequence[Any]) -> None:
             continue
         for key, value in values.items():
             setattr(row, key, value)
-        row.save()
+        # Only the object's fields: the usage database's reading is written meanwhile by the fetch task.
+        row.save(update_fields=[*values, "updated"] if row.pk is not None else None)
 
 
 def _holding_resources(cluster: Cluster, keys: set[tuple[str, str]]) -> dict[tuple[str, str], Any]:
