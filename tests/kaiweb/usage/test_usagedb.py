@@ -208,3 +208,26 @@ def test_the_task_fetches_only_the_shards_that_name_a_database_and_are_due(answe
     assert usagedb.refresh_due(NOW) == {}  # fetched a moment ago
     assert usagedb.is_due(shard, NOW.replace(minute=31, second=15))
     assert not SchedulingShard.objects.exclude(pk=shard.pk).exclude(usage_db_reading={}).exists()
+
+
+def test_metrics_give_the_allocation_of_every_shards_queues_from_its_latest_cycle():
+    """What KAI's usage queries read: a gauge per queue at every scrape, whichever shard ran last."""
+    from datetime import timedelta
+
+    from kaiweb.core.prometheus import render
+    from tests.factories import QueueFactory, QueueStatusFactory, SchedulingCycleFactory, SchedulingShardFactory
+
+    east, west = SchedulingShardFactory(name="east"), SchedulingShardFactory(name="west")
+    a, b = QueueFactory(name="east-team"), QueueFactory(name="west-team")
+    old, new = NOW - timedelta(minutes=2), NOW - timedelta(minutes=1)
+    QueueStatusFactory(queue=a, cycle=SchedulingCycleFactory(shard=east), recorded_at=old - timedelta(minutes=1),
+                       allocated={"cpu": 0, "memory": 0, "gpu": 1})
+    QueueStatusFactory(queue=a, cycle=SchedulingCycleFactory(shard=east), recorded_at=old,
+                       allocated={"cpu": 2000, "memory": 1000, "gpu": 3})
+    QueueStatusFactory(queue=b, cycle=SchedulingCycleFactory(shard=west), recorded_at=new,
+                       allocated={"cpu": 0, "memory": 0, "gpu": 5})
+    body = render()[0].decode()
+    assert 'kai_queue_allocated_gpus{queue_name="east-team"} 3.0' in body
+    assert 'kai_queue_allocated_cpu_cores{queue_name="east-team"} 2.0' in body
+    assert 'kai_queue_allocated_memory_bytes{queue_name="east-team"} 1e+09' in body
+    assert 'kai_queue_allocated_gpus{queue_name="west-team"} 5.0' in body
