@@ -89,7 +89,8 @@ class PrometheusAPI:
         if len(data["result"]) > self.max_series:
             raise PrometheusError(f"prometheus: query {promql!r} returned {len(data['result'])} series, more than "
                                   f"the {self.max_series} kaiweb reads")
-        return data["result"]
+        result: list[dict[str, Any]] = data["result"]
+        return result
 
     def vector(self, promql: str, at: datetime | float | None = None,
                timeout: float | None = None) -> list[Sample]:

@@ -76,7 +76,6 @@ from kaiweb.cluster.backends.types import (
     ObservedPriorityClass,
     ObservedQueue,
     ObservedShard,
-    UsageDbConfig,
     ObservedTopology,
     PodRef,
     PodState,
@@ -86,8 +85,8 @@ from kaiweb.cluster.backends.types import (
     SubGroup,
     Taint,
     Unreadable,
+    UsageDbConfig,
 )
-from kaiweb.core.cron import parse_cron
 from kaiweb.cluster.errors import (
     Capability,
     ClusterError,
@@ -95,6 +94,7 @@ from kaiweb.cluster.errors import (
     ClusterTimeout,
     ClusterUnavailable,
 )
+from kaiweb.core.cron import parse_cron
 from scheduler_core import queue_crd
 from scheduler_core.model import ACTIONS, QueueSpec, TopologyConstraint
 from scheduler_core.units import bytes_to_mib

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -18,8 +18,10 @@ from kaiweb.cluster import mirror
 from kaiweb.cluster.backends.kubernetes import parse_shard
 from kaiweb.cluster.models import Cluster, SchedulingShard
 from kaiweb.core.promapi import PrometheusAPI, PrometheusError
+from kaiweb.core.prometheus import render
 from kaiweb.usage import usagedb
 from kaiweb.usage.accounting import usage_for_engine
+from tests.factories import QueueFactory, QueueStatusFactory, SchedulingCycleFactory, SchedulingShardFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -174,7 +176,8 @@ def test_a_failed_fetch_keeps_the_last_good_answer_while_it_is_fresh(answers):
     assert reading["state"] == "failed"
     usage, why = shard.usage_db_answer()
     assert usage == {"a": (0.75, 0.75, 0.75), "b": (0.25, 0.25, 0.25)}  # as KAI: the last data, until stale
-    assert "the last fetch" in why and "HTTP 503" in why
+    assert "the last fetch" in why
+    assert "HTTP 503" in why
 
 
 def test_an_answer_too_large_or_with_too_many_series_is_refused_unread(answers):
@@ -212,11 +215,6 @@ def test_the_task_fetches_only_the_shards_that_name_a_database_and_are_due(answe
 
 def test_metrics_give_the_allocation_of_every_shards_queues_from_its_latest_cycle():
     """What KAI's usage queries read: a gauge per queue at every scrape, whichever shard ran last."""
-    from datetime import timedelta
-
-    from kaiweb.core.prometheus import render
-    from tests.factories import QueueFactory, QueueStatusFactory, SchedulingCycleFactory, SchedulingShardFactory
-
     east, west = SchedulingShardFactory(name="east"), SchedulingShardFactory(name="west")
     a, b = QueueFactory(name="east-team"), QueueFactory(name="west-team")
     old, new = NOW - timedelta(minutes=2), NOW - timedelta(minutes=1)
