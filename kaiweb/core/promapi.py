@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import requests
 
+# Defaults: a usage database's answer has a series per queue. Per-pod GPU utilization passes larger ones.
 MAX_ANSWER_BYTES = 8 * 1024 * 1024
 MAX_SERIES = 10_000
 
@@ -54,6 +56,7 @@ class PrometheusAPI:
         self.session = session or requests.Session()
 
     def _body(self, promql: str, params: dict[str, str], timeout: float) -> Any:
+        started = time.monotonic()
         try:
             with self.session.get(f"{self.url}/api/v1/query", params=params, timeout=timeout,
                                   stream=True) as response:
@@ -63,6 +66,9 @@ class PrometheusAPI:
                     if size > self.max_bytes:
                         raise PrometheusError(f"prometheus: the answer to {promql!r} is larger than "
                                               f"{self.max_bytes} bytes; not read")
+                    if time.monotonic() - started > timeout:  # the timeout bounds each read, this the whole
+                        raise PrometheusError(f"prometheus: the answer to {promql!r} took longer than "
+                                              f"{timeout:g}s; not read")
                     chunks.append(chunk)
                 status = response.status_code
         except requests.RequestException as exc:

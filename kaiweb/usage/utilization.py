@@ -39,6 +39,9 @@ QUERIES = {
     "memory_free": 'sum by (namespace, pod) (DCGM_FI_DEV_FB_FREE{pod!=""})',
 }
 SIMULATED_MIB_PER_DEVICE = 81_920.0
+# A series per pod with GPUs: room for the largest clusters, still a bound
+MAX_SERIES = 200_000
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
 class UtilizationError(PrometheusError):
@@ -81,7 +84,8 @@ class PrometheusSource:
 
     def __init__(self, url: str, timeout: float = 10.0, session: requests.Session | None = None) -> None:
         try:
-            self.api = PrometheusAPI(url, timeout=timeout, session=session)
+            self.api = PrometheusAPI(url, timeout=timeout, session=session, max_bytes=MAX_ANSWER_BYTES,
+                                     max_series=MAX_SERIES)
         except PrometheusError as exc:
             raise UtilizationError(str(exc)) from exc
         self.url = self.api.url

@@ -817,7 +817,7 @@ def _usage_db(value: Any) -> tuple[float | None, float | None, UsageDbConfig | N
     extra_seconds = {}
     for key, default in USAGE_DB_EXTRA_DURATIONS.items():
         extra_seconds[key] = _duration(extra.get(key), f"{field}.extraParams[{key}]") or default
-    if not 1.0 <= extra_seconds["queryResolution"]:
+    if extra_seconds["queryResolution"] < 1.0:
         raise _Bad(f"{field}.extraParams[queryResolution]", "must be at least 1s", extra.get("queryResolution"))
     if extra_seconds["usageQueryTimeout"] > USAGE_DB_MAX_QUERY_TIMEOUT_S:
         raise _Bad(f"{field}.extraParams[usageQueryTimeout]",

@@ -229,3 +229,42 @@ def test_metrics_give_the_allocation_of_every_shards_queues_from_its_latest_cycl
     assert 'kai_queue_allocated_cpu_cores{queue_name="east-team"} 2.0' in body
     assert 'kai_queue_allocated_memory_bytes{queue_name="east-team"} 1e+09' in body
     assert 'kai_queue_allocated_gpus{queue_name="west-team"} 5.0' in body
+
+
+def test_a_slow_answer_is_abandoned_within_its_timeout(answers):
+    body = vector(*(({"queue_name": f"q{i}"}, "1") for i in range(20000)))  # about 20 chunks
+    server = answers(lambda query: (200, body))
+    api = PrometheusAPI(server.url, max_bytes=64 * 1024 * 1024, max_series=100_000)
+    api.session.get = _slow_get(api.session.get)  # each chunk arrives a little late: no read times out
+    with pytest.raises(PrometheusError, match="took longer than 0.5s"):
+        api.vector("kai_queue_allocated_gpus", timeout=0.5)
+
+
+def _slow_get(get: Callable[..., Any]) -> Callable[..., Any]:
+    import time
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        response = get(*args, **kwargs)
+        chunks = response.iter_content
+
+        def late(chunk_size: int = 1) -> Iterator[bytes]:
+            for chunk in chunks(chunk_size=chunk_size):
+                time.sleep(0.05)
+                yield chunk
+
+        response.iter_content = late
+        return response
+
+    return slow
+
+
+def test_the_queue_page_explains_the_fair_share_with_the_usage_the_cycle_reads(answers):
+    from kaiweb.queues.fairshare import usage_arithmetic
+
+    server = answers(good)
+    shard = shard_with(server.url)
+    assert usage_arithmetic(shard).source == ""  # nothing fetched yet: kaiweb's own accounting
+    usagedb.refresh(shard)
+    explained = usage_arithmetic(shard)
+    assert explained.source.startswith(f"the Prometheus at {server.url}")
+    assert {q: row.normalised for q, row in explained.rows.items()} == {"a": [0.75] * 3, "b": [0.25] * 3}
