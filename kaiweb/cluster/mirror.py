@@ -1813,8 +1813,46 @@ def _record(pods: dict[int, Pod], binds: list[tuple[int, int, str]], evicts: lis
     update_rows(Pod, changed, ["state", "node_id", "gpu_group"])
 
 
+USAGE_DB_CONDITION, FIELDS_CONDITION = "UsageDatabaseRead", "FieldsApplied"
+_CONDITION_MESSAGE_MAX = 4000
+
+
+def shard_conditions(shard: Any) -> list[dict[str, str]]:
+    """kaiweb's conditions for the shard's SchedulingShard object: whether every field it sets is
+    applied (else which are not, and why) and, when it names a usage database, whether the cycle
+    reads it (else why not: no answer yet, stale, the last fetch's error)."""
+    rows = [r for r in (shard.unsupported_fields or []) if isinstance(r, dict)]
+    out = [{"type": FIELDS_CONDITION, "status": "False" if rows else "True",
+            "reason": "NotApplied" if rows else "AllApplied",
+            "message": ("; ".join(f"{r.get('field')}: {r.get('reason')}" for r in rows)
+                        or "every field the object sets is applied")[:_CONDITION_MESSAGE_MAX]}]
+    if shard.usage_db:
+        usage, why = shard.usage_db_answer()
+        out.append({"type": USAGE_DB_CONDITION, "status": "True" if usage is not None else "False",
+                    "reason": "Answered" if usage is not None else "OwnAccounting",
+                    "message": why[:_CONDITION_MESSAGE_MAX]})
+    return out
+
+
+def _write_shard_conditions(gateway: Any, shard: Any, digests: dict[str, str], report: WriteBackReport) -> None:
+    """The shard's conditions to its SchedulingShard object, when they changed since last written
+    (the digest kept beside the queues', under a key no queue name can take)."""
+    conditions = shard_conditions(shard)
+    key, digest = f"SchedulingShard/{shard.name}", _digest(conditions)
+    if digests.get(key) == digest:
+        return
+    try:
+        gateway.write_shard_conditions(shard.name, conditions)
+    except ClusterError as exc:
+        report.errors.append(str(exc))
+        log.warning("shard status not written: %s", exc)
+        return
+    digests[key] = digest
+
+
 def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
-    """After a cycle: queue status to each Queue CRD, the why-pending explanation to each
+    """After a cycle: queue status to each Queue CRD, the shard's conditions to its SchedulingShard
+    object (`shard_conditions`), the why-pending explanation to each
     pending pod (and to each unreadable one), each only when it changed since last written, and
     each PodGroup's stamps where its workload holds later ones (`_write_stamps`)."""
     from kaiweb.queues.models import Queue
@@ -1845,6 +1883,7 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
             continue
         digests[update.name] = digest
         report.queue_statuses += 1
+    _write_shard_conditions(gateway, cycle.shard, digests, report)
     state.queue_status_digests = digests
     state.save(update_fields=["queue_status_digests"])
 

@@ -1,13 +1,14 @@
 """KAI's SchedulingShard with the fields of its newer releases, on a real kube-apiserver with kaiweb's
 CRDs (`deploy/kubernetes/crds.yaml`): the API server keeps every field (those of KAI's current CRD by
 their schema, the rest because the schema preserves what it does not list), the mirror reads the
-object, and the shard applies what kaiweb honours and reports the rest with the reason. A value the
+object, and the shard applies what kaiweb honours and reports the rest with the reason, on the shard
+and, after a cycle, in the object's status conditions (beside those of other writers). A value the
 schema allows but KAI's rules do not is a problem record naming the field and the rule."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from kaiweb.cluster.backends.kubernetes import KubernetesGateway
 from kaiweb.cluster.models import SchedulingShard, UnreadableObject
 from kaiweb.scheduling import cycle
 from tests.kube.servers import RealServer
+from tests.kube.test_real_apiserver import _run_cycle
 
 pytestmark = [pytest.mark.kube, pytest.mark.django_db]
 
@@ -80,6 +82,43 @@ def test_the_api_server_keeps_every_field_and_the_shard_applies_or_reports_each(
     # the cycle has had no answer from that Prometheus yet: it reads kaiweb's own accounting, and says so
     assert shard.usage_db_answer()[1].startswith("kaiweb's own usage accounting: no answer yet from the Prometheus "
                                                  "at http://prometheus.monitoring:9090")
+
+
+def test_the_cycle_writes_what_is_not_applied_and_the_usage_source_into_the_objects_status(
+        server: RealServer, kube_shard: SchedulingShard, gateway: KubernetesGateway) -> None:
+    server.put("schedulingshards", {"metadata": {"name": "default"}, "spec": SPEC})
+    operators = {"type": "Available", "status": "True", "reason": "Deployed", "message": "KAI's operator wrote this",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    server.put_status("schedulingshards", {"metadata": {"name": "default"}, "status": {"conditions": [operators]}})
+
+    _run_cycle(kube_shard)
+
+    conditions = {c["type"]: c for c in server.get("schedulingshards", "default")["status"]["conditions"]}
+    assert conditions["Available"] == operators  # another writer's condition is kept
+    fields = conditions["FieldsApplied"]
+    assert (fields["status"], fields["reason"]) == ("False", "NotApplied")
+    assert "spec.victimOrdering: not a field of KAI's SchedulingShard" in fields["message"]
+    assert "spec.usageDBConfig.usageParams.waitTimeout: a cycle never waits" in fields["message"]
+    usage = conditions["UsageDatabaseRead"]
+    assert (usage["status"], usage["reason"]) == ("False", "OwnAccounting")
+    assert "no answer yet from the Prometheus at http://prometheus.monitoring:9090" in usage["message"]
+    first = usage["lastTransitionTime"]
+
+    # answered: the condition turns True; written once, not again while nothing changes
+    shard = SchedulingShard.objects.get(pk=kube_shard.pk)
+    now = datetime.now(tz=UTC).isoformat()
+    SchedulingShard.objects.filter(pk=shard.pk).update(usage_db_reading={
+        "config": shard.usage_db, "state": "ok", "reason": "", "attempted_at": now, "succeeded_at": now,
+        "url": "http://prometheus.monitoring:9090", "usage": {}})
+    _run_cycle(kube_shard)
+    usage = {c["type"]: c for c in server.get("schedulingshards", "default")["status"]["conditions"]}[
+        "UsageDatabaseRead"]
+    assert (usage["status"], usage["reason"]) == ("True", "Answered")
+    assert usage["message"].startswith("the Prometheus at http://prometheus.monitoring:9090, answered at")
+    assert usage["lastTransitionTime"] >= first
+    version = server.get("schedulingshards", "default")["metadata"]["resourceVersion"]
+    _run_cycle(kube_shard)
+    assert server.get("schedulingshards", "default")["metadata"]["resourceVersion"] == version
 
 
 def test_a_value_the_schema_allows_but_kais_rules_do_not_is_a_problem_naming_the_field(

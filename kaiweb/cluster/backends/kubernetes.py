@@ -1818,6 +1818,36 @@ class KubernetesGateway:
             raise
         return True
 
+    def write_shard_conditions(self, name: str, conditions: Sequence[Mapping[str, str]]) -> bool:
+        """Set these conditions (type, status, reason, message) in the SchedulingShard object's
+        status, keeping its other conditions and a condition's lastTransitionTime while its status
+        holds; False when there is no such object. Written only when something changed."""
+        try:
+            current = self._json(f"read SchedulingShard {name}", self.custom.get_cluster_custom_object,
+                                 KAI_GROUP, "v1", "schedulingshards", name)
+        except ClusterRejected as err:
+            if err.status == 404:
+                return False
+            raise
+        status = current.get("status") if isinstance(current.get("status"), dict) else {}
+        before = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+        by_type = {c.get("type"): c for c in before}
+        now = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        generation = _meta(current).get("generation")
+        ours = {}
+        for condition in conditions:
+            old = by_type.get(condition["type"]) or {}
+            held = old.get("status") == condition["status"] and old.get("lastTransitionTime")
+            ours[condition["type"]] = {
+                **condition, "lastTransitionTime": held or now,
+                **({"observedGeneration": generation} if isinstance(generation, int) else {})}
+        after = [ours.pop(c.get("type"), c) for c in before] + list(ours.values())
+        if after == before:
+            return True
+        self._json(f"write SchedulingShard {name} status", self.custom.patch_cluster_custom_object_status,
+                   KAI_GROUP, "v1", "schedulingshards", name, {"status": {"conditions": after}})
+        return True
+
     def write_queue_status(self, status: QueueStatusUpdate) -> None:
         body = {"status": {
             "allocated": _quantity_text(status.allocated),
