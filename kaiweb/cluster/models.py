@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -20,6 +21,16 @@ from scheduler_core import model as m
 
 #: the state of a shard's usage database reading (`usage_db_reading["state"]`)
 USAGE_DB_OK, USAGE_DB_FAILED = "ok", "failed"
+def redact_url(url: str) -> str:
+    """A URL as kaiweb shows it: any user and password replaced by ***."""
+    parts = urlsplit(str(url))
+    if parts.username is None and parts.password is None:
+        return str(url)
+    host = parts.hostname or ""
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 #: extended resources with this prefix are MIG instances (nvidia.com/mig-1g.10gb)
 MIG_PREFIX = "nvidia.com/mig-"
 
@@ -148,7 +159,7 @@ class SchedulingShard(TimeStampedModel):
         if not config:
             return None, "kaiweb's own usage accounting (the shard names no usage database)"
         reading = self.usage_db_reading if isinstance(self.usage_db_reading, dict) else {}
-        where = reading.get("url") or config.get("connection_string") or "the usage database"
+        where = reading.get("url") or redact_url(config.get("connection_string") or "") or "the usage database"
         failed = (f"; the last fetch, at {reading.get('attempted_at')}, failed: {reading.get('reason')}"
                   if reading.get("state") == USAGE_DB_FAILED else "")
         if reading.get("config") != config or not reading.get("succeeded_at"):

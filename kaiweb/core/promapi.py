@@ -48,8 +48,10 @@ class PrometheusAPI:
 
     def __init__(self, url: str, timeout: float = 10.0, session: requests.Session | None = None, *,
                  field: str = "KAI_PROMETHEUS_URL", max_bytes: int = MAX_ANSWER_BYTES,
-                 max_series: int = MAX_SERIES) -> None:
+                 max_series: int = MAX_SERIES, shown: str = "") -> None:
         self.url = check_url(url, field)
+        # how messages name it: a URL read from the environment is named by its variable, never shown
+        self.shown = shown or self.url
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.max_series = max_series
@@ -72,7 +74,7 @@ class PrometheusAPI:
                     chunks.append(chunk)
                 status = response.status_code
         except requests.RequestException as exc:
-            raise PrometheusError(f"prometheus: {self.url} could not be reached ({exc.__class__.__name__})") from exc
+            raise PrometheusError(f"prometheus: {self.shown} could not be reached ({exc.__class__.__name__})") from exc
         try:
             return status, json.loads(b"".join(chunks))
         except ValueError as exc:

@@ -7,7 +7,7 @@ queue (`kai_queue_allocated_gpus`, `…_cpu_cores`, `…_memory_bytes`, label `q
 `/metrics` writes them) and the cluster's capacity (kube-state-metrics' `kube_node_status_capacity`),
 each decayed by `0.5^((now - time()) / halfLife)` and summed over the window at `queryResolution`:
 
-    sum_over_time((((metric) * (0.5^((now - time()) / h)))))[range:step])    at time now
+    sum_over_time((((metric) * (0.5^((now - time()) / h))))[range:step])    at time now
 
 usage[q][r] = the queue's sum / the capacity's sum. The window is `windowSize` back from now
 (sliding), from the latest reset every `windowSize` after `tumblingWindowStartTime` (tumbling), or
@@ -17,9 +17,9 @@ since the reset, which is what those windows mean.
 
 `refresh` runs in the usage app's Celery task (never in a request, never in a cycle) when the shard's
 `fetchInterval` has passed, and stores the answer, or why there is none, on the shard
-(`usage_db_reading`). `prometheus_usage` gives and was fetched with the shard's current settings
-(`SchedulingShard.usage_db_answer`); otherwise the cycle reads kaiweb's own accounting, and the
-shard says why.
+(`usage_db_reading`). The cycle reads the stored answer while it is younger than `stalenessPeriod`
+and was fetched with the shard's current settings (`SchedulingShard.usage_db_answer`); otherwise it
+reads kaiweb's own accounting, and the shard says why.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 from django.conf import settings
 
-from kaiweb.cluster.models import USAGE_DB_FAILED, USAGE_DB_OK, SchedulingShard
+from kaiweb.cluster.models import USAGE_DB_FAILED, USAGE_DB_OK, SchedulingShard, redact_url
 from kaiweb.core.choices import RESOURCES
 from kaiweb.core.cron import previous_tick
 from kaiweb.core.promapi import PrometheusAPI, PrometheusError
@@ -43,20 +43,31 @@ QUEUE_LABEL = "queue_name"
 OK, FAILED = USAGE_DB_OK, USAGE_DB_FAILED
 
 
-def source_url(config: dict[str, Any]) -> str:
-    """The Prometheus of the shard: connectionString, else the variable connectionStringEnvVar names
-    (in kaiweb's worker), else KAI_PROMETHEUS_URL; PrometheusError naming the field when none is set."""
+# connectionStringEnvVar may name only a variable of kaiweb's worker with this prefix: an object in the
+# cluster must not point the worker at another of its settings (a database URL, a secret key).
+ENV_VAR_PREFIX = "KAI_USAGE_DB_"
+
+
+def source_url(config: dict[str, Any]) -> tuple[str, str]:
+    """The Prometheus of the shard and how to name it where it is shown: connectionString (shown
+    without any user and password), else the variable connectionStringEnvVar names in kaiweb's worker
+    (shown as `$NAME`), else KAI_PROMETHEUS_URL (shown by that name); PrometheusError naming the
+    field when none is set."""
     if config.get("connection_string"):
-        return str(config["connection_string"])
-    variable = config.get("connection_string_env_var") or ""
+        return str(config["connection_string"]), redact_url(str(config["connection_string"]))
+    variable = str(config.get("connection_string_env_var") or "")
     if variable:
+        if not variable.startswith(ENV_VAR_PREFIX):
+            raise PrometheusError(f"spec.usageDBConfig.connectionStringEnvVar: must name a variable starting with "
+                                  f"{ENV_VAR_PREFIX} (kaiweb reads no other of its settings for a cluster's object), "
+                                  f"not {variable}")
         value = os.environ.get(variable, "")
         if not value:
             raise PrometheusError(f"spec.usageDBConfig.connectionStringEnvVar: the variable {variable} is not set "
                                   "in kaiweb's worker")
-        return value
+        return value, f"${variable}"
     if getattr(settings, "KAI_PROMETHEUS_URL", ""):
-        return str(settings.KAI_PROMETHEUS_URL)
+        return str(settings.KAI_PROMETHEUS_URL), "KAI_PROMETHEUS_URL"
     raise PrometheusError("spec.usageDBConfig.connectionString: not set, and kaiweb has no KAI_PROMETHEUS_URL "
                           "to use instead")
 
@@ -108,7 +119,9 @@ def fetch(shard: SchedulingShard, now: datetime, api: PrometheusAPI | None = Non
     if not promql:
         return {}
     budget = float(config.get("query_timeout_s", 10.0))
-    api = api or PrometheusAPI(source_url(config), timeout=budget, field="spec.usageDBConfig.connectionString")
+    if api is None:
+        url, shown = source_url(config)
+        api = PrometheusAPI(url, timeout=budget, field="spec.usageDBConfig.connectionString", shown=shown)
     deadline = time.monotonic() + budget
 
     def ask(query: str) -> list[Any]:
@@ -167,7 +180,7 @@ def refresh(shard: SchedulingShard, now: datetime | None = None, api: Prometheus
         previous = {}
     reading: dict[str, Any] = {"config": shard.usage_db, "attempted_at": now.isoformat()}
     try:
-        reading["url"] = source_url(shard.usage_db)
+        reading["url"] = source_url(shard.usage_db)[1]  # as shown: never a value from the environment
         usage = fetch(shard, now, api)
     except (PrometheusError, ValueError) as exc:
         log.warning("shard %s: usage database not read: %s", shard, exc)

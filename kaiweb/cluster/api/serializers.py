@@ -7,7 +7,15 @@ from typing import Any
 from rest_framework import serializers
 
 from kaiweb.cluster.backends.types import EVICTION_MODE_RULE
-from kaiweb.cluster.models import Cluster, GpuDevice, Node, SchedulingShard, Topology, UnreadableObject
+from kaiweb.cluster.models import (
+    Cluster,
+    GpuDevice,
+    Node,
+    SchedulingShard,
+    Topology,
+    UnreadableObject,
+    redact_url,
+)
 from kaiweb.core.api.base import WarningsMixin
 
 
@@ -44,6 +52,13 @@ class SchedulingShardSerializer(WarningsMixin, serializers.ModelSerializer):
         read_only_fields = ("created", "updated", "queue_depth_per_action", "unsupported_fields", "usage_db")
         validators: list = []  # overlaps are checked by the service, with a message naming the other shard
         extra_kwargs = {"eviction_mode": {"error_messages": {"invalid_choice": EVICTION_MODE_RULE + ', not "{input}"'}}}
+
+    def to_representation(self, instance: SchedulingShard) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if isinstance(data.get("usage_db"), dict) and data["usage_db"].get("connection_string"):
+            data["usage_db"] = {**data["usage_db"],
+                                "connection_string": redact_url(data["usage_db"]["connection_string"])}
+        return data
 
     def get_usage_source(self, shard: SchedulingShard) -> dict[str, Any]:
         usage, reason = shard.usage_db_answer()

@@ -22,6 +22,7 @@ from kaiweb.core.prometheus import render
 from kaiweb.usage import usagedb
 from kaiweb.usage.accounting import usage_for_engine
 from tests.factories import QueueFactory, QueueStatusFactory, SchedulingCycleFactory, SchedulingShardFactory
+from tests.prometheus_server import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -192,15 +193,33 @@ def test_an_answer_too_large_or_with_too_many_series_is_refused_unread(answers):
 
 def test_the_connection_comes_from_the_string_the_variable_or_kaiwebs_prometheus(settings, monkeypatch):
     settings.KAI_PROMETHEUS_URL = ""
-    assert usagedb.source_url({"connection_string": "http://p:9090"}) == "http://p:9090"
-    monkeypatch.setenv("USAGE_DB_URL", "http://from-env:9090")
-    assert usagedb.source_url({"connection_string_env_var": "USAGE_DB_URL"}) == "http://from-env:9090"
-    with pytest.raises(PrometheusError, match="the variable NOT_SET_HERE is not set"):
-        usagedb.source_url({"connection_string_env_var": "NOT_SET_HERE"})
+    assert usagedb.source_url({"connection_string": "http://p:9090"}) == ("http://p:9090", "http://p:9090")
+    monkeypatch.setenv("KAI_USAGE_DB_URL", "http://user:secret@from-env:9090")
+    assert usagedb.source_url({"connection_string_env_var": "KAI_USAGE_DB_URL"}) == (
+        "http://user:secret@from-env:9090", "$KAI_USAGE_DB_URL")
+    with pytest.raises(PrometheusError, match="the variable KAI_USAGE_DB_NOT_SET is not set"):
+        usagedb.source_url({"connection_string_env_var": "KAI_USAGE_DB_NOT_SET"})
     with pytest.raises(PrometheusError, match="no KAI_PROMETHEUS_URL"):
         usagedb.source_url({})
     settings.KAI_PROMETHEUS_URL = "http://kaiweb-prometheus:9090"
-    assert usagedb.source_url({}) == "http://kaiweb-prometheus:9090"
+    assert usagedb.source_url({}) == ("http://kaiweb-prometheus:9090", "KAI_PROMETHEUS_URL")
+
+
+def test_an_object_cannot_point_the_worker_at_another_of_its_settings_nor_see_an_env_url(monkeypatch):
+    monkeypatch.setenv("DATABASE_URL_FOR_TEST", "http://user:secret@db:5432")
+    with pytest.raises(PrometheusError, match="must name a variable starting with KAI_USAGE_DB_"):
+        usagedb.source_url({"connection_string_env_var": "DATABASE_URL_FOR_TEST"})
+
+    port = free_port()
+    monkeypatch.setenv("KAI_USAGE_DB_URL", f"http://user:secret@127.0.0.1:{port}")
+    cluster = Cluster.objects.create(name="k8s", backend="kubernetes")
+    mirror._apply_shards(cluster, [parse_shard({"metadata": {"name": "default"}, "spec": {"usageDBConfig": {
+        "clientType": "prometheus", "connectionStringEnvVar": "KAI_USAGE_DB_URL"}}})])
+    shard = SchedulingShard.objects.get(cluster=cluster, name="default")
+    reading = usagedb.refresh(shard)
+    assert reading["state"] == "failed"
+    assert "$KAI_USAGE_DB_URL could not be reached" in reading["reason"]
+    assert "secret" not in json.dumps(reading) + shard.usage_db_answer()[1]
 
 
 def test_the_task_fetches_only_the_shards_that_name_a_database_and_are_due(answers):
@@ -268,3 +287,15 @@ def test_the_queue_page_explains_the_fair_share_with_the_usage_the_cycle_reads(a
     explained = usage_arithmetic(shard)
     assert explained.source.startswith(f"the Prometheus at {server.url}")
     assert {q: row.normalised for q, row in explained.rows.items()} == {"a": [0.75] * 3, "b": [0.25] * 3}
+
+
+def test_a_connection_string_is_shown_without_its_user_and_password(admin_api):
+    shard = SchedulingShard.objects.get(name="default")
+    shard.usage_db = {"client_type": "prometheus", "connection_string": "https://bot:token@prom.example:9090/x"}
+    shard.save()
+    assert usagedb.source_url(shard.usage_db) == ("https://bot:token@prom.example:9090/x",
+                                                  "https://***@prom.example:9090/x")
+    assert "https://***@prom.example:9090/x" in shard.usage_db_answer()[1]
+    shown = admin_api.get("/api/v1/shards/default/").json()
+    assert shown["usage_db"]["connection_string"] == "https://***@prom.example:9090/x"
+    assert "token" not in json.dumps(shown)
