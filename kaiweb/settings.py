@@ -323,6 +323,7 @@ KAI_WATCH_HEARTBEAT_SECONDS = env.float("KAI_WATCH_HEARTBEAT_SECONDS", default=3
 # Admission webhooks (/admission/mutate, /admission/validate): the largest AdmissionReview read (an
 # object and its old version; etcd keeps objects up to 1.5 MiB each). 413 above it.
 KAI_ADMISSION_MAX_BYTES = env.int("KAI_ADMISSION_MAX_BYTES", default=4 * 1024 * 1024)
+KAI_USAGE_DB_CHECK_SECONDS = env.float("KAI_USAGE_DB_CHECK_SECONDS", default=15.0)
 # Periodic work, seeded into django-celery-beat's tables (editable at runtime in the admin):
 # one cycle per enabled shard every KAI_CYCLE_SECONDS, usage accounting, daily roll-up.
 CELERY_BEAT_SCHEDULE = {
@@ -331,6 +332,10 @@ CELERY_BEAT_SCHEDULE = {
     "usage-accounting": {"task": "usage.account", "schedule": KAI_USAGE_SECONDS,
                          "options": {"expires": KAI_USAGE_SECONDS * 2}},
     "usage-retention": {"task": "usage.retention", "schedule": 24 * 3600.0},
+    # Shards whose SchedulingShard names a Prometheus usage database: fetched when their
+    # fetchInterval has passed (checked this often; the queries have their own time limit).
+    "usage-database": {"task": "usage.fetch_usage_db", "schedule": KAI_USAGE_DB_CHECK_SECONDS,
+                       "options": {"expires": KAI_USAGE_DB_CHECK_SECONDS * 2}},
 }
 
 # What-if (replay of recorded history): the largest run one request may ask for. Work is counted as

@@ -35,9 +35,14 @@ class SchedulingShardAdmin(ServiceAdmin):
     fields = (
         "cluster", "name", "partition_label_key", "partition_label_value", "gpu_placement", "cpu_placement",
         "k_value", "usage_window_seconds", "usage_half_life_seconds", "preempt_min_runtime", "reclaim_min_runtime",
-        "eviction_mode", "update_pod_eviction_condition", "enabled", "queue_depths", "not_applied",
+        "eviction_mode", "update_pod_eviction_condition", "enabled", "queue_depths", "usage_source", "not_applied",
     )
-    readonly_fields = ("queue_depths", "not_applied")
+    readonly_fields = ("queue_depths", "usage_source", "not_applied")
+
+    @admin.display(description="Time-based fair share reads usage from")
+    def usage_source(self, obj: SchedulingShard) -> str:
+        """The usage database the SchedulingShard object names, or kaiweb's own accounting, and why."""
+        return obj.usage_db_answer()[1]
 
     @admin.display(description="Queue depth per action")
     def queue_depths(self, obj: SchedulingShard) -> str:

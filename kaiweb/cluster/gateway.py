@@ -23,6 +23,7 @@ the scheduling cycle asks that set, never ``hasattr``:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from django.conf import settings
@@ -96,6 +97,11 @@ class ClusterGateway(Protocol):
         ...
 
     def write_queue_status(self, status: QueueStatusUpdate) -> None: ...
+
+    def write_shard_conditions(self, name: str, conditions: Sequence[Mapping[str, str]]) -> bool:
+        """Set kaiweb's conditions on the SchedulingShard object ``name`` (its others kept); False
+        when the cluster has no such object."""
+        ...
 
     def report_pending(self, pod: PodRef | ObservedPod, reason: str, message: str) -> None:
         """Explain why a pod is pending: condition PodScheduled=False (reason Unschedulable,

@@ -1007,7 +1007,8 @@ def _apply_shards(cluster: Cluster, observed: Sequence[Any]) -> None:
 
     The eviction mode and condition come from the object's spec.args as KAI would run it (absent:
     delete, no condition; `parse_shard`), the queue depths from spec.queueDepthPerAction, the usage
-    window and half-life from spec.usageDBConfig.usageParams, and what the object sets that kaiweb
+    window and half-life from spec.usageDBConfig.usageParams, the Prometheus time-based fair share reads
+    (the rest of spec.usageDBConfig, `usage_db`), and what the object sets that kaiweb
     does not apply is kept, with the reasons, in `unsupported_fields`. A shard the cluster does not
     describe keeps its configuration from the database."""
     from kaiweb.cluster.models import SchedulingShard
@@ -1021,6 +1022,7 @@ def _apply_shards(cluster: Cluster, observed: Sequence[Any]) -> None:
                   "args": dict(shard.args), "eviction_mode": shard.eviction_mode,
                   "update_pod_eviction_condition": shard.update_pod_eviction_condition,
                   "queue_depth_per_action": dict(shard.queue_depth_per_action),
+                  "usage_db": shard.usage_db.as_json() if shard.usage_db is not None else {},
                   "unsupported_fields": [{"field": f, "reason": why} for f, why in shard.unsupported]}
         if shard.usage_window_s is not None:
             values["usage_window_seconds"] = round(shard.usage_window_s)
@@ -1036,7 +1038,8 @@ def _apply_shards(cluster: Cluster, observed: Sequence[Any]) -> None:
             continue
         for key, value in values.items():
             setattr(row, key, value)
-        row.save()
+        # Only the object's fields: the usage database's reading is written meanwhile by the fetch task.
+        row.save(update_fields=[*values, "updated"] if row.pk is not None else None)
 
 
 def _holding_resources(cluster: Cluster, keys: set[tuple[str, str]]) -> dict[tuple[str, str], Any]:
@@ -1810,8 +1813,46 @@ def _record(pods: dict[int, Pod], binds: list[tuple[int, int, list[str]]], evict
     update_rows(Pod, changed, ["state", "node_id", "gpu_groups"])
 
 
+USAGE_DB_CONDITION, FIELDS_CONDITION = "UsageDatabaseRead", "FieldsApplied"
+_CONDITION_MESSAGE_MAX = 4000
+
+
+def shard_conditions(shard: Any) -> list[dict[str, str]]:
+    """kaiweb's conditions for the shard's SchedulingShard object: whether every field it sets is
+    applied (else which are not, and why) and, when it names a usage database, whether the cycle
+    reads it (else why not: no answer yet, stale, the last fetch's error)."""
+    rows = [r for r in (shard.unsupported_fields or []) if isinstance(r, dict)]
+    out = [{"type": FIELDS_CONDITION, "status": "False" if rows else "True",
+            "reason": "NotApplied" if rows else "AllApplied",
+            "message": ("; ".join(f"{r.get('field')}: {r.get('reason')}" for r in rows)
+                        or "every field the object sets is applied")[:_CONDITION_MESSAGE_MAX]}]
+    if shard.usage_db:
+        usage, why = shard.usage_db_answer()
+        out.append({"type": USAGE_DB_CONDITION, "status": "True" if usage is not None else "False",
+                    "reason": "Answered" if usage is not None else "OwnAccounting",
+                    "message": why[:_CONDITION_MESSAGE_MAX]})
+    return out
+
+
+def _write_shard_conditions(gateway: Any, shard: Any, digests: dict[str, str], report: WriteBackReport) -> None:
+    """The shard's conditions to its SchedulingShard object, when they changed since last written
+    (the digest kept beside the queues', under a key no queue name can take)."""
+    conditions = shard_conditions(shard)
+    key, digest = f"SchedulingShard/{shard.name}", _digest(conditions)
+    if digests.get(key) == digest:
+        return
+    try:
+        gateway.write_shard_conditions(shard.name, conditions)
+    except ClusterError as exc:
+        report.errors.append(str(exc))
+        log.warning("shard status not written: %s", exc)
+        return
+    digests[key] = digest
+
+
 def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
-    """After a cycle: queue status to each Queue CRD, the why-pending explanation to each
+    """After a cycle: queue status to each Queue CRD, the shard's conditions to its SchedulingShard
+    object (`shard_conditions`), the why-pending explanation to each
     pending pod (and to each unreadable one), each only when it changed since last written, and
     each PodGroup's stamps where its workload holds later ones (`_write_stamps`)."""
     from kaiweb.queues.models import Queue
@@ -1842,6 +1883,7 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
             continue
         digests[update.name] = digest
         report.queue_statuses += 1
+    _write_shard_conditions(gateway, cycle.shard, digests, report)
     state.queue_status_digests = digests
     state.save(update_fields=["queue_status_digests"])
 

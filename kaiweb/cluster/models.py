@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -16,6 +18,18 @@ from kaiweb.cluster.choices import (
 )
 from kaiweb.core.models import TimeStampedModel
 from scheduler_core import model as m
+
+#: the state of a shard's usage database reading (`usage_db_reading["state"]`)
+USAGE_DB_OK, USAGE_DB_FAILED = "ok", "failed"
+def redact_url(url: str) -> str:
+    """A URL as kaiweb shows it: any user and password replaced by ***."""
+    parts = urlsplit(str(url))
+    if parts.username is None and parts.password is None:
+        return str(url)
+    host = parts.hostname or ""
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
 
 #: extended resources with this prefix are MIG instances (nvidia.com/mig-1g.10gb)
 MIG_PREFIX = "nvidia.com/mig-"
@@ -112,6 +126,16 @@ class SchedulingShard(TimeStampedModel):
         help_text="The SchedulingShard object's fields kaiweb reads but does not apply, each with the reason "
         "([{\"field\": …, \"reason\": …}]); written by the cluster mirror.",
     )
+    usage_db = models.JSONField(
+        default=dict, blank=True,
+        help_text="The Prometheus that time-based fair share reads past usage from (KAI's usageDBConfig, from the "
+        "SchedulingShard object, as `UsageDbConfig.as_json`). Empty: kaiweb's own usage accounting.",
+    )
+    usage_db_reading = models.JSONField(
+        default=dict, blank=True,
+        help_text="The usage database's latest answer and how its fetch went (state, reason, times, the usage per "
+        "queue); written by the usage app's fetch task, read by the cycle.",
+    )
     enabled = models.BooleanField(default=True)
 
     class Meta:
@@ -126,6 +150,29 @@ class SchedulingShard(TimeStampedModel):
 
     def __str__(self) -> str:
         return f"{self.cluster}/{self.name}"
+
+    def usage_db_answer(self, now: datetime | None = None) -> tuple[dict[str, tuple[float, float, float]] | None, str]:
+        """The usage the cycle reads from the shard's usage database, and a sentence saying where the
+        cycle's usage comes from; None (kaiweb's own accounting) when the shard names none, it has not
+        answered yet with the shard's settings, or its last answer is older than stalenessPeriod."""
+        config = self.usage_db if isinstance(self.usage_db, dict) else {}
+        if not config:
+            return None, "kaiweb's own usage accounting (the shard names no usage database)"
+        reading = self.usage_db_reading if isinstance(self.usage_db_reading, dict) else {}
+        where = reading.get("url") or redact_url(config.get("connection_string") or "") or "the usage database"
+        failed = (f"; the last fetch, at {reading.get('attempted_at')}, failed: {reading.get('reason')}"
+                  if reading.get("state") == USAGE_DB_FAILED else "")
+        if reading.get("config") != config or not reading.get("succeeded_at"):
+            return None, (f"kaiweb's own usage accounting: no answer yet from the Prometheus at {where} with the "
+                          f"shard's settings{failed}")
+        now = now or datetime.now(tz=UTC)
+        age = (now - datetime.fromisoformat(reading["succeeded_at"])).total_seconds()
+        staleness = float(config.get("staleness_s", 300.0))
+        if age > staleness:
+            return None, (f"kaiweb's own usage accounting: the last answer of the Prometheus at {where} is "
+                          f"{age:.0f}s old, older than stalenessPeriod ({staleness:g}s){failed}")
+        usage = {str(q): (float(v[0]), float(v[1]), float(v[2])) for q, v in (reading.get("usage") or {}).items()}
+        return usage, f"the Prometheus at {where}, answered at {reading['succeeded_at']}{failed}"
 
     def matches(self, labels: Any) -> bool:
         """Whether an object with these labels belongs to this shard."""

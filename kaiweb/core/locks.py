@@ -29,6 +29,7 @@ LOCK_KEYS: dict[str, int] = {
     "usage-accounting": 7200,
     "usage-retention": 7300,
     "seed-demo": 7400,
+    "usage-database": 7500,
 }
 
 

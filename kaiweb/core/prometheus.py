@@ -103,10 +103,25 @@ class QueueCollector(Collector):
                 families[name] = GaugeMetricFamily(name, doc, labels=["queue_name"])
             return families[name]
 
-        latest = QueueStatus.objects.order_by("-recorded_at", "-id").values_list("cycle_id", flat=True).first()
-        statuses = QueueStatus.objects.filter(cycle_id=latest).select_related("queue") if latest else []
+        # The latest status of each shard's cycles: every shard's queues, not only those of the shard
+        # that ran last (KAI's usage queries sum these gauges over time; a gap is usage lost).
+        from kaiweb.cluster.models import SchedulingShard
+
+        cycles = set()
+        for shard_id in SchedulingShard.objects.filter(enabled=True).values_list("pk", flat=True):
+            cycles.add(QueueStatus.objects.filter(cycle__shard_id=shard_id).order_by("-recorded_at", "-id")
+                       .values_list("cycle_id", flat=True).first())
+        cycles.discard(None)
+        if not cycles:
+            cycles.add(QueueStatus.objects.order_by("-recorded_at", "-id").values_list("cycle_id", flat=True).first())
+        statuses = (QueueStatus.objects.filter(cycle_id__in=cycles).select_related("queue")
+                    .order_by("-recorded_at", "-id"))
+        seen: set[str] = set()
         for st in statuses:
             q = st.queue.name
+            if q in seen:
+                continue
+            seen.add(q)
             for r, (suffix, convert, what) in QUEUE_RESOURCES.items():
                 gauge(f"kai_queue_allocated_{suffix}", f"Allocated {what} of the queue (subtree).").add_metric(
                     [q], convert(_num(st.allocated.get(r))))

@@ -39,6 +39,8 @@ class UsageArithmetic:
     capacity: dict[str, float]
     capacity_decayed: list[float]
     rows: dict[str, UsageRow] = field(default_factory=dict)
+    # where U comes from when not from these sums: the shard's usage database (its answer replaces U)
+    source: str = ""
 
 
 def usage_arithmetic(shard: Any, now: Any = None) -> UsageArithmetic | None:
@@ -57,6 +59,14 @@ def usage_arithmetic(shard: Any, now: Any = None) -> UsageArithmetic | None:
     for name, usage in full["usage"].items():
         out.rows[name] = UsageRow(queue=name, decayed=full["queue_decayed"].get(name, [0.0, 0.0, 0.0]),
                                   normalised=list(usage))
+    answer, source = shard.usage_db_answer()
+    if answer is not None:  # the cycle reads the usage database's U (usage.accounting.usage_for_engine)
+        out.source = source
+        for row in out.rows.values():
+            row.normalised = [0.0, 0.0, 0.0]
+        for name, usage in answer.items():
+            row = out.rows.setdefault(name, UsageRow(queue=name, decayed=[0.0, 0.0, 0.0], normalised=[]))
+            row.normalised = list(usage)
     return out
 
 

@@ -372,11 +372,15 @@ def _samples(shard: SchedulingShard, now: datetime, window: float, queue_ids: li
 def usage_for_engine(shard: SchedulingShard, now: datetime | None = None) -> dict[str, tuple[float, float, float]]:
     """Normalised historical usage per queue ([cpu, memory, gpu] in 0..1) for the engine.
 
-    Empty (the feature is off, as in KAI without a usage database) when k is 0 or there is no
-    history yet.
+    From the shard's usage database (a Prometheus its SchedulingShard names) while that has a fresh
+    answer (`SchedulingShard.usage_db_answer`), else from kaiweb's own accounting. Empty (the feature
+    is off, as in KAI without a usage database) when k is 0 or there is no history yet.
     """
     if shard.k_value <= 0:
         return {}
+    usage, _ = shard.usage_db_answer()
+    if usage is not None:
+        return usage
     explanation = compute_usage(shard, now=now)
     return {q: tuple(v) for q, v in explanation["usage"].items()}  # type: ignore[misc]  # three numbers per queue (cpu, memory, gpu)
 

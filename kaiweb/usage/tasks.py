@@ -1,4 +1,5 @@
-"""Celery tasks of the usage app: accounting every minute, retention and roll-up daily."""
+"""Celery tasks of the usage app: accounting every minute, retention and roll-up daily, and the
+shards' Prometheus usage databases when each one's fetchInterval has passed."""
 
 from __future__ import annotations
 
@@ -27,3 +28,15 @@ def usage_retention_task() -> dict[str, int]:
         if not got:
             return {}
         return roll_up_and_expire()
+
+
+@shared_task(name="usage.fetch_usage_db", acks_late=True, ignore_result=True)
+def fetch_usage_db_task() -> dict[str, str]:
+    """Read the usage database of every shard that names one and is due (its fetchInterval passed)."""
+    from kaiweb.core.locks import advisory_lock
+    from kaiweb.usage.usagedb import refresh_due
+
+    with advisory_lock("usage-database", wait=False) as got:
+        if not got:
+            return {}
+        return refresh_due()

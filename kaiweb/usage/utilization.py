@@ -27,6 +27,8 @@ from typing import Any, Protocol
 import requests
 from django.conf import settings
 
+from kaiweb.core.promapi import PrometheusAPI, PrometheusError
+
 log = logging.getLogger(__name__)
 
 UTILIZATION_LABEL = "kaiweb.io/gpu-utilization"
@@ -37,9 +39,12 @@ QUERIES = {
     "memory_free": 'sum by (namespace, pod) (DCGM_FI_DEV_FB_FREE{pod!=""})',
 }
 SIMULATED_MIB_PER_DEVICE = 81_920.0
+# A series per pod with GPUs: room for the largest clusters, still a bound
+MAX_SERIES = 200_000
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
-class UtilizationError(Exception):
+class UtilizationError(PrometheusError):
     """The utilization source could not be read (the message says why)."""
 
 
@@ -78,32 +83,19 @@ class PrometheusSource:
     name = "prometheus"
 
     def __init__(self, url: str, timeout: float = 10.0, session: requests.Session | None = None) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise UtilizationError(f"KAI_PROMETHEUS_URL: must start with http:// or https://, not {url!r}")
-        self.url = url.rstrip("/")
-        self.timeout = timeout
-        self.session = session or requests.Session()
+        try:
+            self.api = PrometheusAPI(url, timeout=timeout, session=session, max_bytes=MAX_ANSWER_BYTES,
+                                     max_series=MAX_SERIES)
+        except PrometheusError as exc:
+            raise UtilizationError(str(exc)) from exc
+        self.url = self.api.url
 
     def query(self, promql: str, at: datetime | None = None) -> list[dict[str, Any]]:
         """The result vector of an instant query; raises UtilizationError naming what failed."""
-        params = {"query": promql}
-        if at is not None:
-            params["time"] = f"{at.timestamp():.3f}"
         try:
-            response = self.session.get(f"{self.url}/api/v1/query", params=params, timeout=self.timeout)
-        except requests.RequestException as exc:
-            raise UtilizationError(f"prometheus: {self.url} could not be reached ({exc.__class__.__name__})") from exc
-        try:
-            body = response.json()
-        except ValueError as exc:
-            raise UtilizationError(f"prometheus: HTTP {response.status_code}, not a JSON answer") from exc
-        if not isinstance(body, dict) or body.get("status") != "success":
-            error = body.get("error") if isinstance(body, dict) else None
-            raise UtilizationError(f"prometheus: query {promql!r} failed: {error or response.status_code}")
-        data = body.get("data") or {}
-        if data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
-            raise UtilizationError(f"prometheus: query {promql!r} did not return a vector")
-        return data["result"]
+            return self.api.query(promql, at)
+        except PrometheusError as exc:
+            raise UtilizationError(str(exc)) from exc
 
     def _series(self, promql: str, at: datetime | None) -> dict[tuple[str, str], float]:
         out: dict[tuple[str, str], float] = {}

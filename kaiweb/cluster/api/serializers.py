@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from kaiweb.cluster.backends.types import EVICTION_MODE_RULE
-from kaiweb.cluster.models import Cluster, GpuDevice, Node, SchedulingShard, Topology, UnreadableObject
+from kaiweb.cluster.models import (
+    Cluster,
+    GpuDevice,
+    Node,
+    SchedulingShard,
+    Topology,
+    UnreadableObject,
+    redact_url,
+)
 from kaiweb.core.api.base import WarningsMixin
 
 
@@ -25,6 +35,10 @@ class SchedulingShardSerializer(WarningsMixin, serializers.ModelSerializer):
     """A node-label partition scheduled on its own."""
 
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    usage_source = serializers.SerializerMethodField(
+        help_text="Where the cycle's time-based fair share reads past usage from: `prometheus` (the usage "
+        "database the SchedulingShard names, while its answer is fresh) or `kaiweb` (its own accounting), "
+        "with the reason and the last fetch's state, error and times.")
 
     class Meta:
         model = SchedulingShard
@@ -32,12 +46,26 @@ class SchedulingShardSerializer(WarningsMixin, serializers.ModelSerializer):
             "id", "cluster", "name", "partition_label_key", "partition_label_value", "gpu_placement", "cpu_placement",
             "k_value", "usage_window_seconds", "usage_half_life_seconds", "preempt_min_runtime", "reclaim_min_runtime",
             "eviction_mode", "update_pod_eviction_condition", "queue_depth_per_action", "unsupported_fields",
-            "enabled", "created", "updated", "warnings",
+            "usage_db", "usage_source", "enabled", "created", "updated", "warnings",
         )
         # set by the cluster's SchedulingShard object (the mirror), never through the API
-        read_only_fields = ("created", "updated", "queue_depth_per_action", "unsupported_fields")
+        read_only_fields = ("created", "updated", "queue_depth_per_action", "unsupported_fields", "usage_db")
         validators: list = []  # overlaps are checked by the service, with a message naming the other shard
         extra_kwargs = {"eviction_mode": {"error_messages": {"invalid_choice": EVICTION_MODE_RULE + ', not "{input}"'}}}
+
+    def to_representation(self, instance: SchedulingShard) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if isinstance(data.get("usage_db"), dict) and data["usage_db"].get("connection_string"):
+            data["usage_db"] = {**data["usage_db"],
+                                "connection_string": redact_url(data["usage_db"]["connection_string"])}
+        return data
+
+    def get_usage_source(self, shard: SchedulingShard) -> dict[str, Any]:
+        usage, reason = shard.usage_db_answer()
+        reading = shard.usage_db_reading if isinstance(shard.usage_db_reading, dict) else {}
+        return {"source": "prometheus" if usage is not None else "kaiweb", "reason": reason,
+                "state": reading.get("state", ""), "error": reading.get("reason", ""),
+                "attempted_at": reading.get("attempted_at"), "succeeded_at": reading.get("succeeded_at")}
 
 
 class GpuDeviceSerializer(serializers.ModelSerializer):
@@ -92,3 +120,4 @@ class UnreadableObjectSerializer(serializers.ModelSerializer):
             "id", "cluster", "kind", "namespace", "name", "uid", "field", "rule", "message", "deferred",
             "first_seen", "last_seen",
         )
+

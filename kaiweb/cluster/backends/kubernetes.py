@@ -86,6 +86,7 @@ from kaiweb.cluster.backends.types import (
     SubGroup,
     Taint,
     Unreadable,
+    UsageDbConfig,
 )
 from kaiweb.cluster.errors import (
     Capability,
@@ -94,6 +95,7 @@ from kaiweb.cluster.errors import (
     ClusterTimeout,
     ClusterUnavailable,
 )
+from kaiweb.core.cron import parse_cron
 from scheduler_core import queue_crd
 from scheduler_core.model import ACTIONS, QueueSpec, TopologyConstraint
 from scheduler_core.units import bytes_to_mib
@@ -745,11 +747,26 @@ def _search_budgets(value: Any) -> str:
     return json.dumps(effective, sort_keys=True)
 
 
-def _usage_db(value: Any) -> tuple[float | None, float | None, list[tuple[str, str]]]:
-    """spec.usageDBConfig validated: (window seconds, half-life seconds, what is not applied)."""
+# KAI's usage database client (pkg/scheduler/cache/usagedb/prometheus): the metric (or PromQL) each
+# resource's allocation and capacity is read from, by its extraParams key, and KAI's default.
+USAGE_DB_ALLOCATION_METRICS = {"gpu": ("gpuAllocationMetric", "kai_queue_allocated_gpus"),
+                               "cpu": ("cpuAllocationMetric", "kai_queue_allocated_cpu_cores"),
+                               "memory": ("memoryAllocationMetric", "kai_queue_allocated_memory_bytes")}
+USAGE_DB_CAPACITY_METRICS = {
+    "gpu": ("gpuCapacityMetric", 'sum(kube_node_status_capacity{resource="nvidia_com_gpu"})'),
+    "cpu": ("cpuCapacityMetric", 'sum(kube_node_status_capacity{resource="cpu"})'),
+    "memory": ("memoryCapacityMetric", 'sum(kube_node_status_capacity{resource="memory"})')}
+USAGE_DB_EXTRA_DURATIONS = {"usageQueryTimeout": 10.0, "queryResolution": 60.0}
+USAGE_DB_MAX_QUERY_TIMEOUT_S = 60.0
+USAGE_DB_MAX_STEPS = 100_000  # window / queryResolution: the samples one query sums per series
+
+
+def _usage_db(value: Any) -> tuple[float | None, float | None, UsageDbConfig | None, list[tuple[str, str]]]:
+    """spec.usageDBConfig validated: (window seconds, half-life seconds, the Prometheus source kaiweb
+    reads or None, what is not applied)."""
     config = _mapping(value, "spec.usageDBConfig", "must be an object with clientType and usageParams")
     if not config:
-        return None, None, []
+        return None, None, None, []
     client_type = config.get("clientType")
     if not isinstance(client_type, str) or not client_type:
         raise _Bad("spec.usageDBConfig.clientType", "is required: the usage database's client, e.g. prometheus",
@@ -757,32 +774,87 @@ def _usage_db(value: Any) -> tuple[float | None, float | None, list[tuple[str, s
     for key in ("connectionString", "connectionStringEnvVar"):
         if not isinstance(config.get(key) or "", str):
             raise _Bad(f"spec.usageDBConfig.{key}", "must be a string", config.get(key))
-    where = config.get("connectionString") or (f"${config['connectionStringEnvVar']}"
-                                               if config.get("connectionStringEnvVar") else "KAI's own Prometheus")
-    unsupported = [("spec.usageDBConfig.clientType",
-                    f"time-based fair share reads kaiweb's own usage accounting, not the {client_type} usage "
-                    f"database at {where}")]
+    url = str(config.get("connectionString") or "").strip()
+    if url and not url.startswith(("http://", "https://")):
+        raise _Bad("spec.usageDBConfig.connectionString", "must be a URL starting with http:// or https://", url)
+    unsupported: list[tuple[str, str]] = []
+    if client_type != "prometheus":
+        unsupported.append(("spec.usageDBConfig.clientType",
+                            f"kaiweb reads a usage database of client type prometheus only; time-based fair "
+                            f"share reads kaiweb's own usage accounting, not the {client_type} one"))
     params = _mapping(config.get("usageParams"), "spec.usageDBConfig.usageParams", "must be an object")
-    window = _prom_duration(params.get("windowSize"), "spec.usageDBConfig.usageParams.windowSize")
-    half_life = _duration(params.get("halfLifePeriod"), "spec.usageDBConfig.usageParams.halfLifePeriod")
+    field = "spec.usageDBConfig.usageParams"
+    window = _prom_duration(params.get("windowSize"), f"{field}.windowSize")
+    half_life = _duration(params.get("halfLifePeriod"), f"{field}.halfLifePeriod")
     window_type = params.get("windowType") or "sliding"
     if window_type not in USAGE_WINDOW_TYPES:
-        raise _Bad("spec.usageDBConfig.usageParams.windowType", f"must be one of {', '.join(USAGE_WINDOW_TYPES)}",
-                   window_type)
-    if window_type != "sliding":
-        unsupported.append(("spec.usageDBConfig.usageParams.windowType",
-                            f"a shard's usage window slides; a {window_type} window is not applied"))
+        raise _Bad(f"{field}.windowType", f"must be one of {', '.join(USAGE_WINDOW_TYPES)}", window_type)
     start = params.get("tumblingWindowStartTime")
     if start not in (None, "") and not _is_rfc3339(start):
-        raise _Bad("spec.usageDBConfig.usageParams.tumblingWindowStartTime", "must be an RFC 3339 time", start)
+        raise _Bad(f"{field}.tumblingWindowStartTime", "must be an RFC 3339 time", start)
+    if window_type == "tumbling" and start in (None, ""):
+        raise _Bad(f"{field}.tumblingWindowStartTime", "is required with windowType tumbling (KAI's rule)", start)
+    cron = str(params.get("cronString") or "")
+    if window_type == "cron":
+        try:
+            parse_cron(cron)
+        except ValueError as exc:
+            raise _Bad(f"{field}.cronString", f"must be a cron string of five fields ({exc})", cron) from exc
+    durations = {}
     for key in ("fetchInterval", "stalenessPeriod", "waitTimeout"):
-        _duration(params.get(key), f"spec.usageDBConfig.usageParams.{key}")
-    for key in ("tumblingWindowStartTime", "cronString", "fetchInterval", "stalenessPeriod", "waitTimeout",
-                "extraParams"):
-        if params.get(key) not in (None, "", {}):
-            unsupported.append((f"spec.usageDBConfig.usageParams.{key}",
-                                "a setting of KAI's usage database client, which kaiweb does not run"))
-    return window, half_life, unsupported
+        durations[key] = _duration(params.get(key), f"{field}.{key}")
+        if durations[key] == 0:
+            raise _Bad(f"{field}.{key}", "must be more than 0s", params.get(key))
+    extra = _mapping(params.get("extraParams"), f"{field}.extraParams", "must be a map of strings")
+    metrics: dict[str, dict[str, str]] = {"allocation": {}, "capacity": {}}
+    known = {key for key, _ in (*USAGE_DB_ALLOCATION_METRICS.values(), *USAGE_DB_CAPACITY_METRICS.values())}
+    for kind, table in (("allocation", USAGE_DB_ALLOCATION_METRICS), ("capacity", USAGE_DB_CAPACITY_METRICS)):
+        for resource, (key, default) in table.items():
+            text = extra.get(key, default)
+            if not isinstance(text, str) or not text.strip() or len(text) > 1000:
+                raise _Bad(f"{field}.extraParams[{key}]", "must be a metric name or PromQL expression "
+                           "(at most 1000 characters)", text)
+            metrics[kind][resource] = text.strip()
+    extra_seconds = {}
+    for key, default in USAGE_DB_EXTRA_DURATIONS.items():
+        extra_seconds[key] = _duration(extra.get(key), f"{field}.extraParams[{key}]") or default
+    if extra_seconds["queryResolution"] < 1.0:
+        raise _Bad(f"{field}.extraParams[queryResolution]", "must be at least 1s", extra.get("queryResolution"))
+    if extra_seconds["usageQueryTimeout"] > USAGE_DB_MAX_QUERY_TIMEOUT_S:
+        raise _Bad(f"{field}.extraParams[usageQueryTimeout]",
+                   f"must be at most {USAGE_DB_MAX_QUERY_TIMEOUT_S:.0f}s (kaiweb's bound)", extra.get("usageQueryTimeout"))
+    if (window or 7 * 86400.0) / extra_seconds["queryResolution"] > USAGE_DB_MAX_STEPS:
+        raise _Bad(f"{field}.extraParams[queryResolution]",
+                   f"must leave at most {USAGE_DB_MAX_STEPS} steps in windowSize (kaiweb's bound)",
+                   extra.get("queryResolution"))
+    for key in sorted(set(extra) - known - set(USAGE_DB_EXTRA_DURATIONS)):
+        unsupported.append((f"{field}.extraParams[{key}]", "not a parameter of KAI's Prometheus client that "
+                            "kaiweb knows"))
+    if window_type != "tumbling" and start not in (None, ""):
+        unsupported.append((f"{field}.tumblingWindowStartTime", f"read only with windowType tumbling, not {window_type}"))
+    if window_type != "cron" and cron:
+        unsupported.append((f"{field}.cronString", f"read only with windowType cron, not {window_type}"))
+    if durations["waitTimeout"] is not None:
+        unsupported.append((f"{field}.waitTimeout", "a cycle never waits for the usage database: until its first "
+                            "answer (or when it fails) time-based fair share reads kaiweb's own usage accounting"))
+    if client_type != "prometheus":
+        reported = {f for f, _ in unsupported}
+        unsupported += [(f"{field}.{key}", "a setting of the usage database, which kaiweb does not read")
+                        for key in ("windowType", "tumblingWindowStartTime", "cronString", "fetchInterval",
+                                    "stalenessPeriod", "extraParams")
+                        if params.get(key) not in (None, "", {}) and f"{field}.{key}" not in reported]
+        return window, half_life, None, unsupported
+    fetch = durations["fetchInterval"] or 60.0
+    source = UsageDbConfig(
+        client_type=client_type, connection_string=url,
+        connection_string_env_var=str(config.get("connectionStringEnvVar") or ""), window_type=window_type,
+        tumbling_start=str(start or "") if window_type == "tumbling" else "",
+        cron=cron if window_type == "cron" else "", fetch_interval_s=fetch,
+        staleness_s=max(fetch, durations["stalenessPeriod"] or 300.0),  # KAI: never less than the interval
+        query_timeout_s=extra_seconds["usageQueryTimeout"], query_resolution_s=extra_seconds["queryResolution"],
+        allocation_metrics=tuple(sorted(metrics["allocation"].items())),
+        capacity_metrics=tuple(sorted(metrics["capacity"].items())))
+    return window, half_life, source, unsupported
 
 
 def _overrides(value: Any, field: str, with_arguments: bool) -> list[str]:
@@ -861,7 +933,7 @@ def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
         runtime = _mapping(spec.get("minRuntime"), "spec.minRuntime",
                            "must be an object with preemptMinRuntime and reclaimMinRuntime")
         depths = _queue_depths(spec.get("queueDepthPerAction"))
-        window, half_life, usage_unsupported = _usage_db(spec.get("usageDBConfig"))
+        window, half_life, usage_db, usage_unsupported = _usage_db(spec.get("usageDBConfig"))
         unsupported = [*usage_unsupported, *_shard_unsupported(spec, args)]
         return ObservedShard(
             name=_meta(raw).get("name", ""), partition_label_value=str(spec.get("partitionLabelValue") or ""),
@@ -871,7 +943,7 @@ def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
             preempt_min_runtime_s=_duration(runtime.get("preemptMinRuntime"), "spec.minRuntime.preemptMinRuntime"),
             reclaim_min_runtime_s=_duration(runtime.get("reclaimMinRuntime"), "spec.minRuntime.reclaimMinRuntime"),
             eviction_mode=mode, update_pod_eviction_condition=_GO_BOOLS[condition],
-            queue_depth_per_action=depths, usage_window_s=window, usage_half_life_s=half_life,
+            queue_depth_per_action=depths, usage_window_s=window, usage_half_life_s=half_life, usage_db=usage_db,
             unsupported=tuple(sorted(unsupported)),
         )
     except _Bad as bad:
@@ -1772,6 +1844,36 @@ class KubernetesGateway:
             if err.status == 404:
                 return False
             raise
+        return True
+
+    def write_shard_conditions(self, name: str, conditions: Sequence[Mapping[str, str]]) -> bool:
+        """Set these conditions (type, status, reason, message) in the SchedulingShard object's
+        status, keeping its other conditions and a condition's lastTransitionTime while its status
+        holds; False when there is no such object. Written only when something changed."""
+        try:
+            current = self._json(f"read SchedulingShard {name}", self.custom.get_cluster_custom_object,
+                                 KAI_GROUP, "v1", "schedulingshards", name)
+        except ClusterRejected as err:
+            if err.status == 404:
+                return False
+            raise
+        status = current.get("status") if isinstance(current.get("status"), dict) else {}
+        before = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+        by_type = {c.get("type"): c for c in before}
+        now = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        generation = _meta(current).get("generation")
+        ours = {}
+        for condition in conditions:
+            old = by_type.get(condition["type"]) or {}
+            held = old.get("status") == condition["status"] and old.get("lastTransitionTime")
+            ours[condition["type"]] = {
+                **condition, "lastTransitionTime": held or now,
+                **({"observedGeneration": generation} if isinstance(generation, int) else {})}
+        after = [ours.pop(c.get("type"), c) for c in before] + list(ours.values())
+        if after == before:
+            return True
+        self._json(f"write SchedulingShard {name} status", self.custom.patch_cluster_custom_object_status,
+                   KAI_GROUP, "v1", "schedulingshards", name, {"status": {"conditions": after}})
         return True
 
     def write_queue_status(self, status: QueueStatusUpdate) -> None:

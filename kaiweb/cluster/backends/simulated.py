@@ -323,6 +323,10 @@ class SimulatedGateway:
     def write_queue_status(self, *args: Any, **kwargs: Any) -> None:
         """Queue status is recorded by the cycle itself (QueueStatus rows)."""
 
+    def write_shard_conditions(self, *args: Any, **kwargs: Any) -> bool:
+        """A simulated cluster has no SchedulingShard objects: the shard's page says it all."""
+        return False
+
     def report_pending(self, *args: Any, **kwargs: Any) -> None:
         """Why-pending is recorded by the cycle itself (PendingReason rows)."""
 

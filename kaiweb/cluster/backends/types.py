@@ -373,6 +373,38 @@ class ObservedTopology:
 
 
 @dataclass(frozen=True)
+class UsageDbConfig:
+    """spec.usageDBConfig of a SchedulingShard, as kaiweb applies it: the Prometheus that time-based
+    fair share reads the queues' past usage from, and how (KAI's `usagedb/prometheus` client).
+
+    `connection_string` "" with `connection_string_env_var` "": the one Prometheus kaiweb is given
+    (KAI_PROMETHEUS_URL), as KAI then uses the Prometheus its operator runs. Durations in seconds;
+    metric names as KAI's extraParams set them (KAI's defaults otherwise)."""
+
+    client_type: str
+    connection_string: str = ""
+    connection_string_env_var: str = ""
+    window_type: str = "sliding"
+    tumbling_start: str = ""  # RFC 3339, with windowType tumbling
+    cron: str = ""  # five fields, with windowType cron
+    fetch_interval_s: float = 60.0
+    staleness_s: float = 300.0
+    query_timeout_s: float = 10.0
+    query_resolution_s: float = 60.0
+    allocation_metrics: tuple[tuple[str, str], ...] = ()  # (resource, metric or PromQL), cpu/memory/gpu
+    capacity_metrics: tuple[tuple[str, str], ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {"client_type": self.client_type, "connection_string": self.connection_string,
+                "connection_string_env_var": self.connection_string_env_var, "window_type": self.window_type,
+                "tumbling_start": self.tumbling_start, "cron": self.cron,
+                "fetch_interval_s": self.fetch_interval_s, "staleness_s": self.staleness_s,
+                "query_timeout_s": self.query_timeout_s, "query_resolution_s": self.query_resolution_s,
+                "allocation_metrics": dict(self.allocation_metrics),
+                "capacity_metrics": dict(self.capacity_metrics)}
+
+
+@dataclass(frozen=True)
 class ObservedShard:
     """A SchedulingShard object (``kai.scheduler/v1``), KAI's per-partition scheduler configuration."""
 
@@ -393,5 +425,7 @@ class ObservedShard:
     # spec.usageDBConfig.usageParams windowSize and halfLifePeriod, in seconds (None: not set)
     usage_window_s: float | None = None
     usage_half_life_s: float | None = None
+    # spec.usageDBConfig when it names a Prometheus kaiweb reads (None: kaiweb's own accounting)
+    usage_db: UsageDbConfig | None = None
     # what the object sets that kaiweb reads but does not apply: (field, why), in field order
     unsupported: tuple[tuple[str, str], ...] = ()

@@ -452,9 +452,14 @@ class RecordingGateway:
     def __init__(self) -> None:
         self.statuses: list[Any] = []
         self.pending: list[tuple[str, str, str]] = []
+        self.shard_conditions: list[tuple[str, list[dict[str, str]]]] = []
 
     def write_queue_status(self, status: Any) -> None:
         self.statuses.append(status)
+
+    def write_shard_conditions(self, name: str, conditions: list[dict[str, str]]) -> bool:
+        self.shard_conditions.append((name, conditions))
+        return True
 
     def report_pending(self, pod: Any, reason: str, message: str) -> None:
         self.pending.append((pod.name, reason, message))
@@ -490,9 +495,14 @@ def test_write_back_writes_only_what_changed_since_the_last_cycle(cluster: Clust
     assert written["leaf"].requested.gpus == 2
     assert written["org"].child_queues == ("leaf",)
 
+    assert gateway.shard_conditions == [(shard.name, [{
+        "type": "FieldsApplied", "status": "True", "reason": "AllApplied",
+        "message": "every field the object sets is applied"}])]
+
     mirror.write_back(gateway, cycle("OverLimit", "leaf is at its GPU limit", 1))  # nothing changed
     assert len(gateway.pending) == 1
     assert len(gateway.statuses) == 2
+    assert len(gateway.shard_conditions) == 1
 
     mirror.write_back(gateway, cycle("NotEnoughResources", "no node has 1 free GPU", 3))
     assert gateway.pending[-1] == ("waiting", "Unschedulable", "no node has 1 free GPU")

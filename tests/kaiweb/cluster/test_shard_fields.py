@@ -45,9 +45,15 @@ def test_every_field_is_applied_or_reported_with_its_reason():
     assert (shard.k_value, shard.preempt_min_runtime_s, shard.reclaim_min_runtime_s) == (0.5, 60.0, 300.0)
     reported = dict(shard.unsupported)
     assert set(reported) == {
-        "spec.args[leader-elect]", "spec.usageDBConfig.clientType", "spec.scenarioSearchBudgets",
+        "spec.args[leader-elect]", "spec.scenarioSearchBudgets",
         "spec.plugins[gpuspread]", "spec.actions[consolidation]", "spec.goMemLimitRatio", "spec.goMemLimit"}
-    assert "http://prometheus:9090" in reported["spec.usageDBConfig.clientType"]
+    # the Prometheus usage database is applied: time-based fair share reads it, KAI's defaults otherwise
+    assert shard.usage_db is not None
+    source = shard.usage_db.as_json()
+    assert (source["connection_string"], source["window_type"]) == ("http://prometheus:9090", "sliding")
+    assert (source["fetch_interval_s"], source["staleness_s"], source["query_resolution_s"]) == (60.0, 300.0, 60.0)
+    assert source["allocation_metrics"]["gpu"] == "kai_queue_allocated_gpus"
+    assert source["capacity_metrics"]["memory"] == 'sum(kube_node_status_capacity{resource="memory"})'
     # the budgets in effect: the object's, KAI's defaults for the rest
     assert '"reclaim": "2s"' in reported["spec.scenarioSearchBudgets"]
     assert '"NodeLocalGreedy": "30s"' in reported["spec.scenarioSearchBudgets"]
@@ -62,14 +68,37 @@ def test_an_object_that_sets_only_applied_fields_reports_nothing():
     assert shard.queue_depth_per_action == (("preempt", 0),)
 
 
-def test_an_unknown_field_and_the_windows_kaiweb_does_not_keep_are_reported():
+def test_an_unknown_field_and_the_usage_settings_kaiweb_does_not_apply_are_reported():
     shard = shard_object({"usageParams": {"windowSize": "1w"}, "usageDBConfig": {
-        "clientType": "prometheus", "usageParams": {"windowType": "cron", "cronString": "0 0 * * *"}}})
+        "clientType": "prometheus", "usageParams": {
+            "windowType": "cron", "cronString": "0 0 * * 1", "tumblingWindowStartTime": "2026-01-01T00:00:00Z",
+            "waitTimeout": "2m", "fetchInterval": "2m", "stalenessPeriod": "1m",
+            "extraParams": {"queryResolution": "30s", "gpuCapacityMetric": "sum(my_gpus)", "lookback": "5m"}}}})
     assert isinstance(shard, ObservedShard)
     reported = dict(shard.unsupported)
     assert "not a field of KAI's SchedulingShard" in reported["spec.usageParams"]
-    assert "cron window is not applied" in reported["spec.usageDBConfig.usageParams.windowType"]
-    assert "spec.usageDBConfig.usageParams.cronString" in reported
+    assert set(reported) == {"spec.usageParams", "spec.usageDBConfig.usageParams.waitTimeout",
+                             "spec.usageDBConfig.usageParams.tumblingWindowStartTime",
+                             "spec.usageDBConfig.usageParams.extraParams[lookback]"}
+    assert "never waits" in reported["spec.usageDBConfig.usageParams.waitTimeout"]
+    assert "only with windowType tumbling" in reported["spec.usageDBConfig.usageParams.tumblingWindowStartTime"]
+    assert shard.usage_db is not None
+    source = shard.usage_db.as_json()
+    assert (source["window_type"], source["cron"], source["tumbling_start"]) == ("cron", "0 0 * * 1", "")
+    # staleness is never shorter than the fetch interval (KAI's rule)
+    assert (source["fetch_interval_s"], source["staleness_s"], source["query_resolution_s"]) == (120.0, 120.0, 30.0)
+    assert source["capacity_metrics"]["gpu"] == "sum(my_gpus)"
+
+
+def test_a_usage_database_of_another_client_type_is_reported_and_not_read():
+    shard = shard_object({"usageDBConfig": {"clientType": "influxdb", "connectionString": "http://influx:8086",
+                                            "usageParams": {"windowSize": "1d", "fetchInterval": "1m"}}})
+    assert isinstance(shard, ObservedShard)
+    assert shard.usage_db is None
+    assert shard.usage_window_s == 86400.0
+    reported = dict(shard.unsupported)
+    assert "prometheus only" in reported["spec.usageDBConfig.clientType"]
+    assert "spec.usageDBConfig.usageParams.fetchInterval" in reported
 
 
 @pytest.mark.parametrize(("spec", "field", "rule"), [
@@ -84,6 +113,22 @@ def test_an_unknown_field_and_the_windows_kaiweb_does_not_keep_are_reported():
      "spec.usageDBConfig.usageParams.halfLifePeriod", "must be a duration"),
     ({"usageDBConfig": {"clientType": "prometheus", "usageParams": {"windowType": "rolling"}}},
      "spec.usageDBConfig.usageParams.windowType", "sliding, tumbling, cron"),
+    ({"usageDBConfig": {"clientType": "prometheus", "connectionString": "prometheus:9090"}},
+     "spec.usageDBConfig.connectionString", "http:// or https://"),
+    ({"usageDBConfig": {"clientType": "prometheus", "usageParams": {"windowType": "tumbling"}}},
+     "spec.usageDBConfig.usageParams.tumblingWindowStartTime", "is required with windowType tumbling"),
+    ({"usageDBConfig": {"clientType": "prometheus", "usageParams": {"windowType": "cron", "cronString": "0 0 * *"}}},
+     "spec.usageDBConfig.usageParams.cronString", "five fields"),
+    ({"usageDBConfig": {"clientType": "prometheus", "usageParams": {"windowType": "cron", "cronString": "61 * * * *"}}},
+     "spec.usageDBConfig.usageParams.cronString", "five fields"),
+    ({"usageDBConfig": {"clientType": "prometheus", "usageParams": {"fetchInterval": "0s"}}},
+     "spec.usageDBConfig.usageParams.fetchInterval", "more than 0s"),
+    ({"usageDBConfig": {"clientType": "prometheus", "usageParams": {"extraParams": {"usageQueryTimeout": "5m"}}}},
+     "spec.usageDBConfig.usageParams.extraParams[usageQueryTimeout]", "at most 60s"),
+    ({"usageDBConfig": {"clientType": "prometheus", "usageParams": {"extraParams": {"queryResolution": "1s"}}}},
+     "spec.usageDBConfig.usageParams.extraParams[queryResolution]", "at most 100000 steps"),
+    ({"usageDBConfig": {"clientType": "prometheus", "usageParams": {"extraParams": {"gpuAllocationMetric": ""}}}},
+     "spec.usageDBConfig.usageParams.extraParams[gpuAllocationMetric]", "metric name or PromQL"),
     ({"scenarioSearchBudgets": {"maxActionSearchDuration": {"allocate": "1s"}}},
      "spec.scenarioSearchBudgets.maxActionSearchDuration[allocate]", "default, reclaim, preempt, consolidation"),
     ({"scenarioSearchBudgets": {"minJobSearchDuration": "5s", "maxJobSearchDuration": "1s"}},
@@ -118,13 +163,14 @@ def test_the_mirror_keeps_the_depths_the_usage_window_and_what_is_not_applied_an
     shard = SchedulingShard.objects.get(cluster=cluster, name="default")
     assert shard.queue_depth_per_action == {"allocate": 50, "reclaim": 5}
     assert (shard.usage_window_seconds, shard.usage_half_life_seconds) == (7 * 86400, 12 * 3600)
+    assert shard.usage_db["connection_string"] == "http://prometheus:9090"
     assert {r["field"] for r in shard.unsupported_fields} >= {"spec.scenarioSearchBudgets", "spec.goMemLimit"}
     assert cycle.cycle_config(shard).queue_depth_per_action == (("allocate", 50), ("reclaim", 5))
 
     # the object drops the fields: nothing bounded, nothing left to report
     mirror._apply_shards(cluster, [shard_object({})])
     shard.refresh_from_db()
-    assert (shard.queue_depth_per_action, shard.unsupported_fields) == ({}, [])
+    assert (shard.queue_depth_per_action, shard.unsupported_fields, shard.usage_db) == ({}, [], {})
     assert cycle.cycle_config(shard).queue_depth_per_action == ()
 
 

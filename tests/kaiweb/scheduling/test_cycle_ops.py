@@ -127,6 +127,7 @@ def test_the_beat_schedule_is_seeded_into_django_celery_beat(settings):
     assert tasks["scheduling-cycles"].interval.every == int(settings.KAI_CYCLE_SECONDS)
     assert tasks["usage-accounting"].task == "usage.account"
     assert tasks["usage-retention"].task == "usage.retention"
+    assert tasks["usage-database"].task == "usage.fetch_usage_db"
 
 
 def test_dispatch_sends_one_cycle_per_enabled_shard(monkeypatch):

@@ -8,19 +8,10 @@ accounting against it. Skipped, with a notice, when the binary is absent (apt-ge
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
-import requests
 
 from kaiweb.core.prometheus import render
 from kaiweb.usage.accounting import account_usage
@@ -28,11 +19,9 @@ from kaiweb.usage.idle import idle_findings
 from kaiweb.usage.models import PodUtilization, UsageBucket
 from kaiweb.usage.utilization import PrometheusSource
 from tests.factories import NodeFactory, PodFactory, WorkloadFactory
+from tests.prometheus_server import Exposition, needs_prometheus, running_prometheus
 
-PROMETHEUS = os.environ.get("KAI_PROMETHEUS_BIN") or shutil.which("prometheus") or "/usr/bin/prometheus"
-pytestmark = pytest.mark.skipif(
-    not os.access(PROMETHEUS, os.X_OK),
-    reason="no prometheus binary (apt-get install prometheus); the real-Prometheus utilization tests were not run")
+pytestmark = needs_prometheus
 
 # (namespace, pod, gpu index, utilization %, framebuffer used MiB, free MiB)
 DEVICES = [
@@ -58,67 +47,16 @@ def _exposition() -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-class _Exporter(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's hook name)
-        body = _exposition()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    exporter = ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
-    threading.Thread(target=exporter.serve_forever, daemon=True).start()
-    root: Path = tmp_path_factory.mktemp("prometheus")
-    (root / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: dcgm\n    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{exporter.server_address[1]}']\n")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (root / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h"],
-        stdout=log, stderr=subprocess.STDOUT)
+    exporter = Exposition(_exposition)
     try:
-        deadline = time.monotonic() + 60
-        while True:  # bounded: ready, and samples queryable from 3 s ago on
-            if proc.poll() is not None:
-                pytest.fail(f"prometheus exited with {proc.returncode}: {(root / 'prometheus.log').read_text()[-2000:]}")
-            try:
-                answer = requests.get(f"{url}/api/v1/query", timeout=2, params={
-                    "query": "count(DCGM_FI_DEV_FB_FREE)", "time": f"{time.time() - 3:.3f}"}).json()
-                if answer.get("status") == "success" and answer["data"]["result"]:
-                    break
-            except (requests.RequestException, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("prometheus did not serve the exporter's samples within 60 s")
-            time.sleep(0.5)
-        yield url
+        # ready once samples are queryable from 3 s ago on
+        with running_prometheus(tmp_path_factory.mktemp("prometheus"), exporter.target,
+                                "count_over_time(DCGM_FI_DEV_FB_FREE{gpu=\"0\"}[10s])", ready_samples=4) as url:
+            yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        exporter.shutdown()
-        exporter.server_close()
+        exporter.close()
 
 
 def test_the_client_reads_dcgm_metrics_per_pod(prometheus):
