@@ -1,10 +1,22 @@
-"""Reads of the scheduling app: cycles, decisions, preemption events, why-pending."""
+"""Reads of the scheduling app: cycles, decisions, preemption events, why-pending, places in the waiting line."""
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 
-from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, SchedulingCycle
+from django.db.models import QuerySet
+from django.db.models.fields.json import KeyTransform
+
+from kaiweb.scheduling.models import (
+    Decision,
+    PendingReason,
+    PreemptionEvent,
+    SchedulingCycle,
+    WaitingLine,
+    line_key,
+)
 
 
 def cycles() -> QuerySet[SchedulingCycle]:
@@ -28,3 +40,34 @@ def preemptions() -> QuerySet[PreemptionEvent]:
 
 def pending_reasons() -> QuerySet[PendingReason]:
     return PendingReason.objects.select_related("workload", "workload__queue").order_by("-recorded_at", "-id")
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """A pending workload's place in its shard's waiting line, as the shard's latest cycle tried it."""
+
+    in_shard: int
+    in_queue: int
+    cycle_id: int | None
+    recorded_at: datetime | None
+
+
+#: workloads looked up per query of ``places`` (each is one key read out of every shard's line)
+_PLACES_CHUNK = 200
+
+
+def places(workload_ids: Iterable[int]) -> dict[int, Place]:
+    """The places of these workloads in their shards' waiting lines (``WaitingLine``); a workload
+    the latest cycle did not try has none. Only the asked-for keys are read out of each line, so
+    the cost follows the number asked for, not the length of the lines."""
+    ids = sorted(set(workload_ids))
+    out: dict[int, Place] = {}
+    for i in range(0, len(ids), _PLACES_CHUNK):
+        chunk = ids[i:i + _PLACES_CHUNK]
+        keys = {line_key(wid): KeyTransform(line_key(wid), "positions") for wid in chunk}
+        for row in WaitingLine.objects.values("cycle_id", "recorded_at", **keys):
+            for wid in chunk:
+                got = row[line_key(wid)]
+                if isinstance(got, list) and len(got) == 2:
+                    out[wid] = Place(int(got[0]), int(got[1]), row["cycle_id"], row["recorded_at"])
+    return out
