@@ -71,3 +71,30 @@ def places(workload_ids: Iterable[int]) -> dict[int, Place]:
                 if isinstance(got, list) and len(got) == 2:
                     out[wid] = Place(int(got[0]), int(got[1]), row["cycle_id"], row["recorded_at"])
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """The pending workloads of one leaf queue at one priority, over all shards' latest cycles."""
+
+    queue: str
+    priority: int
+    jobs: int
+    gpus: float
+    oldest_wait_seconds: float  # as of the cycle that recorded it
+
+
+def queue_depth() -> list[QueueDepth]:
+    """The queue depth per leaf queue and priority as the shards' latest cycles counted it
+    (``WaitingLine.depth``), summed over shards; by queue, then priority, highest first. One
+    query; its size follows the number of queues and priorities, not of workloads."""
+    merged: dict[tuple[str, int], list[float]] = {}
+    for depth in WaitingLine.objects.values_list("depth", flat=True):
+        for row in depth or []:
+            key = (str(row.get("queue", "")), int(row.get("priority", 0)))
+            got = merged.setdefault(key, [0, 0.0, 0.0])
+            got[0] += int(row.get("jobs", 0))
+            got[1] += float(row.get("gpus", 0.0))
+            got[2] = max(got[2], float(row.get("oldest_wait_seconds", 0.0)))
+    return [QueueDepth(q, p, int(v[0]), round(v[1], 4), v[2])
+            for (q, p), v in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[0][1]))]

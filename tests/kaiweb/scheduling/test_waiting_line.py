@@ -9,7 +9,7 @@ from django.urls import reverse
 from kaiweb.scheduling import cycle
 from kaiweb.scheduling.adapters import workload_uid
 from kaiweb.scheduling.models import WaitingLine, line_key
-from kaiweb.scheduling.selectors import places
+from kaiweb.scheduling.selectors import places, queue_depth
 from kaiweb.workloads.choices import WorkloadState
 from tests.celery.builders import small_cluster, submit
 
@@ -87,3 +87,41 @@ def test_the_workload_page_and_the_list_show_the_place(admin_client):
     assert 'id="waiting-line"' not in running
     listing = admin_client.get(reverse("workloads:list")).content.decode()
     assert f"#{in_shard} <span" in listing
+
+
+def test_queue_depth_per_queue_and_priority_on_metrics_and_pages(admin_client):
+    sc, _, waiting, outcome = _line()
+    priority = {j.priority for j in outcome.snapshot.jobs if j.uid in outcome.result.pending}
+    assert len(priority) == 1
+    (prio,) = priority
+    depth = queue_depth()
+    assert [(d.queue, d.priority, d.jobs, d.gpus) for d in depth] == [("team-a", prio, 2, 8.0), ("team-b", prio, 2, 8.0)]
+    oldest = max(outcome.snapshot.now - j.creation for j in outcome.snapshot.jobs if j.uid in outcome.result.pending)
+    assert all(d.oldest_wait_seconds == pytest.approx(oldest) for d in depth)
+
+    body = admin_client.get("/metrics").content.decode()
+    assert f'kai_queue_depth{{priority="{prio}",queue="team-a"}} 2.0' in body
+    assert f'kai_queue_pending_gpus{{priority="{prio}",queue="team-b"}} 8.0' in body
+    assert f'kai_queue_oldest_wait_seconds{{priority="{prio}",queue="team-a"}}' in body
+
+    overview = admin_client.get("/").content.decode()
+    assert 'id="queue-depth"' in overview
+    assert overview.count('href="/queues/team-') >= 2
+    page = admin_client.get(reverse("queues:detail", args=["team-b"])).content.decode()
+    section = page[page.index('id="queue-depth"'):]
+    section = section[:section.index("</section>")]
+    assert "team-b" in section
+    assert "team-a" not in section
+    dept = admin_client.get(reverse("queues:detail", args=["dept"])).content.decode()
+    section = dept[dept.index('id="queue-depth"'):]
+    assert "team-a" in section[:section.index("</section>")]
+
+
+def test_metrics_have_no_queue_depth_rows_when_nothing_waits(admin_client):
+    sc = small_cluster(nodes=1, gpus=8)
+    submit(sc, "team-a", "fits", gpus_per_pod=2)
+    cycle.run_and_record_cycle(sc.shard, trigger="test", advance=False)
+    assert queue_depth() == []
+    body = admin_client.get("/metrics").content.decode()
+    assert "kai_queue_depth{" not in body
+    assert "Nothing waits" in admin_client.get("/").content.decode()
