@@ -1074,10 +1074,9 @@ def run_allocate(s: Session, placer: Placer) -> None:
     while True:
         if check and needs is not None and needs.none_fits():
             # the walk's order of the jobs left: every attempt fails and gives back what it took,
-            # so popping them without attempts gives the order the walk would have tried them in
-            rest = []
-            while (job := order.pop()) is not None:
-                rest.append(job)
+            # so the order drained without attempts is the order the walk would have tried them in
+            rest = order.drain()
+            for job in rest:
                 if job.uid not in tried:
                     tried.add(job.uid)
                     try_order.append((job.uid, job.queue))

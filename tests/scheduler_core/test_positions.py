@@ -3,12 +3,16 @@ allocate action tries the jobs: observed here by watching every attempt it makes
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_core import allocate, run_cycle
 from scheduler_core import model as m
+from scheduler_core.cycle import open_session
+from scheduler_core.ordering import JobsOrder
 from tests.scheduler_core.engine_builders import NOW, gpu_task, node, queue
 from tests.scheduler_core.test_invariants import clusters
 from tests.scheduler_core.test_shortcut_properties import crowded
@@ -105,3 +109,31 @@ def test_positions_survive_the_json_form():
     result = run_cycle(m.ClusterSnapshot(nodes=nodes, queues=(queue("q", gpu_quota=1),), jobs=jobs, now=NOW))
     assert result.positions == {"j1": (1, 1), "j2": (2, 2)}
     assert m.CycleResult.from_dict(result.to_dict()).positions == result.positions
+
+
+@st.composite
+def backlogs(draw):
+    """A random cluster and a deep backlog of jobs that are often alike (runs of the same request)."""
+    snap = draw(clusters())
+    leaves = sorted({q.name for q in snap.queues if q.parent is not None})
+    extra = []
+    for i in range(draw(st.integers(0, 30))):
+        pods = draw(st.sampled_from([1, 1, 1, 2]))
+        gpus = draw(st.sampled_from([1, 1, 2]))
+        extra.append(m.JobSpec(f"x{i}", draw(st.sampled_from(leaves)),
+                               tasks=tuple(gpu_task(f"x{i}-{p}", gpus) for p in range(pods)),
+                               priority=draw(st.sampled_from([50, 100])), creation=NOW - draw(st.integers(0, 5))))
+    return dataclasses.replace(snap, jobs=snap.jobs + tuple(extra))
+
+
+@SETTINGS
+@given(backlogs())
+def test_draining_the_order_gives_the_jobs_as_popping_them_one_by_one_does(snap):
+    session, _ = open_session(snap, m.CycleConfig())
+    jobs = [j for j in session.jobs if j.n_pending and j.valid and j.ready()]
+    popped = []
+    one_by_one = JobsOrder(session, jobs, local_changes=True)
+    while (job := one_by_one.pop()) is not None:
+        popped.append(job.uid)
+    drained = JobsOrder(session, jobs, local_changes=True).drain()
+    assert [j.uid for j in drained] == popped
