@@ -443,7 +443,14 @@ class JobsOrder:
             taken = 1
             if best is not None:
                 req = best[1]
-                while taken < len(heap) and batch_request(tasks_to_allocate(heap[taken][2], self.simulation)) == req:
+                alone = tuple(req)  # a pending job of one pod: its batch is that pod, its request the pod's
+                while taken < len(heap):
+                    nxt = heap[taken][2]
+                    if nxt.one_shape >= 0 and nxt.n_pending and not self.simulation:
+                        if nxt.tasks[0].req_qvec != alone:
+                            break
+                    elif batch_request(tasks_to_allocate(nxt, self.simulation)) != req:
+                        break
                     taken += 1
             out.extend(entry[2] for entry in heap[:taken])
             del heap[:taken]
