@@ -1076,10 +1076,10 @@ def run_allocate(s: Session, placer: Placer) -> None:
             # the walk's order of the jobs left: every attempt fails and gives back what it took,
             # so the order drained without attempts is the order the walk would have tried them in
             rest = order.drain()
-            for job in rest:
-                if job.uid not in tried:
-                    tried.add(job.uid)
-                    try_order.append((job.uid, job.queue))
+            for left in rest:
+                if left.uid not in tried:
+                    tried.add(left.uid)
+                    try_order.append((left.uid, left.queue))
             _fail_rest(s, placer, rest, needs.free()[0])
             break
         check = False
