@@ -1085,14 +1085,25 @@ def run_allocate(s: Session, placer: Placer) -> None:
     # only the popped job's queues change between pops here (see JobsOrder)
     order = JobsOrder(s, eligible, local_changes=True)
     check = True  # at the start and after each failed attempt (successes do not need the proof)
+    tried, try_order = s.tried, s.try_order
     while True:
         if check and needs is not None and needs.none_fits():
-            _fail_rest(s, placer, order, needs.free()[0])
+            # the walk's order of the jobs left: every attempt fails and gives back what it took,
+            # so the order drained without attempts is the order the walk would have tried them in
+            rest = order.drain()
+            for left in rest:
+                if left.uid not in tried:
+                    tried.add(left.uid)
+                    try_order.append((left.uid, left.queue))
+            _fail_rest(s, placer, rest, needs.free()[0])
             break
         check = False
         job = order.pop()
         if job is None:
             break
+        if job.uid not in tried:  # the first try of a job is its place in the order (a job pushed back keeps it)
+            tried.add(job.uid)
+            try_order.append((job.uid, job.queue))
         if needs is not None:
             needs.popped(job)
         stmt = Statement(s)
@@ -1212,8 +1223,8 @@ class _GpuNeeds:
 _NO_NEED = (0.0, 0.0)
 
 
-def _fail_rest(s: Session, placer: Placer, order: JobsOrder, most: float) -> None:
-    """Write what the attempts of every job left in ``order`` would write, knowing that each of
+def _fail_rest(s: Session, placer: Placer, rest: list[JobState], most: float) -> None:
+    """Write what the attempts of every job in ``rest`` would write, knowing that each of
     them fails (``run_allocate``'s shortcut). An attempt whose outcome cannot name a pod (the
     queue's limit or quota, or "no node has N GPUs free" with every node passing the job's static
     predicates) is computed once per (queue, preemptible, pod shapes); any other runs as the
@@ -1225,40 +1236,37 @@ def _fail_rest(s: Session, placer: Placer, order: JobsOrder, most: float) -> Non
     stmt = Statement(s)
     anti = bool(placer.anti_holders)
     reasons_of = s.pending_reasons
-    for node in order.nodes.values():
-        for _, _, job in node.heap:
-            tasks = tasks_to_allocate(job)
-            if not tasks:
-                continue
-            got = None
-            if not (job.has_topology or anti):
-                one = job.one_shape >= 0  # a one-pod job's batch is its pod
-                key = (job.queue, job.preemptible, job.one_shape) if one else (
-                    job.queue, job.preemptible, tuple(t.shape_id for t in tasks))
-                got = same.get(key)
-                if got is None:
-                    first = tasks[0]
-                    # the pod that fails: the first one when it fits nowhere, else (a batch too
-                    # large for all free GPUs together) one the walk finds, alike when all are alike
-                    if not (placer._static_mask(first).all() and not first.dynamic and not first.request.extended
-                            and (one or first.request.gpus > most + _EPS
-                                 or all(t.shape_id == first.shape_id for t in tasks))):
-                        got = same[key] = (None, False, True)
-                    else:
-                        # as allocate_job: the queue's figures first (nothing is tried), then the
-                        # room (explained for a pod like the failed one, after the rollback)
-                        over = queue_capacity_problem(s, job, tasks)
-                        got = same[key] = ((over, False, False) if over is not None
-                                           else (fit_failure_reason(s, job, tasks, first), True, False))
-            if got is None or got[2]:
-                allocate_job(s, placer, stmt, job, pipeline_only=False)
-                stmt.discard()
-                continue
-            reasons_of[job.uid] = got[0]  # type: ignore[assignment]  # set whenever got[2] is False
-            if got[1] and (len(tasks) > 1 or tasks[0].spec.node is not None):  # a pod without a node hint has none to drop
-                _drop_node_hints(tasks)
-        node.heap.clear()
-
+    for job in rest:
+        tasks = tasks_to_allocate(job)
+        if not tasks:
+            continue
+        got = None
+        if not (job.has_topology or anti):
+            one = job.one_shape >= 0  # a one-pod job's batch is its pod
+            key = (job.queue, job.preemptible, job.one_shape) if one else (
+                job.queue, job.preemptible, tuple(t.shape_id for t in tasks))
+            got = same.get(key)
+            if got is None:
+                first = tasks[0]
+                # the pod that fails: the first one when it fits nowhere, else (a batch too
+                # large for all free GPUs together) one the walk finds, alike when all are alike
+                if not (placer._static_mask(first).all() and not first.dynamic and not first.request.extended
+                        and (one or first.request.gpus > most + _EPS
+                             or all(t.shape_id == first.shape_id for t in tasks))):
+                    got = same[key] = (None, False, True)
+                else:
+                    # as allocate_job: the queue's figures first (nothing is tried), then the
+                    # room (explained for a pod like the failed one, after the rollback)
+                    over = queue_capacity_problem(s, job, tasks)
+                    got = same[key] = ((over, False, False) if over is not None
+                                       else (fit_failure_reason(s, job, tasks, first), True, False))
+        if got is None or got[2]:
+            allocate_job(s, placer, stmt, job, pipeline_only=False)
+            stmt.discard()
+            continue
+        reasons_of[job.uid] = got[0]  # type: ignore[assignment]  # set whenever got[2] is False
+        if got[1] and (len(tasks) > 1 or tasks[0].spec.node is not None):  # a pod without a node hint has none to drop
+            _drop_node_hints(tasks)
 
 
 def job_batch_request(job: JobState) -> list[float]:

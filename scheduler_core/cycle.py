@@ -140,9 +140,23 @@ def close_session(s: Session, timings: dict[str, float] | None = None) -> m.Cycl
     return m.CycleResult(
         binds=tuple(binds), pipelined=tuple(pipelined), evictions=tuple(evictions), queues=queues,
         pending=pending, errors=tuple(s.errors), tasks=tuple(outcomes), nodes=nodes,
-        last_start=last_start, stale_since=stale_since,
+        last_start=last_start, stale_since=stale_since, positions=positions(s.try_order, pending),
         counts=counts, timings_ms=dict(timings or {}),
     )
+
+
+def positions(try_order: list[tuple[str, str]], pending: dict[str, m.Reason]) -> dict[str, tuple[int, int]]:
+    """Each pending job's place in the order allocate tried the jobs, in the shard and in its leaf
+    queue, from 1. Jobs placed in the cycle are not counted: a job's place says how many jobs
+    still waiting the engine tries before it. Jobs allocate did not try (not ready, being deleted,
+    beyond ``queue_depth_per_action``, invalid) have no place."""
+    out: dict[str, tuple[int, int]] = {}
+    in_queue: dict[str, int] = {}
+    for uid, queue in try_order:
+        if uid in pending:
+            at = in_queue[queue] = in_queue.get(queue, 0) + 1
+            out[uid] = (len(out) + 1, at)
+    return out
 
 
 @contextlib.contextmanager

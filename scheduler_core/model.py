@@ -617,6 +617,9 @@ class CycleResult:
     nodes: dict[str, dict[str, float]] = field(default_factory=dict)  # idle/releasing GPUs
     last_start: dict[str, float] = field(default_factory=dict)  # job uid -> last start time
     stale_since: dict[str, float | None] = field(default_factory=dict)
+    # pending job uid -> (place in the shard, place in its leaf queue), from 1, in the order allocate
+    # first tried the jobs this cycle, counting only the jobs still pending after it (``cycle.positions``)
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     timings_ms: dict[str, float] = field(default_factory=dict)
 

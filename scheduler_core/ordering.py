@@ -419,3 +419,40 @@ class JobsOrder:
         _, _, job = heapq.heappop(node.heap)
         _moved(node, -1)
         return job
+
+    def drain(self) -> list[JobState]:
+        """Every job left, in the order ``pop`` would give them, for a caller that changes no
+        queue's accounting between pops (each job's attempt fails and gives back what it took).
+
+        Then a queue's place in the order depends only on its accounting and on the request of
+        its next job's batch: when the leaf that won has next a job whose batch asks for the same,
+        that job wins as well, at every level. So a run of alike jobs leaves a leaf at once instead
+        of one ``pop`` each (one-GPU jobs are most of a deep backlog)."""
+        out: list[JobState] = []
+        for leaf in self.nodes.values():
+            leaf.heap.sort()  # a sorted list is a heap, and its runs come off the front in pop order
+        while self.root.size:
+            node = self.root
+            while not node.heap:
+                b = self._best(node)
+                if b is None:
+                    return out
+                node = b[2]
+            best = self._best(node)  # the leaf's own: its first job and that job's request
+            heap = node.heap
+            taken = 1
+            if best is not None:
+                req = best[1]
+                alone = tuple(req)  # a pending job of one pod: its batch is that pod, its request the pod's
+                while taken < len(heap):
+                    nxt = heap[taken][2]
+                    if nxt.one_shape >= 0 and nxt.n_pending and not self.simulation:
+                        if nxt.tasks[0].req_qvec != alone:
+                            break
+                    elif batch_request(tasks_to_allocate(nxt, self.simulation)) != req:
+                        break
+                    taken += 1
+            out.extend(entry[2] for entry in heap[:taken])
+            del heap[:taken]
+            _moved(node, -taken)
+        return out

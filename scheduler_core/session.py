@@ -65,6 +65,9 @@ class Session:
         self.notes: dict[tuple[int, int], tuple[m.Reason, m.Reason, m.Reason]] = {}
         self.eviction_reasons: dict[int, tuple[str, str | None, m.Reason]] = {}
         self.pipeline_actions: dict[int, str] = {}
+        # (job uid, leaf queue) in the order allocate first tries each job (``positions`` in the result)
+        self.try_order: list[tuple[str, str]] = []
+        self.tried: set[str] = set()
         self.counts = {"binds": 0, "pipelined": 0, "evictions": 0}
         self._group_seq = 0
         self.ghosts: list[TaskState] = []

@@ -141,12 +141,34 @@ class QueueCollector(Collector):
         yield from families.values()
 
 
+class QueueDepthCollector(Collector):
+    """Pending work per leaf queue and priority, as the shards' latest cycles counted it."""
+
+    def collect(self) -> Iterator[Metric]:
+        from kaiweb.scheduling.selectors import queue_depth
+
+        labels = ["queue", "priority"]
+        jobs = GaugeMetricFamily("kai_queue_depth", "Pending jobs of the queue at this priority.", labels=labels)
+        gpus = GaugeMetricFamily("kai_queue_pending_gpus", "GPUs the pending jobs of the queue at this priority "
+                                 "ask for.", labels=labels)
+        oldest = GaugeMetricFamily("kai_queue_oldest_wait_seconds", "How long the longest-waiting pending job of "
+                                   "the queue at this priority had waited, as of the latest cycle.", labels=labels)
+        for d in queue_depth():
+            key = [d.queue, str(d.priority)]
+            jobs.add_metric(key, d.jobs)
+            gpus.add_metric(key, d.gpus)
+            oldest.add_metric(key, d.oldest_wait_seconds)
+        yield jobs
+        yield gpus
+        yield oldest
+
+
 def collectors() -> list[Collector]:
     """Collectors registered for /metrics (each reads the database when scraped)."""
     from kaiweb.scheduling.fragmentation import FragmentationCollector
     from kaiweb.usage.metrics import IdleGpuCollector
 
-    return [SchedulerCollector(), QueueCollector(), IdleGpuCollector(), FragmentationCollector()]
+    return [SchedulerCollector(), QueueCollector(), QueueDepthCollector(), IdleGpuCollector(), FragmentationCollector()]
 
 
 def render() -> tuple[bytes, str]:

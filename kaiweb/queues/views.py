@@ -81,6 +81,7 @@ def detail(request: HttpRequest, name: str) -> HttpResponse:
     """One queue: settings, figures now, allocated vs fair share over time, the fair-share
     arithmetic with its numbers, its workloads and its preemptions both ways."""
     from kaiweb.scheduling.models import PreemptionEvent
+    from kaiweb.scheduling.selectors import queue_depth
     from kaiweb.workloads.models import Workload
 
     queue = get_object_or_404(Queue.objects.select_related("parent"), name=name)
@@ -102,6 +103,8 @@ def detail(request: HttpRequest, name: str) -> HttpResponse:
     as_victim = list(PreemptionEvent.objects.filter(victim_queue=queue).select_related("preemptor_queue")
                      .order_by("-at", "-id")[:10])
     arithmetic = _arithmetic(queue, resource)
+    subtree_names = set(Queue.objects.filter(pk__in=subtree).values_list("name", flat=True))
+    depth = [d for d in queue_depth() if d.queue in subtree_names]
     memberships = list(queue.memberships.select_related("user").order_by("user__username"))
     context = {
         "queue": queue,
@@ -119,6 +122,7 @@ def detail(request: HttpRequest, name: str) -> HttpResponse:
         "as_preemptor": as_preemptor,
         "as_victim": as_victim,
         "arithmetic": arithmetic,
+        "queue_depth": depth,
         "memberships": memberships,
         "can_edit": access.can_edit_queue(request.user, queue),
         "state_badge": WORKLOAD_STATE_BADGE,

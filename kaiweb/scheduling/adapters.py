@@ -34,12 +34,21 @@ from kaiweb.cluster.models import MIG_PREFIX, Node, OtherPod, SchedulingShard, T
 from kaiweb.core.changes import listing_version
 from kaiweb.queues.models import PriorityClass, Queue
 from kaiweb.scheduling.choices import DecisionKind, DecisionStatus
-from kaiweb.scheduling.models import Decision, PendingReason, PreemptionEvent, QueueStatus, SchedulingCycle
+from kaiweb.scheduling.models import (
+    Decision,
+    PendingReason,
+    PreemptionEvent,
+    QueueStatus,
+    SchedulingCycle,
+    WaitingLine,
+    line_key,
+)
 from kaiweb.workloads.choices import PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
 from scheduler_core import model as m
 from scheduler_core import reasons as reason_codes
 from scheduler_core.units import vector_to_queue_units
+from scheduler_core.waiting import queue_depth
 
 RESOURCE_NAMES = ("cpu", "memory", "gpu")
 
@@ -776,6 +785,7 @@ def persist_result(
             if repeats is None:
                 _record_pending_reasons(cycle, result, index, at)
             _record_staleness(result, snapshot, index)
+            _record_waiting_line(cycle, result, snapshot, index, at)
 
         cycle.jobs_considered = len(snapshot.jobs)
         cycle.binds = len(result.binds)
@@ -802,6 +812,24 @@ def _record_staleness(result: m.CycleResult, snapshot: m.ClusterSnapshot, index:
         if pk in rows:
             rows[pk].stale_since = None if since is None else from_epoch(since)
     Workload.objects.bulk_update(list(rows.values()), ["stale_since"])
+
+
+def _record_waiting_line(cycle: SchedulingCycle, result: m.CycleResult, snapshot: m.ClusterSnapshot,
+                         index: SnapshotIndex, at: datetime) -> None:
+    """The shard's pending workloads at their places in the engine's order (``result.positions``)
+    and its queue depth, replacing what the shard's previous cycle recorded."""
+    if index.shard_id is None:
+        return
+    positions = {line_key(wid): [shard_place, queue_place] for uid, (shard_place, queue_place) in result.positions.items()
+                 if (wid := index.workloads.get(uid)) is not None}
+    depth = [{"queue": d.queue, "priority": d.priority, "jobs": d.jobs, "gpus": round(d.gpus, 4),
+              "oldest_wait_seconds": round(max(0.0, snapshot.now - d.oldest_submitted), 3),
+              "next_workload": index.workloads.get(d.next_job) if d.next_job else None}
+             for d in queue_depth(snapshot, result)]
+    # one statement whether or not the shard has a line yet
+    WaitingLine.objects.bulk_create(
+        [WaitingLine(shard_id=index.shard_id, cycle=cycle, recorded_at=at, positions=positions, depth=depth)],
+        update_conflicts=True, unique_fields=["shard"], update_fields=["cycle", "recorded_at", "positions", "depth"])
 
 
 def _hold(model: Any, ids: Iterable[int | None]) -> set[int]:

@@ -181,3 +181,27 @@ class QueueStatus(models.Model):
             "fair_share": self.fair_share,
             "pending": self.pending,
         }
+
+
+def line_key(workload_id: int) -> str:
+    """A workload's key in ``WaitingLine.positions``: not a bare number, which a JSON key lookup
+    would read as a list index."""
+    return f"w{workload_id}"
+
+
+class WaitingLine(models.Model):
+    """A shard's pending workloads in the order its latest cycle tried them (the engine's
+    ``CycleResult.positions``) and its queue depth, one row per shard, replaced by every cycle. Kept whole in one
+    row: the places change every cycle, so a row per workload would be thousands of writes."""
+
+    shard = models.OneToOneField("cluster.SchedulingShard", on_delete=models.CASCADE, related_name="waiting_line")
+    cycle = models.ForeignKey(SchedulingCycle, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    recorded_at = models.DateTimeField(null=True, blank=True)
+    # line_key(workload id) -> [place in the shard, place in its queue], from 1
+    positions = models.JSONField(default=dict, blank=True)
+    # per leaf queue and priority: {"queue", "priority", "jobs", "gpus", "oldest_wait_seconds" (as of the cycle),
+    # "next_workload" (id of the first in the engine's order, or null)}, as scheduler_core.waiting counts it
+    depth = models.JSONField(default=list, blank=True)
+
+    def __str__(self) -> str:
+        return f"waiting line of {self.shard_id}"

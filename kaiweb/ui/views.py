@@ -8,10 +8,12 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from kaiweb.scheduling.choices import CYCLE_STATUS_BADGE, PREEMPTION_ACTION_BADGE
+from kaiweb.scheduling.selectors import queue_depth
 from kaiweb.ui import charts, queries
 from kaiweb.ui.pages import render_page
 
 OVERVIEW_QUEUES = 14
+OVERVIEW_DEPTH_ROWS = 20  # the queue-depth rows the overview shows (all on the queue pages)
 
 
 def group_preemptions(events: list) -> list:
@@ -68,6 +70,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "pending_chart": charts.pending_by_queue([(row.queue.name, row.pending_workloads) for row in leaves]),
         "fragmentation_chart": charts.fragmentation_over_time(queries.fragmentation_series(day_ago),
                                                               totals.gpu_total),
+        "queue_depth": queue_depth()[:OVERVIEW_DEPTH_ROWS],
         "cycle_badge": CYCLE_STATUS_BADGE,
         "action_badge": PREEMPTION_ACTION_BADGE,
         "now": now,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_tables2 as tables
 
 from kaiweb.workloads.choices import WORKLOAD_STATE_BADGE
@@ -20,12 +22,15 @@ class WorkloadTable(tables.Table):
                          attrs={"td": {"class": "num"}, "th": {"class": "num"}})
     gpus = tables.Column(empty_values=(), verbose_name="GPUs", orderable=False,
                          attrs={"td": {"class": "num"}, "th": {"class": "num"}})
+    place = tables.Column(empty_values=(), verbose_name="Place", orderable=False,
+                          attrs={"td": {"class": "num"}, "th": {"class": "num",
+                                 "title": "Place in the order the latest cycle tried the pending jobs: in the shard (in the queue)"}})
     reason = tables.Column(empty_values=(), verbose_name="Why pending", orderable=False)
     submitted_at = tables.DateTimeColumn(format="Y-m-d H:i", verbose_name="Submitted", attrs={"td": {"class": "nowrap"}})
 
     class Meta:
         model = Workload
-        fields = ("name", "queue", "state", "priority_class", "pods", "gpus", "reason", "submitted_at")
+        fields = ("name", "queue", "state", "priority_class", "pods", "gpus", "place", "reason", "submitted_at")
         template_name = "includes/table.html"
         attrs = {"class": "table", "id": "workload-table"}
         empty_text = "No workload matches these filters."
@@ -35,3 +40,5 @@ class WorkloadTable(tables.Table):
     state_badge = WORKLOAD_STATE_BADGE
     # Filled by the view for the shown page only: {workload id: {"pods": n, "gpus": x}}.
     figures: dict[int, dict[str, float]] = {}
+    # Filled by the view for the shown page only: {workload id: its place in the waiting line}.
+    places: dict[int, Any] = {}

@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 
 from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE, CycleStatus, DecisionKind
+from kaiweb.scheduling.selectors import places
 from kaiweb.ui.pages import (
     active_filters,
     configure_table,
@@ -60,7 +61,9 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     filterset, qs = filter_queryset(request, _filterset_class(), workload_queryset())
     table = WorkloadTable(qs)
     table_context = configure_table(request, table)
-    table.figures = pod_figures([row.record.pk for row in table.page.object_list])
+    shown = [row.record.pk for row in table.page.object_list]
+    table.figures = pod_figures(shown)
+    table.places = places(shown)
     counts = {row["state"]: row["n"] for row in Workload.objects.values("state").annotate(n=Count("id"))}
     from kaiweb.queues.models import PriorityClass, Queue
 
@@ -106,8 +109,10 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
             slot["pods"] += 1
             slot["gpus"] += p.gpu_request
     history = _history(workload, reasons, decisions, preemptions)
+    waiting = workload.state in ("pending", "partial")
     context = {
         "workload": workload,
+        "place": places([workload.pk]).get(workload.pk) if waiting else None,
         "pods": pods,
         "current_reason": current if workload.state in ("pending", "partial") else None,
         "latest_cycle": latest_cycle,

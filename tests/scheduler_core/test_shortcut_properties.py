@@ -396,7 +396,7 @@ def test_allocation_stops_walking_when_no_job_left_can_be_placed(monkeypatch):
     """Two free GPUs and twenty one-GPU jobs: the walk places two, fails on the third (the
     first failure is where it looks for the proof) and explains the other seventeen without
     trying them one by one; a CPU-only job among them keeps the walk going."""
-    from scheduler_core import ordering
+    from scheduler_core import allocate
 
     nodes = [node("n0", 4)]
     jobs = [m.JobSpec(f"r{g}", "q0", tasks=(gpu_task(f"r{g}-0", 1, m.RUNNING, "n0"),), last_start=NOW - 60)
@@ -404,16 +404,14 @@ def test_allocation_stops_walking_when_no_job_left_can_be_placed(monkeypatch):
     jobs += [m.JobSpec(f"p{j:02d}", "q0", tasks=(gpu_task(f"p{j:02d}-0", 1),), creation=NOW - 100 + j) for j in range(20)]
     snap = m.ClusterSnapshot(nodes=tuple(nodes), queues=(queue("q0", gpu_quota=4),), jobs=tuple(jobs), now=NOW)
     config = m.CycleConfig(actions=("allocate",))
-    popped: list[str] = []
-    original = ordering.JobsOrder.pop
+    popped: list[str] = []  # the jobs allocate attempts, in turn (the jobs left are still put in order)
+    original = allocate.allocate_job
 
-    def counting(self):
-        job = original(self)
-        if job is not None:
-            popped.append(job.uid)
-        return job
+    def counting(s, placer, stmt, job, *args, **kwargs):
+        popped.append(job.uid)
+        return original(s, placer, stmt, job, *args, **kwargs)
 
-    monkeypatch.setattr(ordering.JobsOrder, "pop", counting)
+    monkeypatch.setattr(allocate, "allocate_job", counting)
 
     def pops(snapshot, cfg):
         popped.clear()
@@ -430,6 +428,9 @@ def test_allocation_stops_walking_when_no_job_left_can_be_placed(monkeypatch):
     assert fast_pops == ["p00", "p01", "p02"]
     assert len(plain_pops) == 20
     assert len(with_cpu_pops) == 21
+    # every job left has its place all the same, the one the full walk gives it
+    assert fast.positions == plain.positions
+    assert len(fast.positions) == 18
 
 
 @st.composite

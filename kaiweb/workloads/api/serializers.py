@@ -10,6 +10,8 @@ from rest_framework import serializers
 from kaiweb.cluster.models import Cluster
 from kaiweb.queues.models import PriorityClass, Queue
 from kaiweb.scheduling.models import PendingReason
+from kaiweb.scheduling.selectors import places
+from kaiweb.workloads.choices import WorkloadState
 from kaiweb.workloads.models import Pod, Workload
 
 
@@ -38,6 +40,16 @@ class PodSerializer(serializers.ModelSerializer):
         read_only_fields = ("state", "node", "gpu_groups", "started_at", "finished_at")
 
 
+class PlaceSerializer(serializers.Serializer):
+    """A pending workload's place in the order its shard's latest cycle tried the pending jobs
+    (jobs started by that cycle not counted), in the shard and in its queue, from 1."""
+
+    in_shard = serializers.IntegerField(min_value=1)
+    in_queue = serializers.IntegerField(min_value=1)
+    cycle = serializers.IntegerField(source="cycle_id", allow_null=True)
+    recorded_at = serializers.DateTimeField(allow_null=True)
+
+
 class WorkloadSerializer(serializers.ModelSerializer):
     """A PodGroup with its queue, priority class, gang size, state and current why-pending."""
 
@@ -48,13 +60,16 @@ class WorkloadSerializer(serializers.ModelSerializer):
     )
     pod_count = serializers.IntegerField(read_only=True, default=0)
     pending_reason = serializers.SerializerMethodField(help_text="The current why-pending, if any.")
+    place = serializers.SerializerMethodField(
+        help_text="Where a pending workload stands in the order the scheduler tries the pending jobs; null when "
+                  "it is not pending or the latest cycle did not try it.")
 
     class Meta:
         model = Workload
         fields = (
             "id", "cluster", "namespace", "name", "queue", "priority_class", "preemptibility", "min_member",
             "min_subgroup", "subgroups", "topology_constraint", "labels", "state", "submitted_at", "last_start_at",
-            "last_eviction_at", "finished_at", "pod_count", "pending_reason",
+            "last_eviction_at", "finished_at", "pod_count", "pending_reason", "place",
         )
         read_only_fields = ("state", "submitted_at", "last_start_at", "last_eviction_at", "finished_at")
         validators: list[Any] = []  # uniqueness is checked by the service
@@ -71,6 +86,21 @@ class WorkloadSerializer(serializers.ModelSerializer):
         if nested is None:
             nested = self._pending_serializer = PendingReasonSerializer()
         return nested.to_representation(current[0])
+
+
+    @extend_schema_field(PlaceSerializer(allow_null=True))
+    def get_place(self, obj: Workload) -> dict[str, Any] | None:
+        if obj.state not in (WorkloadState.PENDING, WorkloadState.PARTIAL):
+            return None
+        # the places of the whole page in one read, when listed: the rows share this serializer
+        asked: set[int] = getattr(self, "_places_asked", set())
+        if obj.pk not in asked:
+            rows = getattr(self.parent, "instance", None) if self.parent is not None else None
+            ids = {w.pk for w in rows} if isinstance(rows, list) else set()
+            asked = self._places_asked = ids | {obj.pk}
+            self._places = places(asked)
+        got = self._places.get(obj.pk)
+        return None if got is None else dict(PlaceSerializer(got).data)
 
 
 class WorkloadDetailSerializer(WorkloadSerializer):
