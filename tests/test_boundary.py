@@ -91,7 +91,7 @@ def test_the_cluster_gateway_and_its_users_form_no_import_cycle():
     graph = _module_graph()
     modules = {"kaiweb.cluster.errors", "kaiweb.cluster.backends.types", "kaiweb.cluster.backends.kubernetes",
                "kaiweb.cluster.backends.simulated", "kaiweb.cluster.gateway", "kaiweb.cluster.watch",
-               "kaiweb.cluster.grouping", "kaiweb.cluster.status_writer", "kaiweb.cluster.mirror"}
+               "kaiweb.cluster.grouping", "kaiweb.cluster.mirror"}
     assert modules <= set(graph)
     assert _cycle({m: graph[m] & modules for m in modules}) == []
 
