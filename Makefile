@@ -51,6 +51,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff check --config scheduler_core/ruff.toml scheduler_core
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format .

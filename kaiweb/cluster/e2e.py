@@ -562,25 +562,3 @@ def score(path: Path | str, scenarios: list[dict[str, Any]],
     rows, _features = module.evaluate(scenarios, dict(results), {"no_conditions": False})
     failures = [(r["id"], r.get("failure") or "") for r in rows if not r["pass"]]
     return sum(1 for r in rows if r["pass"]), len(rows), failures
-
-
-def cycle_invariants(outcome: Any) -> list[str]:
-    """The invariants after the cycle `product_cycle` ran (`kaiweb.scheduling.invariants`)."""
-    from kaiweb.scheduling.invariants import after_cycle
-    from kaiweb.scheduling.models import SchedulingCycle
-
-    cycle_id = getattr(outcome, "cycle_id", None)
-    if cycle_id is None:
-        return []
-    return after_cycle(SchedulingCycle.objects.select_related("shard__cluster").get(pk=cycle_id))
-
-
-def product_cycle() -> Any:
-    """One scheduling cycle of the mirrored Kubernetes cluster's first shard, as a worker runs it."""
-    from kaiweb.cluster import mirror
-    from kaiweb.cluster.models import SchedulingShard
-    from kaiweb.scheduling.cycle import run_and_record_cycle
-
-    cluster = mirror.kubernetes_cluster()
-    shard = SchedulingShard.objects.filter(cluster=cluster, enabled=True).order_by("name").first()
-    return run_and_record_cycle(shard, trigger="e2e")

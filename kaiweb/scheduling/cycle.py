@@ -51,6 +51,7 @@ from kaiweb.scheduling.fragmentation import shard_fragmentation
 from kaiweb.scheduling.models import Decision, SchedulingCycle
 from kaiweb.scheduling.signals import cycle_step
 from kaiweb.scheduling.typical_pods import shard_typical_pods
+from kaiweb.scheduling.write_back import record_actions, write_back
 from scheduler_core import model as m
 from scheduler_core import run_cycle
 from scheduler_core.cycle import collector_paused
@@ -329,14 +330,14 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         if Capability.MIRRORED in caps:
             # The binds and evictions the cluster took are in the mirror before the next cycle
             # reads it, whether or not the watcher has seen them yet (never left to a step that may fail).
-            _against_the_watcher(cycle, "recording the applied actions", lambda: mirror.record_actions(cycle))
+            _against_the_watcher(cycle, "recording the applied actions", lambda: record_actions(cycle))
         phases["record"] += _ms(t)
 
         if Capability.MIRRORED in caps:
             # Kubernetes: queue and PodGroup status, why-pending and events (only what changed).
             t = time.perf_counter()
             try:
-                mirror.write_back(gateway, cycle)
+                write_back(gateway, cycle)
             except Exception:  # noqa: BLE001 - the decisions are applied and recorded; the next cycle writes again
                 log.exception("cycle %s: writing status back to the cluster failed", cycle.pk)
             phases["write_back"] = _ms(t)

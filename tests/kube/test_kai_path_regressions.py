@@ -16,6 +16,7 @@ from django.core.management import call_command
 
 from kaiweb.cluster import e2e, mirror
 from kaiweb.cluster.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
+from kaiweb.scheduling.e2e import product_cycle
 from tests.kube.fixtures import NO_BINARIES, start_cluster
 
 pytestmark = [pytest.mark.kube, pytest.mark.django_db(transaction=True)]
@@ -100,7 +101,7 @@ def play(kwok_cluster: LocalKube, settings: Any, monkeypatch: pytest.MonkeyPatch
 
     def run(steps: list[dict[str, Any]], config: dict[str, Any] | None = None) -> dict[str, Any]:
         kwok_cluster.reset()
-        runner = e2e.ScenarioRunner(kwok_cluster, prepare=prepare, run_cycle=e2e.product_cycle)
+        runner = e2e.ScenarioRunner(kwok_cluster, prepare=prepare, run_cycle=product_cycle)
         result = runner.run({"id": "regression", "scheduler": {"config": config or {}},
                              "steps": [*steps, {"expect": {}}]})
         assert result.error is None, result.error

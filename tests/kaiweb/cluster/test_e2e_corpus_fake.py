@@ -13,6 +13,7 @@ import pytest
 from django.core.management import call_command
 
 from kaiweb.cluster import e2e, mirror
+from kaiweb.scheduling.e2e import product_cycle
 
 ROOT = Path(__file__).resolve().parents[3]
 CORPUS = ROOT.parent / "shared" / "corpus" / "kai-e2e"
@@ -34,7 +35,7 @@ def test_the_kai_e2e_corpus_passes_at_least_its_floor_on_the_fake_api_server(set
         mirror.kubernetes_cluster()
 
     with e2e.FakeCluster() as kube:
-        runner = e2e.ScenarioRunner(kube, prepare=prepare, run_cycle=e2e.product_cycle)
+        runner = e2e.ScenarioRunner(kube, prepare=prepare, run_cycle=product_cycle)
         results = {str(s["id"]): runner.run(s).as_json() for s in scenarios}
 
     passed, total, failures = e2e.score(CORPUS, scenarios, results)

@@ -17,7 +17,7 @@ from kaiweb.cluster.backends.kubernetes import parse_pod
 from kaiweb.cluster.models import Cluster, Node
 from kaiweb.cluster.watch import ADDED, DELETED, MODIFIED, WatchEvent
 from kaiweb.queues.models import Queue
-from kaiweb.scheduling import adapters
+from kaiweb.scheduling import adapters, write_back
 from kaiweb.scheduling.choices import DecisionKind, DecisionStatus
 from kaiweb.scheduling.models import Decision, SchedulingCycle
 from kaiweb.workloads.choices import PodState
@@ -59,14 +59,14 @@ def apply(cluster: Cluster, raw: dict[str, Any], type_: str = MODIFIED) -> None:
 
 
 def record(cluster: Cluster, kind: str, node: str | None = None, name: str = "p") -> None:
-    """What a cycle records after the cluster took its action (`mirror.record_actions`)."""
+    """What a cycle records after the cluster took its action (`write_back.record_actions`)."""
     pod = Pod.objects.get(name=name)
     cycle = SchedulingCycle.objects.create(shard=cluster.shards.get(), status="succeeded",
                                            started_at="2026-11-27T00:00:30Z")
     Decision.objects.create(cycle=cycle, kind=kind, status=DecisionStatus.APPLIED, pod=pod, workload=pod.workload,
                             node=Node.objects.get(name=node) if node else None, workload_ref="x", pod_name=name,
                             node_name=node or "", reason="r", idempotency_key=f"{kind}:{name}:{cycle.pk}")
-    mirror.record_actions(cycle)
+    write_back.record_actions(cycle)
 
 
 def row(name: str = "p") -> tuple[str, str | None, str]:
@@ -173,7 +173,7 @@ def test_a_bind_recorded_while_the_watcher_writes_an_older_event_stands(cluster:
 
     def cycle_records() -> None:
         try:
-            mirror.record_actions(cycle_row)
+            write_back.record_actions(cycle_row)
         finally:
             connection.close()
 

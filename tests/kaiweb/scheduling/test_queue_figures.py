@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kaiweb.cluster.mirror import _amounts
 from kaiweb.scheduling.adapters import _vector_to_queue_units
+from kaiweb.scheduling.write_back import _amounts
 
 
 def test_queue_memory_figures_keep_every_byte():

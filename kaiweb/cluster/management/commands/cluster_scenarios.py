@@ -30,6 +30,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         from kaiweb.cluster import e2e
         from kaiweb.cluster.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
+        from kaiweb.scheduling.e2e import cycle_invariants, product_cycle
 
         path: Path = opts["path"]
         if not path.exists():
@@ -52,8 +53,8 @@ class Command(BaseCommand):
             cluster = LocalKube(binaries, controllers=None, kwok=True)
         results: dict[str, e2e.ScenarioResult] = {}
         with _throwaway_database(), cluster as kube:
-            runner = e2e.ScenarioRunner(kube, prepare=_prepare, run_cycle=e2e.product_cycle,
-                                        check=e2e.cycle_invariants)
+            runner = e2e.ScenarioRunner(kube, prepare=_prepare, run_cycle=product_cycle,
+                                        check=cycle_invariants)
             for n, scenario in enumerate(scenarios, 1):
                 sid = str(scenario.get("id"))
                 result = runner.run(scenario)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kaiweb.cluster import status_writer as sw
+from kaiweb.scheduling import status_writer as sw
 from kaiweb.workloads.choices import PodState
 
 

@@ -127,7 +127,7 @@ def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[s
     """After a cycle: the status and events of each PodGroup of the shard (see the module docstring).
 
     ``pod_groups``: each PodGroup as far as this reads it (metadata.uid, status.schedulingConditions)
-    by (namespace, name), from the mirror (`mirror._pod_groups_said`)."""
+    by (namespace, name), from the mirror (`write_back._pod_groups_said`)."""
     from kaiweb.scheduling.models import PendingReason
     from kaiweb.workloads.models import Pod, Workload
 

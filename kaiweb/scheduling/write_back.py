@@ -1,0 +1,303 @@
+"""The write-back: what a cycle decided, told to the cluster and to the mirror.
+
+* `record_actions(cycle)` reflects the applied binds and evictions in the mirror at once;
+* `write_back(gateway, cycle)` writes each queue's status to its CRD and the why-pending
+  explanation to each pending pod, only when it changed since it was last written, and KAI's stamps
+  (last start, last eviction, stale since) to each PodGroup whose workload holds a later one, and
+  the PodGroups' status and events (`kaiweb.scheduling.status_writer`).
+
+It belongs to scheduling, which owns the cycle and its rows; the mirror (`kaiweb.cluster.mirror`)
+only fills the database from the cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from kaiweb.cluster import stamps
+from kaiweb.cluster.backends.types import PodRef, QueueStatusUpdate, ResourceAmounts
+from kaiweb.cluster.errors import ClusterError
+from kaiweb.cluster.mirror import BATCH, IMPLICIT_GROUP_LABEL, mirror_state
+from kaiweb.cluster.models import Cluster, PendingReport, UnreadableObject
+from kaiweb.core import clock
+from kaiweb.core.queries import update_rows
+from kaiweb.queues.models import Queue
+from kaiweb.scheduling import status_writer
+from kaiweb.scheduling.choices import DecisionKind, DecisionStatus
+from kaiweb.scheduling.models import PendingReason, QueueStatus
+from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState
+from kaiweb.workloads.models import Pod, Workload
+from scheduler_core.units import mb_to_bytes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WriteBackReport:
+    queue_statuses: int = 0
+    pending_reports: int = 0
+    pod_group_statuses: int = 0
+    pod_group_stamps: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _amounts(figures: Mapping[str, Any]) -> ResourceAmounts:
+    """Queue units (millicores, MB, devices) → a `ResourceAmounts`."""
+    return ResourceAmounts(cpu_millis=int(round(float(figures.get("cpu", 0) or 0))),
+                           memory_bytes=int(round(mb_to_bytes(figures.get("memory", 0) or 0))),
+                           gpus=float(figures.get("gpu", 0) or 0))
+
+
+def record_actions(cycle: Any) -> None:
+    """Reflect the applied binds and evictions in the mirror at once, as KAI's cache does: a
+    bound pod is Binding on its node, an evicted one Releasing, until the cluster says more.
+    So the next cycle is right even if the watcher has not caught up yet."""
+    done = list(cycle.decisions.filter(status=DecisionStatus.APPLIED, pod_id__isnull=False,
+                                       kind__in=(DecisionKind.BIND, DecisionKind.EVICT))
+                .values_list("kind", "pod_id", "node_id", "gpu_groups"))
+    binds = [(pod, node, group) for kind, pod, node, group in done if kind == DecisionKind.BIND]
+    evicts = [pod for kind, pod, _, _ in done if kind == DecisionKind.EVICT]
+    with transaction.atomic():
+        # The watcher writes the same rows: each is read and written under its row lock.
+        pods = {p.pk: p for p in Pod.objects.filter(pk__in=[b[0] for b in binds] + evicts)
+                .select_for_update().order_by("pk")}
+        _record(pods, binds, evicts)
+        # As KAI stamps a PodGroup when it evicts any of its pods: the preemption delay starts again
+        # from it (the write-back puts it on the PodGroup). Never moved back (`stamps.later`).
+        evicted = sorted({pods[p].workload_id for p in evicts if p in pods})
+        if evicted:
+            at = clock.now()
+            Workload.objects.filter(Q(last_eviction_at__isnull=True) | Q(last_eviction_at__lt=at),
+                                    pk__in=evicted).update(last_eviction_at=at)
+
+
+def _record(pods: dict[int, Pod], binds: list[tuple[int, int, list[str]]], evicts: list[int]) -> None:
+    changed = []
+    for pod_id, node_id, group in binds:
+        p = pods.get(pod_id)
+        if p is not None and p.state in (PodState.PENDING, PodState.GATED):
+            p.state, p.node_id, p.gpu_groups = PodState.BINDING, node_id, list(group or ())
+            changed.append(p)
+    for pod_id in evicts:
+        p = pods.get(pod_id)
+        if p is not None and p.state in ALLOCATED_POD_STATES:
+            p.state = PodState.RELEASING
+            changed.append(p)
+    update_rows(Pod, changed, ["state", "node_id", "gpu_groups"])
+
+
+USAGE_DB_CONDITION, FIELDS_CONDITION = "UsageDatabaseRead", "FieldsApplied"
+_CONDITION_MESSAGE_MAX = 4000
+
+
+def shard_conditions(shard: Any) -> list[dict[str, str]]:
+    """kaiweb's conditions for the shard's SchedulingShard object: whether every field it sets is
+    applied (else which are not, and why) and, when it names a usage database, whether the cycle
+    reads it (else why not: no answer yet, stale, the last fetch's error)."""
+    rows = [r for r in (shard.unsupported_fields or []) if isinstance(r, dict)]
+    out = [{"type": FIELDS_CONDITION, "status": "False" if rows else "True",
+            "reason": "NotApplied" if rows else "AllApplied",
+            "message": ("; ".join(f"{r.get('field')}: {r.get('reason')}" for r in rows)
+                        or "every field the object sets is applied")[:_CONDITION_MESSAGE_MAX]}]
+    if shard.usage_db:
+        usage, why = shard.usage_db_answer()
+        out.append({"type": USAGE_DB_CONDITION, "status": "True" if usage is not None else "False",
+                    "reason": "Answered" if usage is not None else "OwnAccounting",
+                    "message": why[:_CONDITION_MESSAGE_MAX]})
+    return out
+
+
+def _write_shard_conditions(gateway: Any, shard: Any, digests: dict[str, str], report: WriteBackReport) -> None:
+    """The shard's conditions to its SchedulingShard object, when they changed since last written
+    (the digest kept beside the queues', under a key no queue name can take)."""
+    conditions = shard_conditions(shard)
+    key, digest = f"SchedulingShard/{shard.name}", _digest(conditions)
+    if digests.get(key) == digest:
+        return
+    try:
+        gateway.write_shard_conditions(shard.name, conditions)
+    except ClusterError as exc:
+        report.errors.append(str(exc))
+        log.warning("shard status not written: %s", exc)
+        return
+    digests[key] = digest
+
+
+def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
+    """After a cycle: queue status to each Queue CRD, the shard's conditions to its SchedulingShard
+    object (`shard_conditions`), the why-pending explanation to each
+    pending pod (and to each unreadable one), each only when it changed since last written, and
+    each PodGroup's stamps where its workload holds later ones (`_write_stamps`)."""
+    report = WriteBackReport()
+    cluster = cycle.shard.cluster
+    state = mirror_state(cluster)
+
+    # Queue status.
+    children: dict[str, list[str]] = {}
+    for name, parent in Queue.objects.filter(parent__isnull=False).values_list("name", "parent__name"):
+        children.setdefault(parent, []).append(name)
+    digests = dict(state.queue_status_digests or {})
+    for st in QueueStatus.objects.filter(cycle=cycle).select_related("queue").order_by("queue__name"):
+        update = QueueStatusUpdate(name=st.queue.name, allocated=_amounts(st.allocated),
+                                   allocated_non_preemptible=_amounts(st.allocated_non_preemptible),
+                                   requested=_amounts(st.requested),
+                                   child_queues=tuple(sorted(children.get(st.queue.name, []))))
+        digest = _digest(update.allocated, update.allocated_non_preemptible, update.requested, update.child_queues)
+        if digests.get(update.name) == digest:
+            continue
+        try:
+            gateway.write_queue_status(update)
+        except ClusterError as exc:
+            report.errors.append(str(exc))
+            log.warning("queue status not written: %s", exc)
+            continue
+        digests[update.name] = digest
+        report.queue_statuses += 1
+    _write_shard_conditions(gateway, cycle.shard, digests, report)
+    state.queue_status_digests = digests
+    state.save(update_fields=["queue_status_digests"])
+
+    # Why pending: each pending pod of a workload the cycle left pending, and each unreadable pod.
+    wanted: dict[tuple[str, str], tuple[str, str, str]] = {}  # (ns, pod) → (uid, reason, message)
+    reasons = {pr.workload_id: pr for pr in PendingReason.objects.current_of(cycle.shard)}
+    for p in Pod.objects.filter(workload_id__in=list(reasons), state=PodState.PENDING).select_related("workload"):
+        pr = reasons[p.workload_id]
+        # KAI's event reason for a pod left pending is Kubernetes' own "Unschedulable".
+        wanted[(p.workload.namespace, p.name)] = (p.uid, "Unschedulable", pr.message or pr.reason)
+    for u in UnreadableObject.objects.filter(cluster=cluster, kind="Pod"):
+        wanted[(u.namespace, u.name)] = (u.uid, "Deferred" if u.deferred else "Unreadable", u.message)
+    known = {(r.namespace, r.name): r for r in PendingReport.objects.filter(cluster=cluster)}
+    now = timezone.now()
+    create, update = [], []
+    for (ns, name), (uid, reason, message) in sorted(wanted.items()):
+        digest = _digest(uid, reason, message)
+        row = known.get((ns, name))
+        if row is not None and row.digest == digest:
+            continue
+        try:
+            gateway.report_pending(PodRef(ns, name, uid), reason, message)
+        except ClusterError as exc:
+            report.errors.append(str(exc))
+            log.warning("why-pending not written: %s", exc)
+            continue
+        report.pending_reports += 1
+        if row is None:
+            create.append(PendingReport(cluster=cluster, namespace=ns, name=name, uid=uid, reason=reason[:64],
+                                        digest=digest, reported_at=now))
+        else:
+            row.uid, row.reason, row.digest, row.reported_at = uid, reason[:64], digest, now
+            update.append(row)
+    # PodGroup status, events and stamps, judged against what each PodGroup says (`_pod_groups_said`).
+    listed, times = _pod_groups_said(cluster)
+    _write_stamps(gateway, cluster, listed, times, report, budget=stamp_budget(cycle))
+    # Only a PodGroup with a pod waiting, or with a condition to take away, can need a status or an event.
+    waiting = set(Pod.objects.filter(workload__cluster=cluster, state__in=(PodState.PENDING, PodState.GATED))
+                  .values_list("workload__namespace", "workload__name").distinct())
+    written = status_writer.write_pod_group_status(gateway, cycle, {
+        key: raw for key, raw in listed.items() if key in waiting or raw["status"]["schedulingConditions"]})
+    report.pod_group_statuses = written.statuses_written
+    report.errors.extend(written.errors)
+    _keep_said(cluster, {key: {"conditions": conditions} for key, conditions in written.conditions.items()})
+    still_pending = wanted.keys() | set(Pod.objects.filter(workload__cluster=cluster, state=PodState.PENDING)
+                                        .values_list("workload__namespace", "name"))
+    with transaction.atomic():
+        PendingReport.objects.bulk_create(create, batch_size=BATCH)
+        PendingReport.objects.bulk_update(update, ["uid", "reason", "digest", "reported_at"], batch_size=BATCH)
+        stale = [r.pk for k, r in known.items() if k not in still_pending]
+        if stale:
+            PendingReport.objects.filter(pk__in=stale).delete()
+    return report
+
+
+def _pod_groups_said(cluster: Cluster) -> tuple[dict[tuple[str, str], dict[str, Any]],
+                                                  dict[tuple[str, str], dict[str, datetime | None]]]:
+    """Each PodGroup of the cluster as far as the write-back reads it (its uid, KAI's stamp annotations,
+    its scheduling conditions), from the mirror: what the watcher saw when it first saw it (or when it
+    last changed), then what the write-back wrote (`_keep_said`); and its workload's times (stamp field
+    → time), from the same query. No listing of every PodGroup per cycle: at 16,000 PodGroups that took
+    most of an idle cycle. A change someone else makes to these fields alone is seen at the next full sync."""
+    listed: dict[tuple[str, str], dict[str, Any]] = {}
+    times: dict[tuple[str, str], dict[str, datetime | None]] = {}
+    rows = Workload.objects.filter(cluster=cluster).exclude(uid="").exclude(
+        labels__has_key=IMPLICIT_GROUP_LABEL).values_list("namespace", "name", "uid", "pod_group_said", *stamps.FIELDS)
+    for namespace, name, uid, said, *at in rows:
+        said = said if isinstance(said, Mapping) else {}
+        listed[(namespace, name)] = {
+            "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+            "metadata": {"namespace": namespace, "name": name, "uid": uid,
+                         "annotations": dict(said.get("annotations") or {})},
+            "status": {"schedulingConditions": list(said.get("conditions") or [])}}
+        times[(namespace, name)] = dict(zip(stamps.FIELDS, at, strict=True))
+    return listed, times
+
+
+def _keep_said(cluster: Cluster, written: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
+    """Record on the workloads' rows what the write-back wrote on their PodGroups: ``conditions`` (the
+    whole list) and ``annotations`` (merged; None takes a key away)."""
+    if not written:
+        return
+    rows = [w for w in Workload.objects.filter(cluster=cluster, name__in={n for _, n in written}).only(
+        "pk", "namespace", "name", "pod_group_said") if (w.namespace, w.name) in written]
+    for w in rows:
+        change = written[(w.namespace, w.name)]
+        said = dict(w.pod_group_said or {})
+        if "conditions" in change:
+            said["conditions"] = list(change["conditions"])
+        if "annotations" in change:
+            annotations = {**(said.get("annotations") or {}), **change["annotations"]}
+            said["annotations"] = {k: v for k, v in annotations.items() if v is not None}
+        w.pod_group_said = said
+    update_rows(Workload, rows, ["pod_group_said"])
+
+
+def stamp_budget(cycle: Any) -> int:
+    """How many PodGroups' stamps a cycle's write-back writes at most: ``KAI_STAMP_WRITES_PER_CYCLE``
+    after a cycle that neither bound nor evicted, a tenth of it (at least 1) after one that did, so a
+    fill or a reclaim is not followed by thousands of patches before the next cycle can start. The
+    stamps are for a move between schedulers: the database holds the times the engine reads."""
+    budget = max(1, int(getattr(settings, "KAI_STAMP_WRITES_PER_CYCLE", 50)))
+    acted = (getattr(cycle, "binds", 0) or 0) + (getattr(cycle, "evictions", 0) or 0)
+    return max(1, budget // 10) if acted else budget
+
+
+def _write_stamps(gateway: Any, cluster: Cluster, listed: Mapping[tuple[str, str], Mapping[str, Any]],
+                  times: Mapping[tuple[str, str], Mapping[str, datetime | None]], report: WriteBackReport, *,
+                  budget: int) -> None:
+    """Each PodGroup's stamps from its workload's ``times`` where they are later than what the PodGroup
+    says (`stamps.annotations_wanted`), judged against what the mirror keeps of the PodGroup
+    (``listed``): a steady cluster costs no writes. At most ``budget`` PodGroups (`stamp_budget`), the
+    first by name; the others stay different and are written by the next cycles."""
+    changes = []
+    for key, raw in listed.items():
+        meta = raw.get("metadata") or {}
+        wanted = stamps.annotations_wanted(times.get(key) or {}, meta.get("annotations") or {})
+        if wanted:
+            changes.append((key[0], key[1], str(meta.get("uid") or ""), wanted))
+    if not changes:
+        return
+    # Bounded per cycle, in name order: what is left is still different next cycle and written then.
+    changes = sorted(changes)[:budget]
+    written: dict[tuple[str, str], dict[str, Any]] = {}
+    for (namespace, name, _, wanted), error in zip(changes, gateway.annotate_pod_groups(changes), strict=True):
+        if error is None:
+            report.pod_group_stamps += 1
+            written[(namespace, name)] = {"annotations": dict(wanted)}
+        else:
+            report.errors.append(str(error))
+            log.warning("PodGroup %s/%s: stamps not written: %s", namespace, name, error)
+    _keep_said(cluster, written)
