@@ -102,6 +102,16 @@ _WORKLOAD_FIELDS = ("uid", "queue_id", "priority_class_id", "preemptibility", "m
 _POD_FIELDS = ("workload_id", "uid", "subgroup", "gpu", "gpu_fraction", "gpu_memory_mib", "gpu_devices",
                "mig_profile", "cpu", "memory", "task_priority", "state", "node_id", "gpu_groups", "constraints",
                "resource_version")
+def lock_pods(pods: Any) -> Any:
+    """Pod rows (a queryset) locked until the commit, in pk order, as the mirror and the record of a
+    cycle's actions (`kaiweb.scheduling.write_back.record_actions`) lock them: FOR NO KEY UPDATE, so
+    each waits for the other and a recorded bind is never overwritten from an older read. A cycle
+    recording its decisions holds the same rows FOR KEY SHARE (`kaiweb.scheduling.adapters._hold`),
+    which only a delete has to wait for: with FOR UPDATE here the watcher held up those records, and
+    the two deadlocked (B14 at 500 nodes: a cycle failed three times with 40P01)."""
+    return pods.select_for_update(of=("self",), no_key=True).order_by("pk")
+
+
 # States in which a pod holds its node's resources (what the engine charges to the node).
 _HOLDING = (*ALLOCATED_POD_STATES, PodState.RELEASING)
 
@@ -562,8 +572,8 @@ def _apply_plan(cluster: Cluster, plan: _Plan, *, full: bool, report: SyncReport
     else:
         # Locked until the commit, in one order: the cycle records binds and evictions on these rows
         # (`record_actions`) at any moment, and a write from what was read before it would undo it.
-        pods = {(p.workload.namespace, p.name): p for p in pqs.filter(name__in={n for _, n in pod_keys})
-                .select_related("workload").select_for_update(of=("self",)).order_by("pk")
+        pods = {(p.workload.namespace, p.name): p for p in lock_pods(pqs.filter(name__in={n for _, n in pod_keys})
+                                                                     .select_related("workload"))
                 if (p.workload.namespace, p.name) in pod_keys}
         work_keys |= {(p.workload.namespace, p.workload.name) for p in pods.values()}
         workloads = {(w.namespace, w.name): w for w in wqs.filter(name__in={n for _, n in work_keys})
@@ -1039,9 +1049,9 @@ def _holding_resources(cluster: Cluster, keys: set[tuple[str, str]]) -> dict[tup
         return {}
     out = {}
     # Locked, like `_apply_plan`'s rows: a bind recorded meanwhile must not be deleted unseen.
-    rows = (Pod.objects.filter(workload__cluster=cluster, name__in={n for _, n in keys},
-                               state__in=(*ALLOCATED_POD_STATES, PodState.RELEASING))
-            .select_related("workload", "node").select_for_update(of=("self",)).order_by("pk"))
+    rows = lock_pods(Pod.objects.filter(workload__cluster=cluster, name__in={n for _, n in keys},
+                                        state__in=(*ALLOCATED_POD_STATES, PodState.RELEASING))
+                     .select_related("workload", "node"))
     for p in rows:
         key = (p.workload.namespace, p.name)
         if key in keys:
@@ -1566,9 +1576,9 @@ def _coalesced(cluster: Cluster, events: list[Any], queues: _QueueIndex, classes
     if any(e.type == DELETED for k, es in by_key.items() if len(es) > 1 and k not in ended for e in es):
         return None
     repeated = {k: [e.obj for e in es] for k, es in by_key.items() if len(es) > 1 and k not in ended}
-    rows = {(p.workload.namespace, p.name): p for p in Pod.objects.filter(
+    rows = {(p.workload.namespace, p.name): p for p in lock_pods(Pod.objects.filter(
         workload__cluster=cluster, name__in={e.name for e in events if e.kind == "Pod"}).select_related(
-        "workload").select_for_update(of=("self",)).order_by("pk")}
+        "workload"))}
     if ended and not _deletion_coalesces(cluster, [by_key[k] for k in ended], rows, events, queues, classes):
         return None
     groups = [e.obj for e in events if e.kind == "PodGroup"]

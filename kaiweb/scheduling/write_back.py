@@ -28,7 +28,7 @@ from django.utils import timezone
 from kaiweb.cluster import stamps
 from kaiweb.cluster.backends.types import PodRef, QueueStatusUpdate, ResourceAmounts
 from kaiweb.cluster.errors import ClusterError
-from kaiweb.cluster.mirror import BATCH, IMPLICIT_GROUP_LABEL, mirror_state
+from kaiweb.cluster.mirror import BATCH, IMPLICIT_GROUP_LABEL, lock_pods, mirror_state
 from kaiweb.cluster.models import Cluster, PendingReport, UnreadableObject
 from kaiweb.core import clock
 from kaiweb.core.queries import update_rows
@@ -74,8 +74,7 @@ def record_actions(cycle: Any) -> None:
     evicts = [pod for kind, pod, _, _ in done if kind == DecisionKind.EVICT]
     with transaction.atomic():
         # The watcher writes the same rows: each is read and written under its row lock.
-        pods = {p.pk: p for p in Pod.objects.filter(pk__in=[b[0] for b in binds] + evicts)
-                .select_for_update().order_by("pk")}
+        pods = {p.pk: p for p in lock_pods(Pod.objects.filter(pk__in=[b[0] for b in binds] + evicts))}
         _record(pods, binds, evicts)
         # As KAI stamps a PodGroup when it evicts any of its pods: the preemption delay starts again
         # from it (the write-back puts it on the PodGroup). Never moved back (`stamps.later`).

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
+from kaiweb.cluster import mirror
 from kaiweb.scheduling import adapters, cycle
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind
 from kaiweb.scheduling.models import Decision, PendingReason, SchedulingCycle
@@ -100,3 +101,51 @@ def test_a_pod_moving_to_its_pod_group_while_the_snapshot_is_read_still_holds_it
     assert Pod.objects.get(pk=pod.pk).workload_id == group.pk
     on_node = [(job.name, t.name) for job in snapshot.jobs for t in job.tasks if t.node == node.name]
     assert on_node == [("pod-runner", "runner")]  # as the database was when the snapshot began
+
+
+def test_pods_the_watcher_holds_locked_do_not_hold_up_the_record_of_the_cycles_decisions() -> None:
+    """The watcher keeps the pods of a batch locked until it commits (`mirror.lock_pods`); the cycle
+    records a bind on such a pod at once instead of waiting for the batch (with FOR UPDATE there, the
+    record's FOR KEY SHARE waited for it, and the two deadlocked when the batch then needed a row the
+    record held)."""
+    sc = small_cluster(nodes=1)
+    placed = submit(sc, "team-a", "placed")
+    pod_ids = list(Pod.objects.filter(workload=placed).values_list("pk", flat=True))
+    locked, release, seen = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                assert [p.pk for p in mirror.lock_pods(Pod.objects.filter(pk__in=pod_ids))] == pod_ids
+                locked.set()
+                if not release.wait(15):
+                    seen.append("the watcher's batch let go after 15 s")
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+
+    def watcher_writes_meanwhile() -> None:
+        holder.start()
+        assert locked.wait(10)
+
+    def receiver(sender: Any, point: str, **kwargs: Any) -> None:
+        if point == "after-decide":
+            watcher_writes_meanwhile()
+        elif point == "after-record":
+            seen.append("recorded")
+            release.set()
+
+    cycle_step.connect(receiver, weak=False, dispatch_uid="test-race")
+    try:
+        outcome = cycle.run_and_record_cycle(sc.shard, advance=False)
+    finally:
+        release.set()
+        holder.join()
+
+    assert seen == ["recorded"]  # the record did not wait for the watcher's batch
+    row = SchedulingCycle.objects.get(pk=outcome.cycle_id)
+    assert row.status == CycleStatus.SUCCEEDED, row.error
+    bind = Decision.objects.get(cycle=row, kind=DecisionKind.BIND)
+    assert bind.pod_id == pod_ids[0]
+    assert Pod.objects.get(pk=pod_ids[0]).state in (PodState.BINDING, PodState.RUNNING)  # bound after the batch
