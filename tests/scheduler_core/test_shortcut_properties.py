@@ -8,7 +8,7 @@ import dataclasses
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.b6_steady_state import decisions
@@ -466,7 +466,7 @@ def test_the_shared_device_counts_are_those_of_the_listed_options(snap):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Placer, "_shared_counts", checked)
         run_cycle(snap, PLAIN)  # without the shortcuts, every fitting node is counted
-    assert seen  # the fit test ran for the fractional pods
+    assume(seen)  # a cycle that placed no fractional pod anywhere (its queue at its limit) tells nothing
 
 
 @SETTINGS
