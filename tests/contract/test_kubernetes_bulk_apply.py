@@ -189,17 +189,27 @@ def test_the_sharers_of_one_gpu_find_or_make_its_reservation_pod_once(apiserver:
     assert groups == ["grp-0", "grp-1", "grp-2", "grp-3", "grp-a"]
 
 
-def test_one_reservation_lookup_per_group_within_an_apply(kube_apiserver: FakeKubeApiServer) -> None:  # noqa: F811
-    kube_apiserver.add_node("gpu-0", gpus=8)
-    uids = [kube_apiserver.add_pod(f"s{i}", annotations={"gpu-fraction": "0.125"})["metadata"]["uid"] for i in range(8)]
+def test_one_reservation_list_per_apply_whatever_the_number_of_groups(kube_apiserver: FakeKubeApiServer) -> None:  # noqa: F811
+    """Sixteen sharers on four groups of two nodes, one group already held by a reservation pod
+    another scheduler named its own way: one list of the reservation pods for the whole apply, the
+    foreign holder reused, and one reservation pod made for each of the other three groups."""
+    for node in ("gpu-0", "gpu-1"):
+        kube_apiserver.add_node(node, gpus=8)
+    kube_apiserver.add_pod("kai-made-holder", namespace="kai-resource-reservation", node="gpu-1", queue=None,
+                           labels={"app": "kai-resource-reservation", "runai-gpu-group": "grp-3"})
+    uids = [kube_apiserver.add_pod(f"s{i}", annotations={"gpu-fraction": "0.25"})["metadata"]["uid"] for i in range(16)]
     gateway = _gateway(kube_apiserver, 8)
     before = len(kube_apiserver.requests)
 
-    gateway.apply(binds=[BindAction("default", f"s{i}", uid, "gpu-0", gpu_groups=("grp-a",), gpu_portion=0.125)
-                         for i, uid in enumerate(uids)])
+    results = gateway.apply(binds=[BindAction("default", f"s{i}", uid, f"gpu-{i // 8}", gpu_groups=(f"grp-{i // 4}",),
+                                              gpu_portion=0.25) for i, uid in enumerate(uids)])
 
+    assert [r.outcome for r in results] == [ActionOutcome.BOUND] * 16  # type: ignore[union-attr]
     listed = [r for r in kube_apiserver.requests[before:]
               if r.method == "GET" and r.path.endswith("/namespaces/kai-resource-reservation/pods")]
     made = [r for r in kube_apiserver.requests[before:]
             if r.method == "POST" and r.path.endswith("/namespaces/kai-resource-reservation/pods")]
-    assert (len(listed), len(made)) == (1, 1)
+    assert (len(listed), len(made)) == (1, 3)
+    held = sorted((p["spec"]["nodeName"], p["metadata"]["labels"]["runai-gpu-group"])
+                  for p in kube_apiserver.list("pods", "kai-resource-reservation"))
+    assert held == [("gpu-0", "grp-0"), ("gpu-0", "grp-1"), ("gpu-1", "grp-2"), ("gpu-1", "grp-3")]

@@ -1169,6 +1169,7 @@ class KubernetesGateway:
         # While `apply` runs: each (node, GPU group)'s reservation pod, found or made once for all the
         # sharers it binds there (a lock per key, so the others wait for the first).
         self._holders: dict[tuple[str, str], list[Any]] | None = None
+        self._held: dict[tuple[str, str], Mapping[str, Any]] | None = None
         self._holders_lock = threading.Lock()
         self.scheduling = client.SchedulingV1Api(api_client)
         self.version = client.VersionApi(api_client)
@@ -1384,6 +1385,7 @@ class KubernetesGateway:
         guard = threading.Lock()
         workers = min(self.bind_concurrency, max(len(binds), len(evicts)))
         self._holders = {}
+        self._held = self._reservations_held() if any(b.gpu_groups for b in binds) else None
         try:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-apply") as pool:
 
@@ -1398,8 +1400,29 @@ class KubernetesGateway:
                     if exc is not None:
                         logger.warning("an event after apply was not written: %s", exc)
         finally:
-            self._holders = None
+            self._holders = self._held = None
         return results
+
+    def _reservations_held(self) -> dict[tuple[str, str], Mapping[str, Any]] | None:
+        """The live reservation pods by (node, GPU group), listed once for a whole `apply` (one
+        list instead of one per group: each is a read of every reservation pod, so a fill making
+        thousands of groups would read them thousands of times). None when they cannot be listed
+        now: each group is then looked up on its own."""
+        ns = self.reservation_namespace
+        try:
+            self._ensure_namespace(ns, "list reservation pods")
+            held, _ = self.list_raw("list reservation pods", self.core.list_namespaced_pod, ns,
+                                    label_selector=f"{gpu_sharing.APP_LABEL}={gpu_sharing.RESERVATION_APP}")
+        except ClusterError as exc:
+            logger.warning("reservation pods not listed before the binds, looked up one by one: %s", exc)
+            return None
+        index: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for r in held:
+            node = (r.get("spec") or {}).get("nodeName")
+            group = (_meta(r).get("labels") or {}).get(GPU_GROUP_LABEL)
+            if node and group and not _meta(r).get("deletionTimestamp"):
+                index.setdefault((node, group), r)
+        return index
 
     @staticmethod
     def _all(pool: ThreadPoolExecutor, fn: Callable[[Any, _Later], ActionResult], actions: Sequence[Any],
@@ -1548,10 +1571,15 @@ class KubernetesGateway:
                              operation: str) -> Mapping[str, Any]:
         ns = self.reservation_namespace
         self._ensure_namespace(ns, operation)
-        selector = f"{gpu_sharing.APP_LABEL}={gpu_sharing.RESERVATION_APP},{GPU_GROUP_LABEL}={group}"
-        held, _ = self.list_raw(f"{operation}: reservation", self.core.list_namespaced_pod, ns, label_selector=selector)
-        holder = next((r for r in held if (r.get("spec") or {}).get("nodeName") == action.node
-                       and not _meta(r).get("deletionTimestamp")), None)
+        listed = self._held
+        if listed is not None:
+            holder = listed.get((action.node, group))
+        else:
+            selector = f"{gpu_sharing.APP_LABEL}={gpu_sharing.RESERVATION_APP},{GPU_GROUP_LABEL}={group}"
+            held, _ = self.list_raw(f"{operation}: reservation", self.core.list_namespaced_pod, ns,
+                                    label_selector=selector)
+            holder = next((r for r in held if (r.get("spec") or {}).get("nodeName") == action.node
+                           and not _meta(r).get("deletionTimestamp")), None)
         if holder is not None:
             return holder
         manifest = gpu_sharing.reservation_pod(namespace=ns, node=action.node, group=group,
