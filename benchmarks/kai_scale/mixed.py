@@ -25,6 +25,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kubernetes.watch.watch import iter_resp_lines
+
 from .harness import (
     GPUS_PER_NODE,
     ROOT,
@@ -241,8 +243,6 @@ class ReservationStandIn:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        from kubernetes import watch
-
         while not self._stop.is_set():
             try:
                 response = self.api.core.list_namespaced_pod(self.namespace, label_selector=RESERVATION_SELECTOR,
@@ -250,20 +250,36 @@ class ReservationStandIn:
                 body = json.loads(response.data)
                 for pod in body.get("items") or []:
                     self._see(pod)
-                stream = watch.Watch().stream(self.api.core.list_namespaced_pod, self.namespace,
-                                              label_selector=RESERVATION_SELECTOR, timeout_seconds=5,
-                                              resource_version=(body.get("metadata") or {}).get("resourceVersion"),
-                                              deserialize=False)
-                for event in stream:
-                    if event.get("type") == "DELETED":
-                        self._forget(event["object"])
-                    elif event.get("type") in ("ADDED", "MODIFIED"):
-                        self._see(event["object"])
-                    if self._stop.is_set():
-                        break
+                self._watch(str((body.get("metadata") or {}).get("resourceVersion") or ""))
             except Exception as exc:  # noqa: BLE001 - keep standing in; say what went wrong
                 self.errors.append(f"{type(exc).__name__}: {exc}"[:300])
                 self._stop.wait(0.5)
+
+    def _watch(self, resource_version: str) -> None:
+        """Follow the namespace from ``resource_version`` for a few seconds, one JSON event per line
+        (the client's own watch, unparsed, fails on an ``ERROR`` event). An ``ERROR`` event ends it:
+        410 (the version was compacted away) by listing again, anything else as an error."""
+        response = self.api.core.list_namespaced_pod(
+            self.namespace, label_selector=RESERVATION_SELECTOR, watch=True, resource_version=resource_version,
+            timeout_seconds=5, _preload_content=False, _request_timeout=60)
+        try:
+            for line in iter_resp_lines(response):
+                if not line:
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") != 410:
+                        self.errors.append(f"watch: {obj.get('code')} {obj.get('reason')}: {obj.get('message')}"[:300])
+                    return
+                if kind == "DELETED":
+                    self._forget(obj)
+                elif kind in ("ADDED", "MODIFIED"):
+                    self._see(obj)
+                if self._stop.is_set():
+                    return
+        finally:
+            response.release_conn()
 
     def _forget(self, pod: Mapping[str, Any]) -> None:
         node = (pod.get("spec") or {}).get("nodeName") or ""

@@ -35,9 +35,17 @@ class SchedulingShardAdmin(ServiceAdmin):
     fields = (
         "cluster", "name", "partition_label_key", "partition_label_value", "gpu_placement", "cpu_placement",
         "k_value", "usage_window_seconds", "usage_half_life_seconds", "preempt_min_runtime", "reclaim_min_runtime",
-        "eviction_mode", "update_pod_eviction_condition", "enabled", "queue_depths", "usage_source", "not_applied",
+        "eviction_mode", "update_pod_eviction_condition", "enabled", "actions_run", "queue_depths", "usage_source",
+        "not_applied",
     )
-    readonly_fields = ("queue_depths", "usage_source", "not_applied")
+    readonly_fields = ("actions_run", "queue_depths", "usage_source", "not_applied")
+
+    @admin.display(description="Actions, in order")
+    def actions_run(self, obj: SchedulingShard) -> str:
+        """The actions a cycle runs, as the SchedulingShard object's spec.actions resolves them."""
+        if not isinstance(obj.actions, list):
+            return "KAI's default actions in their default order (no spec.actions)"
+        return " → ".join(str(a) for a in obj.actions) or "none: every action is disabled"
 
     @admin.display(description="Time-based fair share reads usage from")
     def usage_source(self, obj: SchedulingShard) -> str:

@@ -1024,6 +1024,7 @@ def _apply_shards(cluster: Cluster, observed: Sequence[Any]) -> None:
                   "args": dict(shard.args), "eviction_mode": shard.eviction_mode,
                   "update_pod_eviction_condition": shard.update_pod_eviction_condition,
                   "queue_depth_per_action": dict(shard.queue_depth_per_action),
+                  "actions": list(shard.actions) if shard.actions is not None else None,
                   "usage_db": shard.usage_db.as_json() if shard.usage_db is not None else {},
                   "unsupported_fields": [{"field": f, "reason": why} for f, why in shard.unsupported]}
         if shard.usage_window_s is not None:

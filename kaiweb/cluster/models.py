@@ -121,6 +121,12 @@ class SchedulingShard(TimeStampedModel):
         help_text="KAI's queueDepthPerAction, from the SchedulingShard object: action → the jobs of each queue "
         "the action tries per cycle, in its job order. Empty: every job.",
     )
+    actions = models.JSONField(
+        null=True, blank=True, default=None,
+        help_text="The actions a cycle runs, in order, as the SchedulingShard object's spec.actions resolves "
+        "(KAI's defaults with the object's enabled and priority overrides). Empty (null): KAI's default "
+        "actions in their default order.",
+    )
     unsupported_fields = models.JSONField(
         default=list, blank=True,
         help_text="The SchedulingShard object's fields kaiweb reads but does not apply, each with the reason "

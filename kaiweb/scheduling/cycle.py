@@ -179,7 +179,16 @@ def cycle_config(shard: SchedulingShard) -> m.CycleConfig:
         default_reclaim_min_runtime_s=seconds(shard.reclaim_min_runtime),
         queue_depth_per_action=queue_depths(shard),
         **({} if cap is None else {"max_consolidation_preemptees": cap}),
+        **({} if (actions := shard_actions(shard)) is None else {"actions": actions}),
     )
+
+
+def shard_actions(shard: SchedulingShard) -> tuple[str, ...] | None:
+    """The actions the shard's SchedulingShard object resolves to, in order (the engine's names;
+    any other is left out, as the mirror reports it), or None for the engine's default order."""
+    if not isinstance(shard.actions, list):
+        return None
+    return tuple(str(a) for a in shard.actions if a in m.ACTIONS)
 
 
 def queue_depths(shard: SchedulingShard) -> tuple[tuple[str, int], ...]:

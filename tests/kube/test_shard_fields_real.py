@@ -34,7 +34,7 @@ SPEC: dict[str, Any] = {
                                       "waitTimeout": "30s", "extraParams": {"queryResolution": "5m"}}},
     "scenarioSearchBudgets": {"maxJobSearchDuration": "1m"},
     "plugins": {"gpuspread": {"enabled": True, "priority": 300}},
-    "actions": {"consolidation": {"enabled": False}},
+    "actions": {"consolidation": {"enabled": False}, "preempt": {"enabled": False}, "stalegangeviction": {"priority": 350}},
     "goMemLimitRatio": 0.8,
     # fields of a KAI release newer than any kaiweb knows
     "victimOrdering": {"strategy": "newest-first"},
@@ -64,6 +64,7 @@ def test_the_api_server_keeps_every_field_and_the_shard_applies_or_reports_each(
     assert (shard.gpu_placement, shard.cpu_placement, shard.eviction_mode) == ("spread", "binpack", "evict")
     assert shard.queue_depth_per_action == {"allocate": 20, "reclaim": 3}
     assert cycle.cycle_config(shard).queue_depth_per_action == (("allocate", 20), ("reclaim", 3))
+    assert cycle.cycle_config(shard).actions == ("allocate", "stalegangeviction", "reclaim")
     assert (shard.preempt_min_runtime, shard.reclaim_min_runtime) == (timedelta(minutes=2), timedelta(minutes=10))
     assert shard.k_value == 0.7
     assert (shard.usage_window_seconds, shard.usage_half_life_seconds) == (3 * 86400, 6 * 3600)
@@ -73,8 +74,8 @@ def test_the_api_server_keeps_every_field_and_the_shard_applies_or_reports_each(
     # reported, each with its reason
     reported = {r["field"]: r["reason"] for r in shard.unsupported_fields}
     assert set(reported) == {
-        "spec.args[leader-elect]", "spec.scenarioSearchBudgets", "spec.plugins[gpuspread]",
-        "spec.actions[consolidation]", "spec.goMemLimitRatio", "spec.usageDBConfig.usageParams.waitTimeout",
+        "spec.args[leader-elect]", "spec.scenarioSearchBudgets", "spec.plugins[gpuspread]", "spec.goMemLimitRatio",
+        "spec.usageDBConfig.usageParams.waitTimeout",
         "spec.victimOrdering", "spec.maxPipelineDepth"}
     assert "not a field of KAI's SchedulingShard" in reported["spec.victimOrdering"]
     assert "never waits" in reported["spec.usageDBConfig.usageParams.waitTimeout"]

@@ -45,11 +45,11 @@ class SchedulingShardSerializer(WarningsMixin, serializers.ModelSerializer):
         fields = (
             "id", "cluster", "name", "partition_label_key", "partition_label_value", "gpu_placement", "cpu_placement",
             "k_value", "usage_window_seconds", "usage_half_life_seconds", "preempt_min_runtime", "reclaim_min_runtime",
-            "eviction_mode", "update_pod_eviction_condition", "queue_depth_per_action", "unsupported_fields",
+            "eviction_mode", "update_pod_eviction_condition", "queue_depth_per_action", "actions", "unsupported_fields",
             "usage_db", "usage_source", "enabled", "created", "updated", "warnings",
         )
         # set by the cluster's SchedulingShard object (the mirror), never through the API
-        read_only_fields = ("created", "updated", "queue_depth_per_action", "unsupported_fields", "usage_db")
+        read_only_fields = ("created", "updated", "queue_depth_per_action", "actions", "unsupported_fields", "usage_db")
         validators: list = []  # overlaps are checked by the service, with a message naming the other shard
         extra_kwargs = {"eviction_mode": {"error_messages": {"invalid_choice": EVICTION_MODE_RULE + ', not "{input}"'}}}
 

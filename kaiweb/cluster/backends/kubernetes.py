@@ -665,6 +665,11 @@ SHARD_ARGS_READ = (EVICTION_MODE_ARG, UPDATE_POD_EVICTION_CONDITION_ARG, "max-co
 SHARD_SPEC_FIELDS = ("args", "placementStrategy", "partitionLabelValue", "queueDepthPerAction", "minRuntime",
                      "kValue", "usageDBConfig", "scenarioSearchBudgets", "plugins", "actions", "goMemLimitRatio",
                      "goMemLimit")
+# KAI's actions and their priorities when the object overrides none (kai.scheduler/v1
+# `defaultActionPriorities`): a higher priority runs first; consolidation is off by default when
+# either placement strategy is spread.
+KAI_ACTION_PRIORITIES = {"allocate": 500, "consolidation": 400, "reclaim": 300, "preempt": 200,
+                         "stalegangeviction": 100}
 # KAI's scenario search budgets when the object sets none (pkg/common/constants); 0s = unlimited
 SEARCH_BUDGET_DEFAULTS: dict[str, Any] = {"maxActionSearchDuration": {"default": "5m"}, "maxJobSearchDuration": "4m",
                           "minJobSearchDuration": "0s",
@@ -872,6 +877,35 @@ def _overrides(value: Any, field: str, with_arguments: bool) -> list[str]:
     return sorted(str(n) for n in entries)
 
 
+def _shard_actions(spec: Mapping[str, Any], gpu: str, cpu: str) -> tuple[tuple[str, ...] | None, list[tuple[str, str]]]:
+    """spec.actions as KAI's operator resolves it: its default actions (consolidation off with a
+    spread placement), each override's ``enabled`` and ``priority`` merged in, the enabled ones run by
+    descending priority, then by name. None when the object overrides no action (the engine's own
+    order, which is KAI's default). An action kaiweb does not have is reported and left out, and so is
+    consolidation enabled with a spread placement (kaiweb never consolidates then)."""
+    raw = spec.get("actions")
+    names = _overrides(raw, "spec.actions", False)
+    if not names:
+        return None, []
+    spread = "spread" in (gpu, cpu)
+    merged = {name: {"enabled": not (name == "consolidation" and spread), "priority": priority}
+              for name, priority in KAI_ACTION_PRIORITIES.items()}
+    unsupported: list[tuple[str, str]] = []
+    for name in names:
+        entry = raw[name] or {}
+        merged.setdefault(name, {"enabled": True, "priority": 0})
+        merged[name].update({k: entry[k] for k in ("enabled", "priority") if entry.get(k) is not None})
+        if name not in KAI_ACTION_PRIORITIES:
+            unsupported.append((f"spec.actions[{name}]", f"kaiweb has no action {name}; its actions are "
+                                f"{', '.join(KAI_ACTION_PRIORITIES)}"))
+        elif name == "consolidation" and spread and merged[name]["enabled"]:
+            unsupported.append((f"spec.actions[{name}]", "kaiweb never consolidates with a spread placement"))
+    order = sorted((n for n, e in merged.items() if e["enabled"] and n in KAI_ACTION_PRIORITIES
+                    and not (n == "consolidation" and spread)),
+                   key=lambda n: (-int(merged[n]["priority"]), n))
+    return tuple(order), unsupported
+
+
 def _shard_unsupported(spec: Mapping[str, Any], args: Mapping[str, str]) -> list[tuple[str, str]]:
     """The fields the object sets that kaiweb validates but does not apply, each with the reason."""
     out: list[tuple[str, str]] = []
@@ -886,9 +920,6 @@ def _shard_unsupported(spec: Mapping[str, Any], args: Mapping[str, str]) -> list
     for name in _overrides(spec.get("plugins"), "spec.plugins", True):
         out.append((f"spec.plugins[{name}]", "kaiweb runs KAI's default plugins in their default order; a "
                     "shard's plugin overrides are not applied"))
-    for name in _overrides(spec.get("actions"), "spec.actions", False):
-        out.append((f"spec.actions[{name}]", "kaiweb runs KAI's default actions in their default order "
-                    "(consolidation off with a spread placement, as KAI); a shard's action overrides are not applied"))
     ratio = spec.get("goMemLimitRatio")
     if ratio is not None:
         if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
@@ -934,7 +965,9 @@ def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
                            "must be an object with preemptMinRuntime and reclaimMinRuntime")
         depths = _queue_depths(spec.get("queueDepthPerAction"))
         window, half_life, usage_db, usage_unsupported = _usage_db(spec.get("usageDBConfig"))
-        unsupported = [*usage_unsupported, *_shard_unsupported(spec, args)]
+        actions, actions_unsupported = _shard_actions(spec, strategy.get("gpu") or "binpack",
+                                                      strategy.get("cpu") or "binpack")
+        unsupported = [*usage_unsupported, *actions_unsupported, *_shard_unsupported(spec, args)]
         return ObservedShard(
             name=_meta(raw).get("name", ""), partition_label_value=str(spec.get("partitionLabelValue") or ""),
             gpu_placement=strategy.get("gpu") or None, cpu_placement=strategy.get("cpu") or None,
@@ -944,7 +977,7 @@ def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
             reclaim_min_runtime_s=_duration(runtime.get("reclaimMinRuntime"), "spec.minRuntime.reclaimMinRuntime"),
             eviction_mode=mode, update_pod_eviction_condition=_GO_BOOLS[condition],
             queue_depth_per_action=depths, usage_window_s=window, usage_half_life_s=half_life, usage_db=usage_db,
-            unsupported=tuple(sorted(unsupported)),
+            actions=actions, unsupported=tuple(sorted(unsupported)),
         )
     except _Bad as bad:
         return _unreadable("SchedulingShard", raw, bad)

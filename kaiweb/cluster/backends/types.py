@@ -427,5 +427,8 @@ class ObservedShard:
     usage_half_life_s: float | None = None
     # spec.usageDBConfig when it names a Prometheus kaiweb reads (None: kaiweb's own accounting)
     usage_db: UsageDbConfig | None = None
+    # spec.actions resolved as KAI's operator resolves it: the actions to run, in order (None: the
+    # object overrides none, KAI's default order)
+    actions: tuple[str, ...] | None = None
     # what the object sets that kaiweb reads but does not apply: (field, why), in field order
     unsupported: tuple[tuple[str, str], ...] = ()

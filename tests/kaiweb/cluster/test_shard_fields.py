@@ -13,7 +13,10 @@ from kaiweb.cluster.backends.kubernetes import KubernetesGateway, parse_shard
 from kaiweb.cluster.backends.types import ObservedShard, Unreadable
 from kaiweb.cluster.models import Cluster, SchedulingShard, UnreadableObject
 from kaiweb.scheduling import cycle
+from scheduler_core import model as m
+from scheduler_core import run_cycle
 from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
+from tests.scheduler_core.engine_builders import job, node, queue, snapshot
 
 #: a SchedulingShard of KAI v0.18 that sets every field
 EVERY_FIELD: dict[str, Any] = {
@@ -46,7 +49,9 @@ def test_every_field_is_applied_or_reported_with_its_reason():
     reported = dict(shard.unsupported)
     assert set(reported) == {
         "spec.args[leader-elect]", "spec.scenarioSearchBudgets",
-        "spec.plugins[gpuspread]", "spec.actions[consolidation]", "spec.goMemLimitRatio", "spec.goMemLimit"}
+        "spec.plugins[gpuspread]", "spec.goMemLimitRatio", "spec.goMemLimit"}
+    # the actions: KAI's defaults, consolidation turned off by the object
+    assert shard.actions == ("allocate", "reclaim", "preempt", "stalegangeviction")
     # the Prometheus usage database is applied: time-based fair share reads it, KAI's defaults otherwise
     assert shard.usage_db is not None
     source = shard.usage_db.as_json()
@@ -166,12 +171,60 @@ def test_the_mirror_keeps_the_depths_the_usage_window_and_what_is_not_applied_an
     assert shard.usage_db["connection_string"] == "http://prometheus:9090"
     assert {r["field"] for r in shard.unsupported_fields} >= {"spec.scenarioSearchBudgets", "spec.goMemLimit"}
     assert cycle.cycle_config(shard).queue_depth_per_action == (("allocate", 50), ("reclaim", 5))
+    assert shard.actions == ["allocate", "reclaim", "preempt", "stalegangeviction"]
+    assert cycle.cycle_config(shard).actions == ("allocate", "reclaim", "preempt", "stalegangeviction")
 
-    # the object drops the fields: nothing bounded, nothing left to report
+    # the object drops the fields: nothing bounded, nothing left to report, KAI's default actions
     mirror._apply_shards(cluster, [shard_object({})])
     shard.refresh_from_db()
     assert (shard.queue_depth_per_action, shard.unsupported_fields, shard.usage_db) == ({}, [], {})
     assert cycle.cycle_config(shard).queue_depth_per_action == ()
+    assert shard.actions is None
+    assert cycle.cycle_config(shard).actions == m.ACTIONS
+
+
+@pytest.mark.parametrize(("placement", "actions", "run", "reported"), [
+    # KAI's defaults, spelled out: the engine's order
+    ("binpack", {"allocate": {"enabled": True}}, ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"),
+     []),
+    # a team that never preempts, as it ran KAI
+    ("binpack", {"preempt": {"enabled": False}}, ("allocate", "consolidation", "reclaim", "stalegangeviction"), []),
+    # priorities reorder: higher first, then by name
+    ("binpack", {"reclaim": {"priority": 450}, "stalegangeviction": {"priority": 600}},
+     ("stalegangeviction", "allocate", "reclaim", "consolidation", "preempt"), []),
+    # consolidation is off by default with spread, and kaiweb cannot turn it on there
+    ("spread", {"reclaim": {"enabled": False}}, ("allocate", "preempt", "stalegangeviction"), []),
+    ("spread", {"consolidation": {"enabled": True}}, ("allocate", "reclaim", "preempt", "stalegangeviction"),
+     ["spec.actions[consolidation]"]),
+    # an action kaiweb does not have is reported and left out
+    ("binpack", {"backfill": {"enabled": True, "priority": 250}},
+     ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"), ["spec.actions[backfill]"]),
+    ("binpack", {a: {"enabled": False} for a in m.ACTIONS}, (), []),
+])
+def test_the_actions_resolve_as_kais_operator_resolves_them(placement, actions, run, reported):
+    shard = shard_object({"placementStrategy": {"gpu": placement}, "actions": actions})
+    assert isinstance(shard, ObservedShard)
+    assert shard.actions == run
+    assert [f for f, _ in shard.unsupported] == reported
+
+
+@pytest.mark.django_db
+def test_a_shard_whose_object_disables_preemption_never_preempts():
+    """The engine gets the shard's actions: a preemptor that would evict a running low-priority job
+    under the default actions evicts nothing once the object turns preempt off."""
+    cluster = Cluster.objects.create(name="k8s", backend="kubernetes")
+    mirror._apply_shards(cluster, [shard_object({"actions": {"preempt": {"enabled": False}}})])
+    shard = SchedulingShard.objects.get(cluster=cluster, name="default")
+    situation = snapshot([node("n1", 8)], [queue("q", gpu_quota=8)],
+                         [job("low", "q", running_on=["n1"], gpus=8, priority=50, age=10),
+                          job("high", "q", gpus=8, priority=100, preemptible=True)])
+
+    default = run_cycle(situation, m.CycleConfig())
+    configured = run_cycle(situation, cycle.cycle_config(shard))
+
+    assert [(e.task, e.action) for e in default.evictions] == [("low-0", "preempt")]
+    assert configured.evictions == ()
+    assert "preempt" not in configured.timings_ms
 
 
 @pytest.mark.django_db
