@@ -106,7 +106,9 @@ def _product_env(settings: Settings, kube: LocalKube, database_url: str, logs: P
                KAI_CLUSTER_BACKEND="kubernetes", KUBECONFIG=str(kube.kubeconfig), KAI_KUBERNETES_HOST="",
                KAI_VAR_DIR=str(logs / "var"), DJANGO_SETTINGS_MODULE="kaiweb.settings", DJANGO_DEBUG="false",
                DJANGO_SECRET_KEY="b7-benchmark-only", DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1",
+               # KAI's binder waits 40 s for a reservation pod's device; KWOK's stage reports it (B14)
+               KAI_RESERVATION_ALLOCATION_TIMEOUT="40")
     if settings.cycle_seconds:
         env["KAI_CYCLE_SECONDS"] = str(settings.cycle_seconds)
     return env

@@ -306,6 +306,11 @@ KAI_DEFAULT_QUEUE = env.str("KAI_DEFAULT_QUEUE", default="")
 # Shared GPUs: the namespace of the reservation pods that hold them, and their container's image.
 KAI_RESERVATION_NAMESPACE = env.str("KAI_RESERVATION_NAMESPACE", default="kai-resource-reservation")
 KAI_RESERVATION_IMAGE = env.str("KAI_RESERVATION_IMAGE", default="registry.k8s.io/pause:3.10")
+# How long a shared-GPU bind waits for a new reservation pod to report its device (KAI's binder
+# --resource-reservation-allocation-timeout, 40 s); past it the reservation is deleted and the bind
+# fails. 0 (the default) binds at once: the default image (pause) reports no device. Set it with an
+# image that reports, such as KAI's resource-reservation image.
+KAI_RESERVATION_ALLOCATION_TIMEOUT = env.float("KAI_RESERVATION_ALLOCATION_TIMEOUT", default=0.0)
 # Kubernetes backend: API server URL (empty: in-cluster, else KUBECONFIG), request timeout, and how
 # recent a heartbeat of `manage.py watch_cluster` must be for the cycle to skip its own full list.
 KAI_KUBERNETES_HOST = env.str("KAI_KUBERNETES_HOST", default="")

@@ -4,10 +4,12 @@ five queues, and thousands of fractional-GPU jobs on shared devices.
 Sizes are KAI's at N = 500 nodes, scaled with N = ``run.nodes`` as each function says.
 
 B14 runs with a **stand-in** for one step that KWOK cannot do: on a real cluster a fractional pod's
-reservation pod gets a GPU from the device plugin and reports it (KAI's fake GPU operator annotates
-it on KWOK clusters). `ReservationStandIn` is a thread of this benchmark that watches the reservation
-namespace and writes that report (``run.ai/reserve_for_gpu_index``), as the fake GPU operator does;
-B14's details say so (``reservation_stand_in: true``). Nothing else is stood in for.
+reservation pod gets a GPU from the device plugin and its container reports it (KAI's fake GPU
+operator annotates it on KWOK clusters). KWOK's stage ``kaiweb-reservation-device``
+(``deploy/kube/kwok-stages.yaml``) writes that report (``run.ai/reserve_for_gpu_index``) on each
+running reservation pod; B14's details say so (``reservation_stand_in``). The product waits for it
+before binding, as KAI's binder does (``KAI_RESERVATION_ALLOCATION_TIMEOUT``, set to KAI's 40 s by
+``b7_scale.py``). Nothing else is stood in for.
 
 B11's pods end through ``deploy/kube/kwok-stages-complete.yaml`` (KWOK moves a Running pod labelled
 ``kai-scale/complete-after`` to Succeeded), which ``b7_scale.py`` has KWOK load besides its stages.
@@ -18,19 +20,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kubernetes.watch.watch import iter_resp_lines
-
 from .harness import (
     GPUS_PER_NODE,
     ROOT,
-    Api,
     Run,
     base_tree,
     gang_job_object,
@@ -216,105 +213,6 @@ def _subgroups_mirrored(run: Run, groups: Mapping[str, Mapping[str, Any]], pods:
 
 # ------------------------------------------------------------------------------ B14
 
-class ReservationStandIn:
-    """**Stand-in** for the device plugin / KAI's fake GPU operator, the one step KWOK cannot do: each
-    reservation pod bound to a node (in the product's reservation namespace) gets the
-    ``run.ai/reserve_for_gpu_index`` annotation naming the device it holds (``GPU-<uuid>``, a device of
-    that node not held by another reservation pod), which is what the product reads back
-    (`kaiweb.cluster.backends.gpu_sharing`). It lists the namespace, then watches it, again and again
-    until stopped."""
-
-    def __init__(self, api: Api, namespace: str) -> None:
-        self.api = api
-        self.namespace = namespace
-        self.reported = 0
-        self.errors: list[str] = []
-        self.delays: list[float] = []  # reservation pod created → reported, seconds
-        self._held: dict[str, dict[int, str]] = {}  # node → device index → reservation pod
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="reservation-stand-in", daemon=True)
-
-    def start(self) -> ReservationStandIn:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                response = self.api.core.list_namespaced_pod(self.namespace, label_selector=RESERVATION_SELECTOR,
-                                                             _preload_content=False, _request_timeout=60)
-                body = json.loads(response.data)
-                for pod in body.get("items") or []:
-                    self._see(pod)
-                self._watch(str((body.get("metadata") or {}).get("resourceVersion") or ""))
-            except Exception as exc:  # noqa: BLE001 - keep standing in; say what went wrong
-                self.errors.append(f"{type(exc).__name__}: {exc}"[:300])
-                self._stop.wait(0.5)
-
-    def _watch(self, resource_version: str) -> None:
-        """Follow the namespace from ``resource_version`` for a few seconds, one JSON event per line
-        (the client's own watch, unparsed, fails on an ``ERROR`` event). An ``ERROR`` event ends it:
-        410 (the version was compacted away) by listing again, anything else as an error."""
-        response = self.api.core.list_namespaced_pod(
-            self.namespace, label_selector=RESERVATION_SELECTOR, watch=True, resource_version=resource_version,
-            timeout_seconds=5, _preload_content=False, _request_timeout=60)
-        try:
-            for line in iter_resp_lines(response):
-                if not line:
-                    continue
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") != 410:
-                        self.errors.append(f"watch: {obj.get('code')} {obj.get('reason')}: {obj.get('message')}"[:300])
-                    return
-                if kind == "DELETED":
-                    self._forget(obj)
-                elif kind in ("ADDED", "MODIFIED"):
-                    self._see(obj)
-                if self._stop.is_set():
-                    return
-        finally:
-            response.release_conn()
-
-    def _forget(self, pod: Mapping[str, Any]) -> None:
-        node = (pod.get("spec") or {}).get("nodeName") or ""
-        name = pod["metadata"]["name"]
-        held = self._held.get(node, {})
-        for index in [i for i, holder in held.items() if holder == name]:
-            del held[index]
-
-    def _see(self, pod: Mapping[str, Any]) -> None:
-        meta = pod["metadata"]
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node:
-            return
-        if meta.get("deletionTimestamp"):
-            self._forget(pod)
-            return
-        held = self._held.setdefault(node, {})
-        if (meta.get("annotations") or {}).get(GPU_INDEX_ANNOTATION):
-            if meta["name"] not in held.values():
-                held[min(set(range(GPUS_PER_NODE * 4)) - set(held))] = meta["name"]
-            return
-        if meta["name"] in held.values():
-            return  # reported already; the event of the patch is on its way
-        index = min(set(range(GPUS_PER_NODE * 4)) - set(held))
-        device = f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'kwok/{node}/{index}')}"
-        self.api.core.patch_namespaced_pod(meta["name"], self.namespace,
-                                           {"metadata": {"annotations": {GPU_INDEX_ANNOTATION: device}}},
-                                           _preload_content=False)
-        held[index] = meta["name"]
-        self.reported += 1
-        created = transition_time(meta.get("creationTimestamp"))
-        if created is not None:
-            self.delays.append(max(0.0, time.time() - created))
-
-
 def _reservation_report(run: Run, namespace: str, sharer_prefixes: tuple[str, ...]) -> dict[str, Any]:
     """The reservation pods against the shared GPUs in use: one per (node, GPU group) a live bound
     sharer uses, none for a group no sharer uses, none twice."""
@@ -350,10 +248,10 @@ def fractions(run: Run, scheduler: str) -> dict[str, Any]:
     the product's collection of orphans); no shared GPU over 1.0 and nothing else the invariants forbid.
     ``binds_per_second`` (pods / seconds) is recorded to set beside B1 on kube-scheduler (``--peer``).
 
-    A **stand-in** (`ReservationStandIn`, ``reservation_stand_in: true``) reports each reservation pod's
+    A **stand-in** (KWOK's ``kaiweb-reservation-device`` stage) reports each running reservation pod's
     device, as KAI's fake GPU operator does on KWOK; the product's own reservation pods, ConfigMaps and
-    binds are not stood in for. ``config_maps_without_device`` counts the sharers whose ConfigMap names
-    no device (recorded, not asserted)."""
+    binds are not stood in for, and the product waits for each report before binding, as KAI's binder
+    does. Asserted too: every sharer's ConfigMap names its device (``NVIDIA_VISIBLE_DEVICES``)."""
     set_up(run, base_tree([queue_object("fractions", "parent")]))
     eighths = run.nodes * GPUS_PER_NODE * 14 // 10
     halves = run.nodes * GPUS_PER_NODE * 35 // 100
@@ -368,47 +266,43 @@ def fractions(run: Run, scheduler: str) -> dict[str, Any]:
     if run.product is not None:
         run.notes["mirrored_pods_at_start"] = mirror_counts().get("mirrored_pods")
     reservation_ns = os.environ.get("KAI_RESERVATION_NAMESPACE") or "kai-resource-reservation"
-    stand_in = ReservationStandIn(run.api, reservation_ns).start()
     prefixes = ("frac8-", "frac2-")
-    try:
-        t0 = time.time()
-        start_scheduling(run)
+    t0 = time.time()
+    start_scheduling(run)
 
-        def all_scheduled() -> bool:
-            return sum(1 for p in run.api.pods() if p["metadata"]["name"].startswith(prefixes)
-                       and scheduled_at(p) is not None) >= count
+    def all_scheduled() -> bool:
+        return sum(1 for p in run.api.pods() if p["metadata"]["name"].startswith(prefixes)
+                   and scheduled_at(p) is not None) >= count
 
-        finished = run.wait(all_scheduled, "every fractional pod scheduled")
-        wall = time.time() - t0
-        run.sample()
-        final = [p for p in run.api.pods() if p["metadata"]["name"].startswith(prefixes)]
-        times = [t for t in (scheduled_at(p) for p in final) if t is not None]
-        seconds = round(max(times) - t0, 1) if finished and times else None
-        settle = time.monotonic()
-        report: dict[str, Any] = {}
+    finished = run.wait(all_scheduled, "every fractional pod scheduled")
+    wall = time.time() - t0
+    run.sample()
+    final = [p for p in run.api.pods() if p["metadata"]["name"].startswith(prefixes)]
+    times = [t for t in (scheduled_at(p) for p in final) if t is not None]
+    seconds = round(max(times) - t0, 1) if finished and times else None
+    settle = time.monotonic()
+    report: dict[str, Any] = {}
 
-        def reservations_match() -> bool:
-            report.update(_reservation_report(run, reservation_ns, prefixes))
-            return not (report["orphaned"] or report["missing"] or report["doubled"] or report["unreported"])
+    def reservations_match() -> bool:
+        report.update(_reservation_report(run, reservation_ns, prefixes))
+        return not (report["orphaned"] or report["missing"] or report["doubled"] or report["unreported"])
 
-        def left() -> int:
-            return sum(v if isinstance(v, int) else len(v or ())
-                       for v in (report.get(k) for k in ("orphaned", "missing", "doubled", "unreported")))
+    def left() -> int:
+        return sum(v if isinstance(v, int) else len(v or ())
+                   for v in (report.get(k) for k in ("orphaned", "missing", "doubled", "unreported")))
 
-        # The stand-in reports each reservation pod's device as it comes (as a device plugin would,
-        # at its own pace): wait while that makes progress, until no progress for 30 s.
+    # Orphans are collected, and devices reported, at their own pace: wait while that makes
+    # progress, until no progress for 30 s.
+    matched = reservations_match()
+    progress, before = time.monotonic(), left()
+    while not matched and time.monotonic() - progress < 30 and time.monotonic() - settle < run.timeout:
+        time.sleep(2)
         matched = reservations_match()
-        progress, before = time.monotonic(), left()
-        while not matched and time.monotonic() - progress < 30 and time.monotonic() - settle < run.timeout:
-            time.sleep(2)
-            matched = reservations_match()
-            if left() < before:
-                progress, before = time.monotonic(), left()
-        report["settle_seconds"] = round(time.monotonic() - settle, 1)
-        run.sample()
-    finally:
-        stand_in.stop()
-    maps, without_device = (0, 0)
+        if left() < before:
+            progress, before = time.monotonic(), left()
+    report["settle_seconds"] = round(time.monotonic() - settle, 1)
+    run.sample()
+    maps, without_device = (0, -1)
     with contextlib.suppress(Exception):
         maps, without_device = _config_maps_without_device(run, namespace_for("fractions"))
     return {"seconds": seconds, "wall_seconds": round(wall, 1), "pods": count, "scheduled": len(times),
@@ -416,14 +310,12 @@ def fractions(run: Run, scheduler: str) -> dict[str, Any]:
             "gpus_asked": eighths * 0.125 + halves * 0.5,
             "binds_per_second": round(len(times) / seconds, 1) if seconds else None,
             "reservations": {k: (v[:10] if isinstance(v, list) else v) for k, v in report.items()},
-            "reservation_stand_in": True,
-            "stand_in_reported": stand_in.reported,
-            "stand_in_report_delay_max": round(max(stand_in.delays), 2) if stand_in.delays else None,
-            "stand_in_errors": stand_in.errors[:5],
+            "reservation_stand_in": "KWOK stage kaiweb-reservation-device reports each reservation pod's device",
             "sharer_config_maps": maps, "config_maps_without_device": without_device,
             "checks": {"all_scheduled": finished and len(times) == count and len(final) == count,
                        "reservations_match": matched,
-                       "every_sharer_grouped": not report.get("sharers_without_group")}}
+                       "every_sharer_grouped": not report.get("sharers_without_group"),
+                       "every_config_map_names_its_device": maps == count and without_device == 0}}
 
 
 # ------------------------------------------------------------------------------ B11

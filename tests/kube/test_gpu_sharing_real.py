@@ -132,3 +132,25 @@ def test_a_cycle_binds_a_pod_on_two_shared_gpus_with_one_label_per_device(
     # cycle hold that neither is given more than whole).
     assert single in pair
     assert sorted(p.metadata.labels["runai-gpu-group"] for p in core.list_namespaced_pod(NS).items) == sorted(pair)
+
+
+def test_a_reservation_that_never_reports_its_device_is_deleted_and_the_bind_refused(kube_cluster: LocalKube) -> None:
+    """With KAI's allocation timeout set and nothing running the reservation pod (no node agent here),
+    the device is never reported: as KAI's binder does, the reservation pod made for the bind is
+    deleted and the pod is not bound; the other sharers of that device in the same apply fail at once
+    with it, without waiting again."""
+    server = RealServer(kube_cluster)
+    server.wipe()
+    server.add_node("gpu-1", gpus=8)
+    uids = [server.add_pod(f"late-{i}", annotations={"gpu-fraction": "0.25"})["metadata"]["uid"] for i in range(3)]
+    gateway = KubernetesGateway(server.api_client, request_timeout=5.0, reservation_timeout=1.0)
+    core = client.CoreV1Api(server.api_client)
+
+    results = gateway.apply(binds=[BindAction("default", f"late-{i}", uid, "gpu-1", gpu_groups=("g-late",),
+                                              gpu_portion=0.25) for i, uid in enumerate(uids)])
+
+    assert all(isinstance(r, ClusterRejected) and r.status == 504 for r in results)
+    assert "did not report its device (run.ai/reserve_for_gpu_index) within 1 s; it was deleted" in str(results[0])
+    assert len({str(r) for r in results}) == 1  # one wait for the device, its failure given to every sharer
+    assert [p for p in core.list_namespaced_pod(NS).items if not p.metadata.deletion_timestamp] == []
+    assert [core.read_namespaced_pod(f"late-{i}", "default").spec.node_name for i in range(3)] == [None] * 3

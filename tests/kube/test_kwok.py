@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.types import ActionOutcome, BindAction
 from kaiweb.cluster.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
 from tests.kube.fixtures import NO_BINARIES
 
@@ -160,3 +162,26 @@ def test_wait_for_pods_returns_once_kwok_ran_the_bound_pod_and_removed_the_delet
     kwok_kube.wait_for_pods(timeout=STUCK)
 
     assert not core.list_namespaced_pod("kwok-test", field_selector="metadata.name=awaited").items
+
+
+def test_a_shared_gpu_bind_waits_for_its_reservation_pod_to_report_the_device(kwok_kube: LocalKube) -> None:
+    """With KAI's allocation timeout set, a sharer is bound once KWOK (standing in for the reservation
+    image) has reported the device of the reservation pod the bind made, and the sharer's ConfigMap
+    names that device, as KAI's binder writes it."""
+    core = client.CoreV1Api(kwok_kube.api_client())
+    spec = {**_pod_spec(), "schedulerName": "kai-scheduler"}
+    spec["containers"] = [{**spec["containers"][0], "resources": {}}]
+    made = core.create_namespaced_pod("kwok-test", {"metadata": {"name": "sharer", "annotations": {
+        "gpu-fraction": "0.5"}}, "spec": spec})
+    gateway = KubernetesGateway(kwok_kube.api_client(), reservation_timeout=STUCK)
+
+    result = gateway.bind(BindAction("kwok-test", "sharer", made.metadata.uid, "kwok-node-1",
+                                     gpu_groups=("grp-w",), gpu_portion=0.5))
+
+    assert result.outcome == ActionOutcome.BOUND
+    holder = core.list_namespaced_pod("kai-resource-reservation", label_selector="runai-gpu-group=grp-w").items
+    device = holder[0].metadata.annotations["run.ai/reserve_for_gpu_index"]
+    assert device == f"GPU-{holder[0].metadata.uid}"
+    maps = [m for m in core.list_namespaced_config_map("kwok-test").items if "GPU_PORTION" in (m.data or {})]
+    assert [(m.data["GPU_PORTION"], m.data["NVIDIA_VISIBLE_DEVICES"]) for m in maps] == [("0.5", device)]
+    assert core.read_namespaced_pod("sharer", "kwok-test").spec.node_name == "kwok-node-1"

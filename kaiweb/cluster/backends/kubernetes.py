@@ -110,6 +110,10 @@ RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 PAGE_SIZE = 500
 # Concurrent API calls of one bulk `KubernetesGateway.apply` (KAI_BIND_CONCURRENCY).
 DEFAULT_BIND_CONCURRENCY = 32
+# How long a sharer's bind waits for a new reservation pod to report its device (KAI's binder flag
+# --resource-reservation-allocation-timeout, whose default is 40 s); 0 binds without waiting, which
+# the default reservation image (pause, reporting no device) needs.
+DEFAULT_RESERVATION_TIMEOUT = 0.0
 # Connections kept open beyond the bind pool: the watcher's streams and the pod-grouper's writers.
 SPARE_CONNECTIONS = 16
 # nvidia.com/gpu.memory is MiB; values this large can only be bytes (KAI-SEMANTICS §5).
@@ -1165,6 +1169,10 @@ def _at_once(note: Callable[[], None]) -> None:
     note()
 
 
+class _DeviceNotReported(ClusterRejected):
+    """A reservation pod did not report its device in time: every sharer of its group fails."""
+
+
 class KubernetesGateway:
     """`ClusterGateway` on a Kubernetes API server (see the module docstring)."""
 
@@ -1183,8 +1191,10 @@ class KubernetesGateway:
         reservation_namespace: str = "kai-resource-reservation",
         reservation_image: str = "registry.k8s.io/pause:3.10",
         bind_concurrency: int = DEFAULT_BIND_CONCURRENCY,
+        reservation_timeout: float = DEFAULT_RESERVATION_TIMEOUT,
     ) -> None:
         self.api_client = api_client
+        self.reservation_timeout = float(reservation_timeout)
         self.bind_concurrency = max(1, int(bind_concurrency))
         self.scheduler_name = scheduler_name
         self.request_timeout = request_timeout
@@ -1219,6 +1229,8 @@ class KubernetesGateway:
                    request_timeout=float(getattr(settings, "KAI_KUBERNETES_TIMEOUT", 10.0)),
                    reservation_namespace=settings.KAI_RESERVATION_NAMESPACE,
                    reservation_image=settings.KAI_RESERVATION_IMAGE,
+                   reservation_timeout=float(getattr(settings, "KAI_RESERVATION_ALLOCATION_TIMEOUT",
+                                                     DEFAULT_RESERVATION_TIMEOUT)),
                    bind_concurrency=concurrency)
 
     # -- transport ---------------------------------------------------------------------------
@@ -1566,10 +1578,12 @@ class KubernetesGateway:
 
     def _reserve_shared_gpu(self, action: BindAction, pod: Mapping[str, Any], operation: str) -> None:
         """Before a sharer (``pod``, as just read) is bound: the reservation pod of each of its groups
-        on the node (made once), and the sharer's ConfigMap (`kaiweb.cluster.backends.gpu_sharing`),
-        whose ``NVIDIA_VISIBLE_DEVICES`` lists the devices in the order of the groups once every
-        reservation has reported its own (as KAI's binder joins them). A reservation that cannot be
-        made refuses the bind: the pod would otherwise run on a device the plugin may give away."""
+        on the node (made once, and waited for until it reports its device, as KAI's binder waits),
+        and the sharer's ConfigMap (`kaiweb.cluster.backends.gpu_sharing`), whose
+        ``NVIDIA_VISIBLE_DEVICES`` lists the devices in the order of the groups (as KAI's binder joins
+        them). A reservation that cannot be made, or does not report its device within
+        ``reservation_timeout``, refuses the bind: the pod would otherwise run on a device the plugin
+        may give away, or start without knowing which device is its own."""
         holders = [self._reservation_holder(action, group, pod, operation) for group in action.gpu_groups]
         indexes = [(_meta(h).get("annotations") or {}).get(gpu_sharing.GPU_INDEX_ANNOTATION) for h in holders]
         memory = (_meta(pod).get("annotations") or {}).get(GPU_MEMORY_ANNOTATION)
@@ -1587,21 +1601,63 @@ class KubernetesGateway:
 
     def _reservation_holder(self, action: BindAction, group: str, pod: Mapping[str, Any],
                             operation: str) -> Mapping[str, Any]:
-        """The reservation pod of one of the sharer's (node, GPU group): found, else made. Within
-        `apply`, once per (node, group) for all its sharers; a failure is not remembered (the next
-        sharer tries)."""
+        """The reservation pod of one of the sharer's (node, GPU group), with its device reported:
+        found, else made. Within `apply`, once per (node, group) for all its sharers; a device that
+        was not reported in time fails them all at once, any other failure is not remembered (the
+        next sharer tries)."""
         memo = self._holders
         if memo is None:
-            return self._find_or_make_holder(action, group, pod, operation)
+            return self._reported(*self._find_or_make_holder(action, group, pod, operation), operation)
         with self._holders_lock:
-            entry = memo.setdefault((action.node, group), [threading.Lock(), None])
+            entry = memo.setdefault((action.node, group), [threading.Lock(), None, None])
         with entry[0]:
+            if entry[2] is not None:
+                raise entry[2]
             if entry[1] is None:
-                entry[1] = self._find_or_make_holder(action, group, pod, operation)
+                try:
+                    entry[1] = self._reported(*self._find_or_make_holder(action, group, pod, operation), operation)
+                except _DeviceNotReported as late:
+                    entry[2] = late
+                    raise
             return entry[1]
 
+    def _reported(self, holder: Mapping[str, Any], made: bool, operation: str) -> Mapping[str, Any]:
+        """``holder`` once it carries its device (``run.ai/reserve_for_gpu_index``), read again until
+        then, for at most ``reservation_timeout`` seconds (KAI's binder waits the same way, 40 s by
+        default). A reservation pod made for this bind that never reports is deleted, as KAI's binder
+        deletes it, and the bind refused; 0 s takes the holder as it is."""
+        def device(pod: Mapping[str, Any]) -> str:
+            return str((_meta(pod).get("annotations") or {}).get(gpu_sharing.GPU_INDEX_ANNOTATION) or "")
+
+        if device(holder) or self.reservation_timeout <= 0:
+            return holder
+        ns, name = self.reservation_namespace, str(_meta(holder).get("name", ""))
+        deadline = time.monotonic() + self.reservation_timeout
+        pause = 0.05
+        while time.monotonic() < deadline:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 1.0)
+            current = self.read_pod(ns, name)
+            if current is None:
+                raise ClusterRejected(operation, f"the reservation pod {ns}/{name} was deleted before it reported "
+                                      "its device", status=409, reason="Conflict")
+            if device(current):
+                return current
+        said = (f"the reservation pod {ns}/{name} did not report its device ({gpu_sharing.GPU_INDEX_ANNOTATION}) "
+                f"within {self.reservation_timeout:g} s")
+        if made:
+            try:
+                self._json(f"{operation}: delete reservation {name}", self.core.delete_namespaced_pod, name, ns,
+                           grace_period_seconds=0)
+                said += "; it was deleted"
+            except ClusterRejected as err:
+                if err.status != 404:
+                    logger.warning("%s: %s, and could not be deleted: %s", operation, said, err)
+        raise _DeviceNotReported(operation, said, status=504, reason="Timeout")
+
     def _find_or_make_holder(self, action: BindAction, group: str, pod: Mapping[str, Any],
-                             operation: str) -> Mapping[str, Any]:
+                             operation: str) -> tuple[Mapping[str, Any], bool]:
+        """The reservation pod of (node, group), and whether this call made it."""
         ns = self.reservation_namespace
         self._ensure_namespace(ns, operation)
         listed = self._held
@@ -1614,16 +1670,16 @@ class KubernetesGateway:
             holder = next((r for r in held if (r.get("spec") or {}).get("nodeName") == action.node
                            and not _meta(r).get("deletionTimestamp")), None)
         if holder is not None:
-            return holder
+            return holder, False
         manifest = gpu_sharing.reservation_pod(namespace=ns, node=action.node, group=group,
                                                image=self.reservation_image,
                                                tolerations=(pod.get("spec") or {}).get("tolerations") or ())
         try:
-            return self._json(f"{operation}: reservation", self.core.create_namespaced_pod, ns, manifest)
+            return self._json(f"{operation}: reservation", self.core.create_namespaced_pod, ns, manifest), True
         except ClusterRejected as err:
             if err.status != 409:
                 raise
-            return self.read_pod(ns, manifest["metadata"]["name"]) or {}
+            return self.read_pod(ns, manifest["metadata"]["name"]) or {}, False
 
     def _ensure_namespace(self, name: str, operation: str) -> None:
         """The reservation namespace: read (an install makes it), else created (a plain kubeconfig)."""

@@ -155,6 +155,8 @@ The migrate hook passes its own Secret: it runs before the release's Secret exis
   value: {{ $root.Values.gpuSharing.reservationNamespace | quote }}
 - name: KAI_RESERVATION_IMAGE
   value: {{ $root.Values.gpuSharing.reservationImage | quote }}
+- name: KAI_RESERVATION_ALLOCATION_TIMEOUT
+  value: {{ $root.Values.gpuSharing.allocationTimeoutSeconds | quote }}
 {{- with $root.Values.prometheus.url }}
 - name: KAI_PROMETHEUS_URL
   value: {{ . | quote }}
