@@ -213,3 +213,13 @@ def test_one_reservation_list_per_apply_whatever_the_number_of_groups(kube_apise
     held = sorted((p["spec"]["nodeName"], p["metadata"]["labels"]["runai-gpu-group"])
                   for p in kube_apiserver.list("pods", "kai-resource-reservation"))
     assert held == [("gpu-0", "grp-0"), ("gpu-0", "grp-1"), ("gpu-1", "grp-2"), ("gpu-1", "grp-3")]
+
+
+def test_binds_that_may_wait_for_devices_start_in_turns_one_sharer_of_each_device_at_a_time() -> None:
+    from kaiweb.cluster.backends.kubernetes import _in_turns
+
+    binds = [BindAction("ns", f"p{i}", "", node, gpu_groups=groups) for i, (node, groups) in enumerate([
+        ("n1", ("a",)), ("n1", ("a",)), ("n1", ("a",)), ("n1", ()), ("n2", ("a",)), ("n1", ("b", "c")),
+        ("n1", ("b", "c")), ("n2", ("a",))])]
+
+    assert _in_turns(binds) == [0, 3, 4, 5, 1, 6, 7, 2]

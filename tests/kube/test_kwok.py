@@ -164,24 +164,29 @@ def test_wait_for_pods_returns_once_kwok_ran_the_bound_pod_and_removed_the_delet
     assert not core.list_namespaced_pod("kwok-test", field_selector="metadata.name=awaited").items
 
 
-def test_a_shared_gpu_bind_waits_for_its_reservation_pod_to_report_the_device(kwok_kube: LocalKube) -> None:
-    """With KAI's allocation timeout set, a sharer is bound once KWOK (standing in for the reservation
-    image) has reported the device of the reservation pod the bind made, and the sharer's ConfigMap
-    names that device, as KAI's binder writes it."""
+def test_shared_gpu_binds_wait_for_their_reservation_pods_to_report_the_devices(kwok_kube: LocalKube) -> None:
+    """With KAI's allocation timeout set, sharers are bound once KWOK (standing in for the reservation
+    image) has reported the device of the reservation pod the binds made, one per device, and each
+    sharer's ConfigMap names its device, as KAI's binder writes it."""
     core = client.CoreV1Api(kwok_kube.api_client())
     spec = {**_pod_spec(), "schedulerName": "kai-scheduler"}
     spec["containers"] = [{**spec["containers"][0], "resources": {}}]
-    made = core.create_namespaced_pod("kwok-test", {"metadata": {"name": "sharer", "annotations": {
-        "gpu-fraction": "0.5"}}, "spec": spec})
-    gateway = KubernetesGateway(kwok_kube.api_client(), reservation_timeout=STUCK)
+    groups = {"sharer-a": "grp-w", "sharer-b": "grp-w", "sharer-c": "grp-x"}
+    uids = {name: core.create_namespaced_pod("kwok-test", {"metadata": {"name": name, "annotations": {
+        "gpu-fraction": "0.5"}}, "spec": spec}).metadata.uid for name in groups}
+    gateway = KubernetesGateway(kwok_kube.api_client(), reservation_timeout=STUCK, bind_concurrency=2)
 
-    result = gateway.bind(BindAction("kwok-test", "sharer", made.metadata.uid, "kwok-node-1",
-                                     gpu_groups=("grp-w",), gpu_portion=0.5))
+    results = gateway.apply(binds=[BindAction("kwok-test", name, uids[name], "kwok-node-1", gpu_groups=(group,),
+                                              gpu_portion=0.5) for name, group in groups.items()])
 
-    assert result.outcome == ActionOutcome.BOUND
-    holder = core.list_namespaced_pod("kai-resource-reservation", label_selector="runai-gpu-group=grp-w").items
-    device = holder[0].metadata.annotations["run.ai/reserve_for_gpu_index"]
-    assert device == f"GPU-{holder[0].metadata.uid}"
-    maps = [m for m in core.list_namespaced_config_map("kwok-test").items if "GPU_PORTION" in (m.data or {})]
-    assert [(m.data["GPU_PORTION"], m.data["NVIDIA_VISIBLE_DEVICES"]) for m in maps] == [("0.5", device)]
-    assert core.read_namespaced_pod("sharer", "kwok-test").spec.node_name == "kwok-node-1"
+    assert [r.outcome for r in results] == [ActionOutcome.BOUND] * 3  # type: ignore[union-attr]
+    holders = core.list_namespaced_pod("kai-resource-reservation", label_selector="app=kai-resource-reservation").items
+    devices = {h.metadata.labels["runai-gpu-group"]: h.metadata.annotations["run.ai/reserve_for_gpu_index"]
+               for h in holders}
+    assert sorted(devices) == ["grp-w", "grp-x"]  # one reservation pod per device
+    assert all(h.metadata.annotations["run.ai/reserve_for_gpu_index"] == f"GPU-{h.metadata.uid}" for h in holders)
+    maps = {m.metadata.owner_references[0].name: m.data for m in core.list_namespaced_config_map("kwok-test").items
+            if "GPU_PORTION" in (m.data or {})}
+    assert {name: data["NVIDIA_VISIBLE_DEVICES"] for name, data in maps.items()} == {
+        name: devices[group] for name, group in groups.items()}
+    assert {core.read_namespaced_pod(name, "kwok-test").spec.node_name for name in groups} == {"kwok-node-1"}

@@ -13,6 +13,7 @@ unless the caller treats them as "already done" (bind/evict idempotency).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -114,6 +115,8 @@ DEFAULT_BIND_CONCURRENCY = 32
 # --resource-reservation-allocation-timeout, whose default is 40 s); 0 binds without waiting, which
 # the default reservation image (pause, reporting no device) needs.
 DEFAULT_RESERVATION_TIMEOUT = 0.0
+# While binds may wait for device reports: threads per allowed concurrent API call.
+WAITING_THREADS = 4
 # Connections kept open beyond the bind pool: the watcher's streams and the pod-grouper's writers.
 SPARE_CONNECTIONS = 16
 # nvidia.com/gpu.memory is MiB; values this large can only be bytes (KAI-SEMANTICS §5).
@@ -1169,6 +1172,19 @@ def _at_once(note: Callable[[], None]) -> None:
     note()
 
 
+def _in_turns(binds: Sequence[BindAction]) -> list[int]:
+    """The binds' indexes, the first sharer of each device (node and groups) first, then the second
+    of each, and so on; binds sharing nothing keep their place in the first turn."""
+    turn: dict[tuple[str, tuple[str, ...]], int] = {}
+    ranked = []
+    for i, b in enumerate(binds):
+        key = (b.node, b.gpu_groups)
+        ranked.append((turn.get(key, 0) if b.gpu_groups else 0, i))
+        if b.gpu_groups:
+            turn[key] = turn.get(key, 0) + 1
+    return [i for _, i in sorted(ranked)]
+
+
 class _DeviceNotReported(ClusterRejected):
     """A reservation pod did not report its device in time: every sharer of its group fails."""
 
@@ -1213,6 +1229,8 @@ class KubernetesGateway:
         # sharers it binds there (a lock per key, so the others wait for the first).
         self._holders: dict[tuple[str, str], list[Any]] | None = None
         self._held: dict[tuple[str, str], Mapping[str, Any]] | None = None
+        # While `apply` runs with threads that may wait for device reports: the bound on API calls.
+        self._gate: threading.BoundedSemaphore | None = None
         self._holders_lock = threading.Lock()
         self.scheduling = client.SchedulingV1Api(api_client)
         self.version = client.VersionApi(api_client)
@@ -1300,11 +1318,12 @@ class KubernetesGateway:
 
         def fetch(**extra: Any) -> bytes:
             # The body is read inside the retried call, so a stall mid-body is retried like any timeout.
-            resp = fn(*args, _preload_content=False, **kwargs, **extra)
-            try:
-                return bytes(resp.data or b"")
-            finally:
-                resp.release_conn()
+            with self._gate or contextlib.nullcontext():
+                resp = fn(*args, _preload_content=False, **kwargs, **extra)
+                try:
+                    return bytes(resp.data or b"")
+                finally:
+                    resp.release_conn()
 
         data = self._call(operation, fetch, _request_timeout=timeout, _retry_statuses=retryable)
         try:
@@ -1423,14 +1442,22 @@ class KubernetesGateway:
         One entry per action, evictions first, each in the order given: the `ActionResult`, or the
         exception the action raised, as `evict` and `bind` called one after another give. The events
         that say what was done (``Scheduled``, the eviction's reason) are queued behind the actions
-        in the same pool: no action waits for an event, and an event that cannot be written is logged."""
+        in the same pool: no action waits for an event, and an event that cannot be written is logged.
+
+        Shared-GPU binds that may wait for a device report (``reservation_timeout``) start in turns,
+        the first sharer of every device before the second of any, and run on more threads than
+        ``bind_concurrency`` while the API calls stay within it: a sharer waiting for its device
+        holds a thread, not an API call, and the sharers of one device do not fill the pool."""
         if not binds and not evicts:
             return []
         notes: list[Future[None]] = []
         guard = threading.Lock()
-        workers = min(self.bind_concurrency, max(len(binds), len(evicts)))
+        sharing = any(b.gpu_groups for b in binds)
+        waits = sharing and self.reservation_timeout > 0
+        workers = min(self.bind_concurrency * (WAITING_THREADS if waits else 1), max(len(binds), len(evicts)))
         self._holders = {}
-        self._held = self._reservations_held() if any(b.gpu_groups for b in binds) else None
+        self._held = self._reservations_held() if sharing else None
+        self._gate = threading.BoundedSemaphore(self.bind_concurrency) if waits else None
         try:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-apply") as pool:
 
@@ -1439,13 +1466,13 @@ class KubernetesGateway:
                         notes.append(pool.submit(note))
 
                 results = self._all(pool, self._evict, evicts, later)
-                results += self._all(pool, self._bind, binds, later)
+                results += self._all(pool, self._bind, binds, later, order=_in_turns(binds) if waits else None)
                 for done in notes:
                     exc = done.exception()
                     if exc is not None:
                         logger.warning("an event after apply was not written: %s", exc)
         finally:
-            self._holders = self._held = None
+            self._holders = self._held = self._gate = None
         return results
 
     def _reservations_held(self) -> dict[tuple[str, str], Mapping[str, Any]] | None:
@@ -1471,8 +1498,10 @@ class KubernetesGateway:
 
     @staticmethod
     def _all(pool: ThreadPoolExecutor, fn: Callable[[Any, _Later], ActionResult], actions: Sequence[Any],
-             later: _Later) -> list[ActionResult | Exception]:
-        futures = [pool.submit(fn, action, later) for action in actions]
+             later: _Later, order: Sequence[int] | None = None) -> list[ActionResult | Exception]:
+        """Each action's result (or error) in the order given; submitted in ``order`` (indexes)."""
+        submitted = {i: pool.submit(fn, actions[i], later) for i in (order if order is not None else range(len(actions)))}
+        futures = [submitted[i] for i in range(len(actions))]
         results: list[ActionResult | Exception] = []
         for future in futures:
             try:
