@@ -19,8 +19,8 @@ decision (binds, pipelined pods, evictions, pending reasons, queue accounting).
 
 Prints one JSON object (BENCHMARKS.md B6).
 
-    python benchmarks/b6_steady_state.py [--sizes 500x4000,500x16000,2000x16000] [--variants static,churn]
-        [--repeats 5] [--cycles 10] [--plain]
+    python benchmarks/b6_steady_state.py [--sizes 500x4000,500x16000,2000x16000] [--kinds static,churn]
+        [--variants base,gangs] [--cycles 10] [--plain] [--check-size NODESxPENDING]
 
 ``--plain`` measures the plain full evaluation instead (the figures before the memo existed).
 """
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="B6 — steady state")
     ap.add_argument("--sizes", default="500x4000,500x16000,2000x16000", help="NODESxPENDING, comma-separated")
     ap.add_argument("--kinds", default="static,churn")
-    ap.add_argument("--variants", default="base")
+    ap.add_argument("--variants", default="base", help="base (one-pod jobs) and/or gangs (four-pod jobs)")
     ap.add_argument("--cycles", type=int, default=10)
     ap.add_argument("--plain", action="store_true", help="measure the plain full evaluation")
     ap.add_argument("--check-size", default="", help="NODESxPENDING for the same_decisions check "
