@@ -974,6 +974,10 @@ def parse_shard(raw: Mapping[str, Any]) -> ObservedShard | Unreadable:
         window, half_life, usage_db, usage_unsupported = _usage_db(spec.get("usageDBConfig"))
         actions, actions_unsupported = _shard_actions(spec, strategy.get("gpu") or "binpack",
                                                       strategy.get("cpu") or "binpack")
+        if actions is not None:
+            actions_unsupported += [(f"spec.queueDepthPerAction[{a}]", "names an action the object turns off (KAI's "
+                                     "operator refuses such an object); nothing to bound")
+                                    for a, _ in depths if a not in actions]
         unsupported = [*usage_unsupported, *actions_unsupported, *_shard_unsupported(spec, args)]
         return ObservedShard(
             name=_meta(raw).get("name", ""), partition_label_value=str(spec.get("partitionLabelValue") or ""),

@@ -271,3 +271,10 @@ def test_a_bad_schedulingshard_on_the_api_server_is_a_problem_record_and_no_cras
     west = SchedulingShard.objects.get(cluster=cluster, name="west")
     assert west.queue_depth_per_action == {"reclaim": 2}
     assert [r["field"] for r in west.unsupported_fields] == ["spec.goMemLimit"]
+
+
+def test_a_queue_depth_for_an_action_the_object_turns_off_is_reported():
+    shard = shard_object({"actions": {"reclaim": {"enabled": False}}, "queueDepthPerAction": {"reclaim": 3, "allocate": 9}})
+    assert isinstance(shard, ObservedShard)
+    assert shard.actions == ("allocate", "consolidation", "preempt", "stalegangeviction")
+    assert [f for f, _ in shard.unsupported] == ["spec.queueDepthPerAction[reclaim]"]
