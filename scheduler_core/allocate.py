@@ -352,21 +352,25 @@ class Placer:
         idle_whole = min(max(0, int(math.floor(s.idle[i, GPU] + _EPS))), total_whole)
         return n_any + total_whole, n_idle + idle_whole
 
-    def _shared_to_count(self, t: TaskState, cand: np.ndarray, fitting: np.ndarray, n: int) -> np.ndarray:
+    def _shared_to_count(self, t: TaskState, cand: np.ndarray, fitting: np.ndarray,
+                         n: int) -> tuple[np.ndarray, np.ndarray]:
         """The positions in ``fitting`` whose node `_shared_counts` must look at for a shared task
-        on ``n`` devices. With the shortcuts on, a node with ``n`` whole devices free on idle is left
-        out: its counts are at least ``n`` on idle and on any, whatever its groups hold (the same
-        whole-device arithmetic as `_shared_counts`, for all the nodes at once)."""
+        on ``n`` devices, and those that offer it no device at all. With the shortcuts on:
+        a node with ``n`` whole devices free on idle is left out of both (its counts are at least
+        ``n`` on idle and on any, whatever its groups hold), and a node with no whole device free
+        and no group with room for the task (``Session.group_room``) offers none (its counts are 0).
+        The same arithmetic as `_shared_counts`, for all the nodes at once."""
         if not self.fast_paths or len(fitting) == 0:
-            return fitting
+            return fitting, fitting[:0]
         s = self.s
         nodes = cand[fitting]
         idle = s.idle[nodes, GPU]
+        mem = s.shared_mem(t, nodes)
         total_whole = np.maximum(0.0, np.floor(idle + s.rel[nodes, GPU] + _EPS))
-        total_whole[s.shared_mem(t, nodes) > s.gpu_mem[nodes] + _EPS] = 0.0
+        total_whole[mem > s.gpu_mem[nodes] + _EPS] = 0.0
         idle_whole = np.minimum(np.maximum(0.0, np.floor(idle + _EPS)), total_whole)
-        left: np.ndarray = fitting[idle_whole < n]
-        return left
+        none = (total_whole == 0.0) & (s.group_room[nodes] + _EPS < mem)
+        return fitting[(idle_whole < n) & ~none], fitting[none]
 
     # ---- scoring ----------------------------------------------------------------------------
     def scores(self, t: TaskState, cand: np.ndarray, fit_idle: np.ndarray, extra: np.ndarray | None,
@@ -498,7 +502,9 @@ class Placer:
         if t.shared:
             # a node fits a shared task if enough devices (groups with room + whole GPUs) exist
             n = r.gpu_devices
-            for k in self._shared_to_count(t, cand, np.flatnonzero(fit_any), n).tolist():
+            to_count, none = self._shared_to_count(t, cand, np.flatnonzero(fit_any), n)
+            fit_any[none] = fit_idle[none] = False
+            for k in to_count.tolist():
                 n_any, n_idle = self._shared_counts(t, int(cand[k]))
                 fit_any[k] = n_any >= n
                 fit_idle[k] = fit_idle[k] and n_idle >= n

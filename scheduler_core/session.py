@@ -45,8 +45,10 @@ if TYPE_CHECKING:
 
 
 #: the session's node tables, as ``_build_nodes`` makes them (kept with their charges, ``hand_over``)
-_NODE_TABLES = ("nodes", "node_index", "cap", "idle", "rel", "gpu_mem", "ready", "has_gpu", "has_cpu",
+_NODE_TABLES = ("nodes", "node_index", "cap", "idle", "rel", "gpu_mem", "group_room", "ready", "has_gpu", "has_cpu",
                 "min_gpu_mem", "max_gpu_mem", "total", "node_version")
+#: a node's ``group_room`` while it holds no shared group that can take more
+NO_ROOM = -math.inf
 
 
 class Session:
@@ -143,6 +145,9 @@ class Session:
                 self._charge_other_use(i, n.other_use)
         self.rel = np.zeros((count, 4))
         self.gpu_mem = np.array([float(n.gpu_memory_mib) for n in nodes]) if nodes else np.zeros(0)
+        # per node: the most MiB any of its shared groups not fully releasing still has
+        # (device memory − active), NO_ROOM when it has none; kept by `_charge`
+        self.group_room = np.full(count, NO_ROOM)
         self.ready = np.array([n.ready for n in nodes], dtype=bool)
         self.has_gpu = self.cap[:, GPU] > 0 if count else np.zeros(0, dtype=bool)
         self.has_cpu = self.cap[:, CPU] > 0 if count else np.zeros(0, dtype=bool)
@@ -610,6 +615,9 @@ class Session:
                     self.n_groups -= 1
                     if not ns.groups:
                         self.grouped.discard(i)
+            gmem = float(self.gpu_mem[i])
+            self.group_room[i] = max((gmem - g.mem_active for g in ns.groups.values() if not g.fully_releasing),
+                                     default=NO_ROOM)
         elif t.request.gpu_kind == m.GPU_MIG:
             for p, c in t.request.mig.items():
                 if status in ACTIVE_NODE_STATES:

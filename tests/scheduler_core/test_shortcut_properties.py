@@ -5,6 +5,7 @@ and every decision, reason and queue figure must be the same."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import pytest
@@ -472,15 +473,20 @@ def test_the_shared_device_counts_are_those_of_the_listed_options(snap):
 @SETTINGS
 @given(shared_heavy())
 def test_leaving_out_nodes_with_whole_devices_free_changes_no_shared_decision(snap):
-    """`Placer._shared_to_count` (nodes with enough whole devices free on idle are not counted) and
-    the sharing-order bonus read only for the nodes in ``Session.grouped``: the same decisions as
-    counting every node, and ``grouped`` is exactly the nodes holding a group whenever it is read."""
+    """`Placer._shared_to_count` (nodes with enough whole devices free on idle are not counted, nor
+    nodes with neither a whole device free nor a group with room, by ``Session.group_room``) and the
+    sharing-order bonus read only for the nodes in ``Session.grouped``: the same decisions as
+    counting every node, and ``grouped`` and ``group_room`` are exactly what the nodes hold whenever
+    they are read."""
     from scheduler_core.allocate import Placer
 
     scores = Placer.scores
 
     def checked(self, t, cand, *args, **kwargs):
         assert self.s.grouped == {ns.index for ns in self.s.nodes if ns.groups}
+        assert self.s.group_room.tolist() == [
+            max((float(self.s.gpu_mem[ns.index]) - g.mem_active for g in ns.groups.values() if not g.fully_releasing),
+                default=-math.inf) for ns in self.s.nodes]
         return scores(self, t, cand, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
