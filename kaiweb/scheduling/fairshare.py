@@ -16,6 +16,7 @@ from typing import Any
 from django.utils import timezone
 
 from kaiweb.cluster.models import SchedulingShard
+from kaiweb.scheduling.adapters import SnapshotIndex
 from kaiweb.scheduling.cycle import next_snapshot
 from kaiweb.usage.accounting import compute_usage
 from scheduler_core import fair_share
@@ -101,7 +102,7 @@ def divide(override: Any = None, with_usage: bool = True) -> Division:
                     errors=division.errors, usage=usage_math)
 
 
-def _with_queue(snapshot: m.ClusterSnapshot, index: Any, queue: Any) -> m.ClusterSnapshot:
+def _with_queue(snapshot: m.ClusterSnapshot, index: SnapshotIndex, queue: Any) -> m.ClusterSnapshot:
     """The snapshot with ``queue`` (an unsaved edit of a queue in it) in place of the queue's spec;
     its children follow a new name."""
     old = next((name for name, pk in index.queues.items() if pk == queue.pk), None)
@@ -122,7 +123,7 @@ def preview(proposed: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """Every queue's fair share now and with `proposed` (an unsaved Queue), per resource.
 
     Returns rows {queue, depth, changed, per resource: (before, after, delta)} in tree order,
-    and the problems the engine found with the proposed tree (shown instead of numbers).
+    and the problems the engine found with the proposed tree that the current one does not have.
     """
     # one snapshot, divided as it is and with the edit
     snapshot, config, index = next_snapshot(SchedulingShard.objects.default())
@@ -158,4 +159,5 @@ def preview(proposed: Any) -> tuple[list[dict[str, Any]], list[str]]:
             per[r] = {"before": bv, "after": av, "delta": av - bv}
             changed = changed or not math.isclose(bv, av, abs_tol=1e-6)
         rows.append({"queue": n, "depth": depth(n), "changed": changed, "new": b is None, "gone": a is None, **per})
-    return rows, after.errors
+    # what the edit brings: a problem the tree already had is not the edit's
+    return rows, [e for e in after.errors if e not in before.errors]
