@@ -104,7 +104,8 @@ def seed(nodes: int, workloads: int, seed_value: int, saturated: bool = False) -
     from kaiweb.cluster.backends.simulated import SimulatedGateway
     from kaiweb.cluster.demo import seed_demo
     from kaiweb.cluster.models import Cluster
-    from kaiweb.cluster.workload_generator import DEMO_ROLES, JobSpec
+    from kaiweb.cluster.workload_generator import DEMO_ROLES, GB
+    from scheduler_core.sim.traces import Job
 
     seed_demo(nodes=nodes, generate=False, seconds_per_cycle=30)
     gateway = SimulatedGateway(Cluster.objects.get(name="default"))
@@ -116,10 +117,10 @@ def seed(nodes: int, workloads: int, seed_value: int, saturated: bool = False) -
         pods = rng.choice((1, 1, 1, 2, 4))
         per_pod = rng.choice((0.5, 1.0, 1.0, 2.0)) if pods == 1 else float(rng.choice((1, 2)))
         inference = queue == "team-inference" and rng.random() < 0.5
-        jobs.append(JobSpec(
-            name=f"b5-{i}", queue=queue, priority_class="inference" if inference else "train", pods=pods,
-            min_member=pods, gpu_per_pod=per_pod, cpu_millis_per_pod=4000, memory_mb_per_pod=16_000,
-            duration_seconds=10 * 86400 if saturated else rng.randrange(600, 7200, 60),
+        jobs.append(Job(
+            job_id=f"b5-{i}", queue=queue, priority_class="inference" if inference else "train", num_pods=pods,
+            min_member=pods, gpu_per_pod=per_pod, cpu_millis_per_pod=4000, memory_bytes_per_pod=16 * GB,
+            duration=10 * 86400 if saturated else rng.randrange(600, 7200, 60),
             kind="inference" if inference else "training",
         ))
     return len(gateway.submit(jobs, namespace="b5"))

@@ -20,9 +20,9 @@ from scheduler_core.actions.preempt import run_preempt
 from scheduler_core.actions.reclaim import run_reclaim
 from scheduler_core.actions.stale_gangs import run_stale_gangs
 from scheduler_core.allocate import Placer, run_allocate
+from scheduler_core.fair_share import divide_session
 from scheduler_core.memo import CycleMemo
 from scheduler_core.ordering import QueueComparator, tasks_to_allocate
-from scheduler_core.proportion import FairShareInputError, compute_fair_shares
 from scheduler_core.session import Session
 
 _ACTION_FUNCS = {
@@ -40,11 +40,9 @@ def open_session(snapshot: m.ClusterSnapshot, config: m.CycleConfig,
     remembered across cycles (``memo.py``); never changes a decision."""
     s = Session(snapshot, config, memo.take_jobs() if memo is not None and config.shortcuts else None)
     s.memo = memo
-    try:
-        s.division_steps = compute_fair_shares(s.queues, s.total, config.k_value)
-    except FairShareInputError as exc:  # validated above; kept as a guard for bad totals
-        for problem in exc.problems:
-            s.errors.append(m.ObjectError("queue", "*", "fair_share", problem))
+    # validated while the session was built; kept as a guard for bad totals
+    for problem in divide_session(s):
+        s.errors.append(m.ObjectError("queue", "*", "fair_share", problem))
     s.queue_comparator = QueueComparator(s.total)
     return s, Placer(s)
 

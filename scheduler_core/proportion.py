@@ -359,14 +359,12 @@ class _Division:
         while True:
             rnd += 1
             round_amount = left
-            w_total = sum(q.weight[r] for q in bucket if self._remaining(q) > 0)
-            if w_total <= 0:
+            # the queues still wanting more (``_remaining`` > 0 is ``_unsatisfied``) share this round
+            weights = usage_adjusted_weights([q for q in bucket if self._remaining(q) > 0], r, self.k)
+            if not weights:
                 break
-            shares: dict[str, float] = {}
-            for q in bucket:
-                if self._unsatisfied(q):
-                    w_norm = q.weight[r] / w_total
-                    shares[q.name] = max(0.0, w_norm + self.k * (w_norm - q.usage[r]))
+            shares = {name: adjusted for name, (_w_norm, adjusted) in weights.items()}
+            w_total = sum(q.weight[r] for q in bucket if q.name in weights)
             s_sum = sum(shares.values())
             if s_sum <= 0:
                 break
@@ -407,6 +405,27 @@ class _Division:
             if not again or left == 0:
                 break
         return left
+
+
+def usage_adjusted_share(w_norm: float, k: float, usage: float) -> float:
+    """A queue's over-quota weight after its past usage (§3.8): ``max(0, w + k·(w − U))`` for its
+    normalised weight ``w`` and normalised usage ``U``; ``k`` 0 leaves the weight as it is."""
+    return max(0.0, w_norm + k * (w_norm - usage))
+
+
+def usage_adjusted_weights(bucket: list[QueueAttrs], r: int, k: float) -> dict[str, tuple[float, float]]:
+    """Per queue of one priority bucket, in the bucket's order: its over-quota weight of resource
+    ``r`` normalised over the bucket, and that weight adjusted by its usage (``usage_adjusted_share``).
+    Empty when the bucket's weights sum to 0 (nothing is divided by weight). One round of the
+    over-quota phase divides its amount in proportion to the adjusted weights."""
+    w_total = sum(q.weight[r] for q in bucket)
+    if w_total <= 0:
+        return {}
+    out: dict[str, tuple[float, float]] = {}
+    for q in bucket:
+        w_norm = q.weight[r] / w_total
+        out[q.name] = (w_norm, usage_adjusted_share(w_norm, k, q.usage[r]))
+    return out
 
 
 def compute_fair_shares(

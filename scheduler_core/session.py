@@ -19,6 +19,7 @@ import numpy as np
 
 from scheduler_core import model as m
 from scheduler_core import reasons
+from scheduler_core.fair_share import capacity, queue_attrs
 from scheduler_core.memo import Charged, CycleMemo, KeptJobs
 from scheduler_core.model import Key
 from scheduler_core.proportion import QueueAttrs
@@ -153,17 +154,8 @@ class Session:
         self.has_cpu = self.cap[:, CPU] > 0 if count else np.zeros(0, dtype=bool)
         self.min_gpu_mem = float(self.gpu_mem.min()) if count else 100.0
         self.max_gpu_mem = float(self.gpu_mem.max()) if count else 100.0
-        # whole-cluster capacity for fair share: ready nodes; GPUs in quota units (MIG slices)
-        total = [0.0, 0.0, 0.0]
-        for n in nodes:
-            if not n.ready or n.unschedulable:
-                continue  # KAI: a cordoned node is not ready, and not part of the capacity
-            total[0] += n.cpu_millis
-            total[1] += n.memory_bytes
-            total[2] += n.whole_gpus + sum(m.mig_profile_slices(p) * c for p, c in n.mig_instances.items())
-        if self.snapshot.total_capacity is not None:
-            total = [float(x) for x in self.snapshot.total_capacity]
-        self.total = total
+        # whole-cluster capacity for fair share (fair_share.capacity)
+        self.total = capacity(nodes, self.snapshot.total_capacity)
 
     def _charge_other_use(self, i: int, use: m.OtherUse) -> None:
         """What pods outside the snapshot hold on node ``i`` is not idle (KAI counts every pod of a
@@ -222,18 +214,9 @@ class Session:
                 valid[name] = q
         self.queue_specs = valid
         self.queues: dict[str, QueueAttrs] = {}
+        usage = self.snapshot.usage
         for name, q in valid.items():
-            def vec(attr: str, q: m.QueueSpec = q) -> list[float]:
-                return [float(getattr(q.cpu, attr)), float(getattr(q.memory, attr)), float(getattr(q.gpu, attr))]
-
-            weight = vec("over_quota_weight")
-            weight = [max(0.0, w) if w != m.UNLIMITED else 1.0 for w in weight]
-            self.queues[name] = QueueAttrs(
-                name=name, parent=q.parent, priority=q.priority, creation=q.creation,
-                deserved=vec("quota"), limit=vec("limit"), weight=weight,
-                usage=[float(x) for x in self.snapshot.usage.get(name, (0.0, 0.0, 0.0))],
-                preempt_min_runtime=q.preempt_min_runtime_s, reclaim_min_runtime=q.reclaim_min_runtime_s,
-            )
+            self.queues[name] = queue_attrs(q, usage.get(name, (0.0, 0.0, 0.0)))
         for qa in self.queues.values():
             if qa.parent is not None:
                 self.queues[qa.parent].children.append(qa.name)

@@ -101,6 +101,18 @@ def vector_to_queue_units(vector: Iterable[float]) -> dict[str, float]:
     return {r: to_queue_units(r, x) for r, x in zip(QUEUE_RESOURCES, vector, strict=True)}
 
 
+def recorded_queue_units(vector: Iterable[float]) -> dict[str, float]:
+    """An engine resource vector as the cycle records it in queue units (a queue's status, its
+    figures in a preemption): millicores to 3 decimals, MB to 6 (to the byte, so a status written
+    back says 4Gi, not 4294967000), GPUs to 4.
+
+    >>> recorded_queue_units((1500.00001, 4 * 2**30, 1 / 3))
+    {'cpu': 1500.0, 'memory': 4294.967296, 'gpu': 0.3333}
+    """
+    figures = vector_to_queue_units(vector)
+    return {"cpu": round(figures["cpu"], 3), "memory": round(figures["memory"], 6), "gpu": round(figures["gpu"], 4)}
+
+
 def queue_units_to_vector(figures: Mapping[str, Any]) -> list[float]:
     """Queue figures {"cpu", "memory" (MB), "gpu"} → an engine vector (millicores, bytes, devices); a figure
     missing or empty reads 0.

@@ -26,7 +26,7 @@ import pytest
 from scheduler_core import units
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ("kaiweb", "scheduler_core")
+SCANNED = ("kaiweb", "scheduler_core", "harness", "benchmarks")
 #: the modules that convert: units itself, and the Queue CRD's reader and writer
 CONVERTERS = {Path("scheduler_core/units.py"), Path("scheduler_core/queue_crd.py")}
 UNIT_NAMES = frozenset({"MB", "MIB", "MiB", "MEGABYTE", "MEBIBYTE"})
@@ -149,6 +149,8 @@ def test_the_scan_covers_the_simulator_and_the_apps():
     scanned = {p.relative_to(ROOT) for p in _scanned_files()}
     assert Path("scheduler_core/sim/replay.py") in scanned
     assert Path("kaiweb/whatif/replay.py") in scanned
+    assert Path("kaiweb/cluster/workload_generator.py") in scanned
+    assert Path("benchmarks/b5_control_plane.py") in scanned
     assert not scanned & CONVERTERS
 
 

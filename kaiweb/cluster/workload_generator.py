@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+
+from scheduler_core.sim.traces import Job
 
 # Priority classes the mix uses (KAI's defaults: train is preemptible, inference is not).
 TRAIN = "train"
@@ -31,26 +33,8 @@ DEMO_PRIORITY_CLASSES: tuple[tuple[str, int, bool], ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """One job to submit: a gang of identical pods on a leaf queue."""
-
-    name: str
-    queue: str
-    priority_class: str
-    pods: int
-    min_member: int
-    gpu_per_pod: float  # whole devices, or a fraction in (0, 1) for a shared GPU
-    cpu_millis_per_pod: int
-    memory_mb_per_pod: int
-    duration_seconds: int
-    kind: str  # "training" | "inference" | "batch"
-    labels: dict[str, str] = field(default_factory=dict)
-    namespace: str | None = None  # None: the namespace `submit` is given
-
-    @property
-    def gpus(self) -> float:
-        return self.gpu_per_pod * self.pods
+#: bytes in a gigabyte (10^9): the demo's pods ask for memory in whole GB
+GB = 10**9
 
 
 # The GPU utilization a job shows on the simulated cluster (kaiweb.usage.utilization reads it).
@@ -58,16 +42,16 @@ UTILIZATION_LABEL = "kaiweb.io/gpu-utilization"
 UTILIZATION_RANGE = {"training": (70, 98), "batch": (40, 90), "inference": (15, 60)}
 
 
-def with_gpu_utilization(job: JobSpec) -> JobSpec:
+def with_gpu_utilization(job: Job) -> Job:
     """The job with a plausible utilization label, from its name alone (the seeded stream is untouched).
 
     About one job in eight is stuck: it holds its GPUs at 0–3 % (waiting on data, a hung process)
     and for at least two simulated hours, so the demo's idle-GPU finding has something to find.
     """
-    digest = int.from_bytes(hashlib.blake2b(job.name.encode(), digest_size=4).digest(), "big")
+    digest = int.from_bytes(hashlib.blake2b(job.job_id.encode(), digest_size=4).digest(), "big")
     if digest % 8 == 0:
         return replace(job, labels={**job.labels, UTILIZATION_LABEL: str(digest % 4)},
-                       duration_seconds=max(job.duration_seconds, 7200))
+                       duration=max(job.duration, 7200))
     low, high = UTILIZATION_RANGE.get(job.kind, (40, 90))
     return replace(job, labels={**job.labels, UTILIZATION_LABEL: str(low + digest % (high - low + 1))})
 
@@ -84,13 +68,13 @@ TEAMS = {
 }
 
 
-def with_submitter(job: JobSpec) -> JobSpec:
+def with_submitter(job: Job) -> Job:
     """The job in its team's namespace, labelled with a user of that team (from its name alone)."""
     team = TEAMS.get(job.queue)
     if team is None:
         return job
     namespace, users = team
-    digest = int.from_bytes(hashlib.blake2b(b"user:" + job.name.encode(), digest_size=4).digest(), "big")
+    digest = int.from_bytes(hashlib.blake2b(b"user:" + job.job_id.encode(), digest_size=4).digest(), "big")
     return replace(job, namespace=namespace, labels={**job.labels, USER_LABEL: users[digest % len(users)]})
 
 
@@ -131,12 +115,12 @@ class WorkloadGenerator:
         self.seed = seed
         self.roles = roles
 
-    def jobs_for_tick(self, tick: int) -> list[JobSpec]:
+    def jobs_for_tick(self, tick: int) -> list[Job]:
         """The jobs submitted at `tick` (0-based); same (seed, tick), same jobs."""
         if tick < 0:
             raise ValueError(f"tick must be >= 0, got {tick}")
         rng = random.Random(self.seed * 1_000_003 + tick)
-        jobs: list[JobSpec] = []
+        jobs: list[Job] = []
         if tick == 0:
             jobs.extend(self._flood(rng))
         for role in self.roles:
@@ -151,9 +135,9 @@ class WorkloadGenerator:
                 jobs.append(self._job(rng, role.queue, kind, f"t{tick}-{i}"))
         return [with_submitter(with_gpu_utilization(job)) for job in jobs]
 
-    def _flood(self, rng: random.Random) -> list[JobSpec]:
+    def _flood(self, rng: random.Random) -> list[Job]:
         # Queues with a flood target fill the cluster at once with training gangs.
-        jobs: list[JobSpec] = []
+        jobs: list[Job] = []
         for role in self.roles:
             total, n = 0.0, 0
             while total < role.flood_gpus:
@@ -163,13 +147,13 @@ class WorkloadGenerator:
                 n += 1
         return jobs
 
-    def _burst(self, rng: random.Random, role: QueueRole) -> list[JobSpec]:
+    def _burst(self, rng: random.Random, role: QueueRole) -> list[Job]:
         # Long single-pod batch jobs of 2 GPUs, preemptible, up to the role's burst size.
         return [
-            JobSpec(
-                name=f"{role.queue}-batch-burst-{n}", queue=role.queue, priority_class=TRAIN, pods=1, min_member=1,
-                gpu_per_pod=2.0, cpu_millis_per_pod=8000, memory_mb_per_pod=32_000,
-                duration_seconds=rng.randrange(1800, 3600, 60), kind="batch", labels={BURST_LABEL: "true"},
+            Job(
+                job_id=f"{role.queue}-batch-burst-{n}", queue=role.queue, priority_class=TRAIN, num_pods=1,
+                min_member=1, gpu_per_pod=2.0, cpu_millis_per_pod=8000, memory_bytes_per_pod=32 * GB,
+                duration=rng.randrange(1800, 3600, 60), kind="batch", labels={BURST_LABEL: "true"},
             )
             for n in range(role.burst_gpus // 2)
         ]
@@ -185,23 +169,23 @@ class WorkloadGenerator:
                 return k
             k += 1
 
-    def _job(self, rng: random.Random, queue: str, kind: str, suffix: str, min_gpus: int = 0) -> JobSpec:
+    def _job(self, rng: random.Random, queue: str, kind: str, suffix: str, min_gpus: int = 0) -> Job:
         if kind == "inference":
             # Serving: non-preemptible, small, often on a shared GPU, runs long.
             fraction = rng.choice((0.25, 0.5, 1.0, 1.0, 2.0))
             pods = rng.choice((1, 2))
-            return JobSpec(
-                name=f"{queue}-inf-{suffix}", queue=queue, priority_class=INFERENCE, pods=pods, min_member=1,
-                gpu_per_pod=fraction, cpu_millis_per_pod=4000, memory_mb_per_pod=16_000,
-                duration_seconds=rng.randrange(600, 1800, 60), kind="inference",
+            return Job(
+                job_id=f"{queue}-inf-{suffix}", queue=queue, priority_class=INFERENCE, num_pods=pods, min_member=1,
+                gpu_per_pod=fraction, cpu_millis_per_pod=4000, memory_bytes_per_pod=16 * GB,
+                duration=rng.randrange(600, 1800, 60), kind="inference",
             )
         if kind == "batch":
             # Short preemptible batch work: single pods, sometimes fractional.
             fraction = rng.choice((0.5, 1.0, 1.0, 2.0))
-            return JobSpec(
-                name=f"{queue}-batch-{suffix}", queue=queue, priority_class=TRAIN, pods=1, min_member=1,
-                gpu_per_pod=fraction, cpu_millis_per_pod=8000, memory_mb_per_pod=32_000,
-                duration_seconds=rng.randrange(120, 600, 30), kind="batch",
+            return Job(
+                job_id=f"{queue}-batch-{suffix}", queue=queue, priority_class=TRAIN, num_pods=1, min_member=1,
+                gpu_per_pod=fraction, cpu_millis_per_pod=8000, memory_bytes_per_pod=32 * GB,
+                duration=rng.randrange(120, 600, 30), kind="batch",
             )
         # Training: a gang of whole-GPU workers, preemptible.
         while True:
@@ -209,8 +193,8 @@ class WorkloadGenerator:
             per_pod = rng.choice((1, 2, 4, 8))
             if pods * per_pod >= min_gpus and pods * per_pod <= 16:
                 break
-        return JobSpec(
-            name=f"{queue}-train-{suffix}", queue=queue, priority_class=TRAIN, pods=pods, min_member=pods,
-            gpu_per_pod=float(per_pod), cpu_millis_per_pod=8000 * per_pod, memory_mb_per_pod=64_000 * per_pod,
-            duration_seconds=rng.randrange(300, 1500, 60), kind="training",
+        return Job(
+            job_id=f"{queue}-train-{suffix}", queue=queue, priority_class=TRAIN, num_pods=pods, min_member=pods,
+            gpu_per_pod=float(per_pod), cpu_millis_per_pod=8000 * per_pod, memory_bytes_per_pod=64 * GB * per_pod,
+            duration=rng.randrange(300, 1500, 60), kind="training",
         )

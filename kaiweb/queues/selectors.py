@@ -1,19 +1,14 @@
-"""Reads of the queues app: the tree with its latest status, listings, priority classes."""
+"""Reads of the queues app: queues with their parent and children, listings, priority classes, memberships.
+
+The tree with each queue's latest recorded status is read by ``kaiweb.scheduling.selectors``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from django.db.models import Prefetch, QuerySet
 
-from django.core.cache import cache
-from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
-
-from kaiweb.core.changes import state_key
-from kaiweb.core.choices import RESOURCES
 from kaiweb.core.queries import related_count
 from kaiweb.queues.choices import PRIORITY_NAMES
 from kaiweb.queues.models import PriorityClass, Queue, QueueMembership
-from kaiweb.scheduling.models import QueueStatus
 from kaiweb.workloads.models import Workload
 
 
@@ -34,82 +29,6 @@ def priority_classes() -> QuerySet[PriorityClass]:
 
 def memberships() -> QuerySet[QueueMembership]:
     return QueueMembership.objects.select_related("user", "queue").order_by("queue__name", "user__username")
-
-
-def latest_statuses(queue_ids: list[int] | None = None) -> dict[int, QueueStatus]:
-    """The most recent recorded status of each queue (two queries, however long the history)."""
-    latest = QueueStatus.objects.filter(queue=OuterRef("pk")).order_by("-recorded_at", "-id").values("id")[:1]
-    base = Queue.objects.all() if queue_ids is None else Queue.objects.filter(pk__in=queue_ids)
-    ids = [pk for pk in base.annotate(latest_id=Subquery(latest)).values_list("latest_id", flat=True) if pk]
-    return {s.queue_id: s for s in QueueStatus.objects.filter(pk__in=ids)}
-
-
-def _zero() -> dict[str, float]:
-    return dict.fromkeys(RESOURCES, 0.0)
-
-
-@dataclass(slots=True)
-class TreeNode:
-    """One queue of the tree with its figures and children, ready to serialise."""
-
-    queue: Queue
-    status: QueueStatus | None
-    children: list[TreeNode] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        q = self.queue
-        figures = self.status.figures() if self.status else {}
-        return {
-            "id": q.pk,
-            "name": q.name,
-            "display_name": q.display_name,
-            "parent": q.parent.name if q.parent_id and q.parent else None,
-            "priority": q.priority,
-            "resources": {
-                r: {
-                    "quota": getattr(q, f"{r}_quota"),
-                    "limit": getattr(q, f"{r}_limit"),
-                    "over_quota_weight": getattr(q, f"{r}_over_quota_weight"),
-                    "allocated": figures.get("allocated", {}).get(r, 0.0),
-                    "fair_share": figures.get("fair_share", {}).get(r, 0.0),
-                    "pending": figures.get("pending", {}).get(r, 0.0),
-                }
-                for r in RESOURCES
-            },
-            "pending_workloads": self.status.pending_workloads if self.status else 0,
-            "running_workloads": self.status.running_workloads if self.status else 0,
-            "status_recorded_at": self.status.recorded_at if self.status else None,
-            "children": [c.as_dict() for c in self.children],
-        }
-
-
-def queue_tree() -> list[TreeNode]:
-    """The whole tree (roots sorted by name, children too) with each queue's latest status."""
-    all_queues = list(Queue.objects.select_related("parent").order_by("name"))
-    statuses = latest_statuses()
-    nodes = {q.pk: TreeNode(q, statuses.get(q.pk)) for q in all_queues}
-    roots: list[TreeNode] = []
-    for q in all_queues:
-        node = nodes[q.pk]
-        if q.parent_id in nodes:
-            nodes[q.parent_id].children.append(node)
-        else:
-            roots.append(node)
-    return roots
-
-
-def queue_tree_data() -> list[dict[str, Any]]:
-    """The tree as the API serves it (``TreeNode.as_dict``), computed once per committed change of
-    the queues or their recorded status (``core.changes.state_key("queues", ...)``: once per
-    cycle) and then served from the cache, whatever the number of requests."""
-    key = state_key("queues", "tree")
-    if key is None:
-        return [node.as_dict() for node in queue_tree()]
-    data: list[dict[str, Any]] | None = cache.get(key)
-    if data is None:
-        data = [node.as_dict() for node in queue_tree()]
-        cache.set(key, data, timeout=3600)
-    return data
 
 
 def subtree_ids(queue: Queue) -> set[int]:

@@ -11,9 +11,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from kaiweb.core.choices import RESOURCES
-from kaiweb.queues import fairshare
 from kaiweb.queues.forms import QueueCreateForm, QueueForm
 from kaiweb.queues.models import Queue
+from kaiweb.scheduling import fairshare
 from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE
 from kaiweb.ui import access, charts, queries
 from kaiweb.ui.formatting import UNIT_LABEL
@@ -134,6 +134,7 @@ def detail(request: HttpRequest, name: str) -> HttpResponse:
 def _arithmetic(queue: Queue, resource: str) -> dict[str, Any]:
     """The division steps of this queue's fair share and the time-based inputs of its siblings."""
     from scheduler_core.proportion import RESOURCES as ENGINE_RESOURCES
+    from scheduler_core.proportion import usage_adjusted_weights
 
     r_index = ENGINE_RESOURCES.index(resource)
     try:
@@ -151,18 +152,15 @@ def _arithmetic(queue: Queue, resource: str) -> dict[str, Any]:
         return to_queue_units(resource, x)
 
     bucket = [q for q in siblings if q.priority == attrs.priority]
-    wanting = [q for q in bucket if q.weight[r_index] > 0]
-    w_total = sum(q.weight[r_index] for q in wanting) or 0.0
+    # the engine's weights of the bucket's first over-quota round (every queue wanting more)
+    adjusted = usage_adjusted_weights(bucket, r_index, division.k)
     usage = division.usage
     weights = []
     for q in bucket:
-        w = q.weight[r_index]
-        w_norm = w / w_total if w_total else 0.0
-        u = q.usage[r_index]
-        p = max(0.0, w_norm + division.k * (w_norm - u))
+        w_norm, p = adjusted.get(q.name, (0.0, 0.0))
         row_usage = usage.rows.get(q.name) if usage is not None else None
-        weights.append({"name": q.name, "weight": w, "w_norm": w_norm, "usage": u, "adjusted": p,
-                        "decayed": row_usage.decayed[r_index] if row_usage else 0.0,  # queue units already
+        weights.append({"name": q.name, "weight": q.weight[r_index], "w_norm": w_norm, "usage": q.usage[r_index],
+                        "adjusted": p, "decayed": row_usage.decayed[r_index] if row_usage else 0.0,  # queue units
                         "is_self": q.name == queue.name})
     p_total = sum(x["adjusted"] for x in weights) or 0.0
     for x in weights:

@@ -47,7 +47,7 @@ from kaiweb.workloads.choices import PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
 from scheduler_core import model as m
 from scheduler_core import reasons as reason_codes
-from scheduler_core.units import vector_to_queue_units
+from scheduler_core.units import recorded_queue_units
 from scheduler_core.waiting import queue_depth
 
 RESOURCE_NAMES = ("cpu", "memory", "gpu")
@@ -615,12 +615,6 @@ def pipeline_key(cycle_id: int, pod_uid: str, node: str) -> str:
 # ------------------------------------------------------------------------------------ persist
 
 
-def _vector_to_queue_units(vec: Iterable[float]) -> dict[str, float]:
-    figures = vector_to_queue_units(vec)
-    # Memory to the byte (MB with six decimals): the Queue status written back must say 4Gi, not 4294967000.
-    return {"cpu": round(figures["cpu"], 3), "memory": round(figures["memory"], 6), "gpu": round(figures["gpu"], 4)}
-
-
 def queue_figures(result: m.CycleResult, queue: str | None, index: SnapshotIndex) -> dict[str, Any]:
     """A queue's allocated, fair share, quota and limit in queue units (for preemption events)."""
     if not queue or queue not in result.queues:
@@ -628,10 +622,10 @@ def queue_figures(result: m.CycleResult, queue: str | None, index: SnapshotIndex
     st = result.queues[queue]
     return {
         "queue": queue,
-        "allocated": _vector_to_queue_units(st.allocated),
-        "fair_share": _vector_to_queue_units(st.fair_share),
-        "quota": _vector_to_queue_units(st.deserved),
-        "limit": _vector_to_queue_units(st.limit),
+        "allocated": recorded_queue_units(st.allocated),
+        "fair_share": recorded_queue_units(st.fair_share),
+        "quota": recorded_queue_units(st.deserved),
+        "limit": recorded_queue_units(st.limit),
     }
 
 
@@ -862,14 +856,14 @@ def _record_queue_status(cycle: SchedulingCycle, result: m.CycleResult, index: S
         queue_id = index.queues.get(name)
         if queue_id is None:
             continue
-        allocated = _vector_to_queue_units(st.allocated)
-        requested = _vector_to_queue_units(st.request)
+        allocated = recorded_queue_units(st.allocated)
+        requested = recorded_queue_units(st.request)
         rows.append(QueueStatus(
             queue_id=queue_id, cycle=cycle, recorded_at=at,
             allocated=allocated,
-            allocated_non_preemptible=_vector_to_queue_units(st.allocated_non_preemptible),
+            allocated_non_preemptible=recorded_queue_units(st.allocated_non_preemptible),
             requested=requested,
-            fair_share=_vector_to_queue_units(st.fair_share),
+            fair_share=recorded_queue_units(st.fair_share),
             pending={r: round(max(0.0, requested[r] - allocated[r]), 4) for r in RESOURCE_NAMES},
             pending_workloads=_subtree_count(name, index.pending_workloads, index),
             running_workloads=_subtree_count(name, index.running_workloads, index),

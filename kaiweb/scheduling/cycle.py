@@ -504,13 +504,24 @@ def mark_applied(cycle: SchedulingCycle, decisions: list[Decision],
 def dump_snapshot(shard: SchedulingShard | int | str | None = None) -> dict[str, Any]:
     """The snapshot and config the shard's next cycle would decide on, as JSON-able data."""
     shard = resolve_shard(shard)
-    gateway = get_gateway(shard.cluster)
+    snapshot, config, _ = next_snapshot(shard)
+    return {"kind": "kaiweb.snapshot/v1", "shard": f"{shard.cluster.name}/{shard.name}",
+            "snapshot": snapshot.to_dict(), "config": config.to_dict()}
+
+
+def next_snapshot(shard: SchedulingShard | None) -> tuple[m.ClusterSnapshot, m.CycleConfig, adapters.SnapshotIndex]:
+    """The snapshot and config the shard's next cycle would decide on, as the cycle builds them: its
+    cluster's clock, the time-based usage input, ``adapters.build_snapshot`` (made anew: nothing is
+    remembered). Without a shard, every queue and node with the engine's default config."""
     from kaiweb.usage.accounting import usage_for_engine
 
+    if shard is None:
+        snapshot, index = adapters.build_snapshot(None, now=clock.timestamp(), reuse=False)
+        return snapshot, m.CycleConfig(), index
+    gateway = get_gateway(shard.cluster)
     now = gateway.now() if Capability.OWN_CLOCK in gateway.capabilities else clock.timestamp()
-    snapshot, _ = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard))
-    return {"kind": "kaiweb.snapshot/v1", "shard": f"{shard.cluster.name}/{shard.name}",
-            "snapshot": snapshot.to_dict(), "config": cycle_config(shard).to_dict()}
+    snapshot, index = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard), reuse=False)
+    return snapshot, cycle_config(shard), index
 
 
 def replay_snapshot(data: dict[str, Any]) -> tuple[m.ClusterSnapshot, m.CycleConfig, m.CycleResult]:

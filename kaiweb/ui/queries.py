@@ -39,12 +39,13 @@ class QueueRow:
     def over_fair_share(self) -> list[str]:
         """The resources in which the queue holds more than its fair share."""
         return [r for r, f in self.resources.items()
-                if f["fair"] is not None and f["allocated"] is not None and f["allocated"] > f["fair"] + 1e-6]
+                if f["fair_share"] is not None and f["allocated"] is not None
+                and f["allocated"] > f["fair_share"] + 1e-6]
 
 
 def latest_statuses(queue_ids: list[int] | None = None) -> dict[int, Any]:
     """The most recent QueueStatus of each queue (the control plane's selector; two queries)."""
-    from kaiweb.queues.selectors import latest_statuses as select_latest
+    from kaiweb.scheduling.selectors import latest_statuses as select_latest
 
     return select_latest(queue_ids)
 
@@ -90,22 +91,11 @@ def queue_tree(user: Any = None) -> list[QueueRow]:
 
 
 def queue_resources(queue: Any, status: Any | None) -> dict[str, dict[str, Any]]:
-    """Per resource: quota, limit, weight from the queue; allocated, fair share, requested from its status."""
-    out = {}
-    for r in RESOURCES:
-        fig = {
-            "quota": getattr(queue, f"{r}_quota"),
-            "limit": getattr(queue, f"{r}_limit"),
-            "weight": getattr(queue, f"{r}_over_quota_weight"),
-            "allocated": None, "fair": None, "requested": None, "pending": None,
-        }
-        if status is not None:
-            fig["allocated"] = (status.allocated or {}).get(r)
-            fig["fair"] = (status.fair_share or {}).get(r)
-            fig["requested"] = (status.requested or {}).get(r)
-            fig["pending"] = (status.pending or {}).get(r)
-        out[r] = fig
-    return out
+    """Per resource: quota, limit, over-quota weight from the queue; allocated, fair share, requested
+    and pending from its status (``scheduling.selectors.queue_figures``, the API's keys)."""
+    from kaiweb.scheduling.selectors import queue_figures
+
+    return queue_figures(queue, status)
 
 
 @dataclass

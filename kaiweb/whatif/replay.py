@@ -38,7 +38,6 @@ from scheduler_core import model as m
 from scheduler_core.sim.replay import ReplayCluster, ReplayConfig, leaf_queues
 from scheduler_core.sim.traces import Job
 from scheduler_core.sim.whatif import what_if
-from scheduler_core.units import bytes_to_mib, mib_to_bytes
 
 DEFAULT_WINDOW = timedelta(hours=24)
 DEFAULT_MAX_JOBS = 400
@@ -252,7 +251,7 @@ def recorded_jobs(
         sim = [p["duration_seconds"] for p in wpods if p["duration_seconds"] is not None]
         info = {
             "job_id": ref, "submit": max(w["submitted_at"], start).timestamp(), "gang": gang, "gpu": gpu,
-            "cpu": max(int(p["cpu"]) for p in wpods), "mem": max(bytes_to_mib(p["memory"]) for p in wpods),
+            "cpu": max(int(p["cpu"]) for p in wpods), "mem": max(int(p["memory"]) for p in wpods),
         }
         if finished and first is not None and last is not None and last >= first:
             duration, source = (last - first).total_seconds(), OBSERVED
@@ -289,7 +288,7 @@ def _add(out: Recorded, info: dict[str, Any], w: Mapping[str, Any], duration: fl
     out.jobs.append(Job(
         job_id=info["job_id"], submit_time=info["submit"], duration=duration,
         num_gpu=int(math.ceil(info["gpu"] * info["gang"])), num_pods=info["gang"], gpu_per_pod=info["gpu"],
-        cpu_milli_per_pod=info["cpu"], memory_mib_per_pod=info["mem"],
+        cpu_millis_per_pod=info["cpu"], memory_bytes_per_pod=info["mem"],
         user=user_of(str(w["namespace"]), w["labels"].get(settings.KAI_USER_LABEL)
                      if isinstance(w["labels"], dict) else None),
     ))
@@ -501,8 +500,8 @@ def binding_constraints(edits: list[dict[str, Any]], proposed: tuple[m.QueueSpec
         names = {q.name for q in chain}
         mine = [j for j in jobs if _ancestors_hit(queue_of.get(j.job_id), names, specs)]
         gpus = sum(j.gpu_per_pod * j.num_pods for j in mine)
-        per_gpu = {"CPU": sum(j.cpu_milli_per_pod * j.num_pods for j in mine) / gpus if gpus else 0.0,
-                   "memory": mib_to_bytes(sum(j.memory_mib_per_pod * j.num_pods for j in mine)) / gpus if gpus else 0.0}
+        per_gpu = {"CPU": sum(j.cpu_millis_per_pod * j.num_pods for j in mine) / gpus if gpus else 0.0,
+                   "memory": sum(j.memory_bytes_per_pod * j.num_pods for j in mine) / gpus if gpus else 0.0}
         want = float("inf") if new == m.UNLIMITED else new
         for q in chain:
             if q.name != target and q.gpu.limit != m.UNLIMITED and q.gpu.limit < want:

@@ -1,11 +1,11 @@
-"""Reads of the workloads app: workloads with their queue, class, pods and current why-pending."""
+"""Reads of the workloads app: workloads with their queue, class and pods (with their current why-pending:
+``kaiweb.scheduling.selectors.workloads``)."""
 
 from __future__ import annotations
 
 from django.db.models import Prefetch, QuerySet
 
 from kaiweb.core.queries import related_count
-from kaiweb.scheduling.models import PendingReason
 from kaiweb.workloads.models import Pod, Workload
 
 #: What a listing shows of a workload and of the rows it names (the rest is not read).
@@ -17,17 +17,12 @@ LISTED_COLUMNS = (
 
 
 def workloads(with_pods: bool = False, listing: bool = False) -> QuerySet[Workload]:
-    """Workloads with queue, priority class, cluster, pod count and the current pending reason
-    (as `current_pending`, a list of 0 or 1) loaded in a fixed number of queries. A `listing`
-    reads only the columns a listing shows (``LISTED_COLUMNS``): not for rows to change."""
+    """Workloads with queue, priority class, cluster and pod count loaded in a fixed number of
+    queries. A `listing` reads only the columns a listing shows (``LISTED_COLUMNS``): not for rows
+    to change."""
     qs = (
         Workload.objects.select_related("queue", "priority_class", "cluster")
         .annotate(pod_count=related_count(Pod.objects.all(), "workload"))
-        .prefetch_related(
-            Prefetch(
-                "pending_reasons", queryset=PendingReason.objects.filter(is_current=True), to_attr="current_pending"
-            )
-        )
         .order_by("-submitted_at", "namespace", "name")
     )
     if with_pods:
@@ -36,7 +31,3 @@ def workloads(with_pods: bool = False, listing: bool = False) -> QuerySet[Worklo
         qs = qs.only(*LISTED_COLUMNS)
     return qs
 
-
-def pending_history(workload: Workload) -> QuerySet[PendingReason]:
-    """Every recorded why-pending of a workload, newest first."""
-    return workload.pending_reasons.order_by("-recorded_at", "-id")

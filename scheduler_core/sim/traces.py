@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from scheduler_core.units import mib_to_bytes
+
 __all__ = [
     "Job",
     "JobTrace",
@@ -279,22 +281,40 @@ def read_openb_pods(path: str | Path) -> PodList:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One job of a job-level trace: a gang of ``num_pods`` pods, each asking for the per-pod resources.
+    """One synthetic job: a gang of ``num_pods`` identical pods, each asking for the per-pod resources
+    in the engine's units (millicores, bytes, devices; a ``gpu_per_pod`` below 1 is a shared GPU).
 
-    ``submit_time`` and ``duration`` are seconds. ``user`` is the trace's user/VC id when it has one.
+    The one job type of the job-level traces (``read_job_trace``), the replays (``sim.replay``,
+    kaiweb's what-if) and the demo's workload generator (``kaiweb.cluster.workload_generator``); each
+    fills what it knows. ``submit_time`` and ``duration`` are seconds; ``num_gpu`` is the trace's GPU
+    count of the whole job (0: not given). ``user`` is the trace's user/VC id when it has one.
+    ``queue``, ``priority_class``, ``min_member`` (None: every pod), ``kind``, ``labels`` and
+    ``namespace`` (None: the one the job is submitted with) say where and how a generated job is
+    submitted.
     """
 
     job_id: str
-    submit_time: float
-    duration: float
-    num_gpu: int
+    submit_time: float = 0.0
+    duration: float = 0.0
+    num_gpu: int = 0
     num_pods: int = 1
     gpu_per_pod: float = 0.0
-    cpu_milli_per_pod: int = 0
-    memory_mib_per_pod: int = 0
+    cpu_millis_per_pod: int = 0
+    memory_bytes_per_pod: int = 0
     gpu_model: str | None = None
     user: str | None = None
     status: str | None = None
+    queue: str = ""
+    priority_class: str = ""
+    min_member: int | None = None
+    kind: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    namespace: str | None = None
+
+    @property
+    def gpus(self) -> float:
+        """GPUs of the whole gang."""
+        return self.gpu_per_pod * self.num_pods
 
 
 @dataclass(frozen=True)
@@ -394,7 +414,7 @@ def read_dirlab_jobs(path: str | Path, *, include_cpu_jobs: bool = False) -> Job
                 num_gpu=n,
                 num_pods=pods,
                 gpu_per_pod=n / pods,
-                cpu_milli_per_pod=(cpus * 1000) // pods,
+                cpu_millis_per_pod=(cpus * 1000) // pods,
                 user=row["user"],
                 status=row.get("new_status") or None,
             )
@@ -422,7 +442,8 @@ def openb_jobs(pods: PodList, name: str = "openb", since: float = 0.0) -> JobTra
         per_pod = milli / 1000.0 if n == 1 else float(n)
         jobs.append(Job(job_id=pod_name, submit_time=created, duration=max(1.0, deleted - scheduled),
                         num_gpu=max(1, n), num_pods=1, gpu_per_pod=per_pod,
-                        cpu_milli_per_pod=int(pods.cpu_milli[k]), memory_mib_per_pod=int(pods.memory_mib[k])))
+                        cpu_millis_per_pod=int(pods.cpu_milli[k]),
+                        memory_bytes_per_pod=mib_to_bytes(int(pods.memory_mib[k]))))
     return JobTrace(name=name, jobs=_sorted(jobs), has_users=False)
 
 

@@ -31,7 +31,7 @@ def test_openb_pods_become_one_pod_jobs_with_shared_and_whole_gpus(tmp_path):
     trace = openb_jobs(read_openb_pods(path), since=50)
     assert [(j.job_id, j.submit_time, j.duration, j.gpu_per_pod, j.num_pods) for j in trace.jobs] == [
         ("p-half", 100.0, 1100.0, 0.5, 1), ("p-two", 150.0, 240.0, 2.0, 1)]
-    assert trace.jobs[0].cpu_milli_per_pod == 4000
+    assert trace.jobs[0].cpu_millis_per_pod == 4000
 
 
 def test_the_benchmark_replays_both_placements_on_the_same_jobs(tmp_path, capsys):

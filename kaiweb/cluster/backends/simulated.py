@@ -39,11 +39,11 @@ from kaiweb.cluster.backends.types import (
 )
 from kaiweb.cluster.errors import Capability, ClusterRejected
 from kaiweb.cluster.models import Cluster, Node
-from kaiweb.cluster.workload_generator import BURST_LABEL, JobSpec, WorkloadGenerator
+from kaiweb.cluster.workload_generator import BURST_LABEL, WorkloadGenerator
 from kaiweb.queues.models import PriorityClass, Queue
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
-from scheduler_core.units import mb_to_bytes
+from scheduler_core.sim.traces import Job
 
 DEFAULT_SIMULATION: dict[str, Any] = {
     "clock": "simulated",  # or "real": the wall clock
@@ -178,7 +178,7 @@ class SimulatedGateway:
             .values_list("queue__name").annotate(n=Count("id")).values_list("queue__name", "n")
         )
         cap = int(sim["max_pending_per_queue"])
-        accepted: list[JobSpec] = []
+        accepted: list[Job] = []
         for job in jobs:
             if job.queue not in queues:
                 continue
@@ -189,7 +189,7 @@ class SimulatedGateway:
         return len(self.submit(accepted, namespace=str(sim["namespace"]), at=now, queues=queues))
 
     def submit(
-        self, jobs: Iterable[JobSpec], namespace: str = "demo", at: float | None = None,
+        self, jobs: Iterable[Job], namespace: str = "demo", at: float | None = None,
         queues: dict[str, Queue] | None = None,
     ) -> list[Workload]:
         """Create the workloads and pods of `jobs` (skipping names that exist); bulk, a few queries."""
@@ -203,20 +203,21 @@ class SimulatedGateway:
         if missing:
             raise ValueError(f"queue: unknown queue(s) {', '.join(missing)}")
         classes = {pc.name: pc for pc in PriorityClass.objects.all()}
-        def ns(j: JobSpec) -> str:
+        def ns(j: Job) -> str:
             return j.namespace or namespace
 
         spaces = {ns(j) for j in jobs}
         existing = set(Workload.objects.filter(cluster=self.cluster, namespace__in=spaces,
-                                               name__in=[j.name for j in jobs]).values_list("namespace", "name"))
+                                               name__in=[j.job_id for j in jobs]).values_list("namespace", "name"))
         workloads = []
         for j in jobs:
-            if (ns(j), j.name) in existing:
+            if (ns(j), j.job_id) in existing:
                 continue
-            existing.add((ns(j), j.name))
+            existing.add((ns(j), j.job_id))
             workloads.append(Workload(
-                cluster=self.cluster, namespace=ns(j), name=j.name, uid=uuid.uuid4().hex,
-                queue=queues[j.queue], priority_class=classes.get(j.priority_class), min_member=j.min_member,
+                cluster=self.cluster, namespace=ns(j), name=j.job_id, uid=uuid.uuid4().hex,
+                queue=queues[j.queue], priority_class=classes.get(j.priority_class),
+                min_member=j.num_pods if j.min_member is None else j.min_member,
                 labels={"kaiweb.io/kind": j.kind, **j.labels}, state=WorkloadState.PENDING, submitted_at=submitted_at,
             ))
         with transaction.atomic():
@@ -227,17 +228,17 @@ class SimulatedGateway:
                 ).values_list("namespace", "name", "pk")}
                 for w in workloads:
                     w.pk = ids[(w.namespace, w.name)]
-            by_name = {j.name: j for j in jobs}
+            by_name = {j.job_id: j for j in jobs}
             pods = []
             for w in workloads:
                 j = by_name[w.name]
                 fractional = 0 < j.gpu_per_pod < 1
-                for i in range(j.pods):
+                for i in range(j.num_pods):
                     pods.append(Pod(
-                        workload_id=w.pk, name=f"{j.name}-{i}", uid=uuid.uuid4().hex,
+                        workload_id=w.pk, name=f"{j.job_id}-{i}", uid=uuid.uuid4().hex,
                         gpu=0 if fractional else j.gpu_per_pod, gpu_fraction=j.gpu_per_pod if fractional else None,
-                        cpu=j.cpu_millis_per_pod, memory=int(mb_to_bytes(j.memory_mb_per_pod)),
-                        state=PodState.PENDING, duration_seconds=j.duration_seconds,
+                        cpu=j.cpu_millis_per_pod, memory=j.memory_bytes_per_pod,
+                        state=PodState.PENDING, duration_seconds=j.duration,
                     ))
             Pod.objects.bulk_create(pods, batch_size=1000)
         return workloads

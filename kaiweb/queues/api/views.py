@@ -30,6 +30,7 @@ from kaiweb.queues import selectors, services, yaml_io
 from kaiweb.queues.api import serializers as s
 from kaiweb.queues.filtersets import PriorityClassFilterSet, QueueFilterSet, QueueMembershipFilterSet
 from kaiweb.queues.models import PriorityClass, Queue, QueueMembership
+from kaiweb.scheduling import selectors as scheduling_selectors
 from kaiweb.scheduling.filtersets import QueueStatusFilterSet
 from kaiweb.scheduling.models import QueueStatus
 
@@ -72,7 +73,7 @@ class QueueViewSet(ByNameLookupMixin, ServiceModelViewSet):
     @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
     def tree(self, request: Request) -> Response:
         """The whole tree in one call, with allocated / fair share / pending per resource (latest cycle)."""
-        return Response(selectors.queue_tree_data())
+        return Response(scheduling_selectors.queue_tree_data())
 
     @extend_schema(
         responses={200: s.QueueListingRowSerializer(many=True), (200, "text/plain"): OpenApiTypes.STR}, filters=False

@@ -14,7 +14,8 @@ from rest_framework.response import Response
 from kaiweb.audit.choices import AuditSource
 from kaiweb.core.api.base import ServiceErrorsMixin
 from kaiweb.core.changes import state_key
-from kaiweb.workloads import selectors, services
+from kaiweb.scheduling import selectors
+from kaiweb.workloads import services
 from kaiweb.workloads.api import serializers as s
 from kaiweb.workloads.filtersets import PodFilterSet, WorkloadFilterSet
 from kaiweb.workloads.models import Pod

@@ -128,7 +128,7 @@ def test_the_generator_is_deterministic_per_seed_and_tick():
     a, b, c = WorkloadGenerator(seed=3), WorkloadGenerator(seed=3), WorkloadGenerator(seed=4)
 
     assert a.jobs_for_tick(5) == b.jobs_for_tick(5)
-    assert [j.name for j in a.jobs_for_tick(0)] == [j.name for j in b.jobs_for_tick(0)]
+    assert [j.job_id for j in a.jobs_for_tick(0)] == [j.job_id for j in b.jobs_for_tick(0)]
     assert any(a.jobs_for_tick(t) != c.jobs_for_tick(t) for t in range(6))
     with pytest.raises(ValueError, match="tick"):
         a.jobs_for_tick(-1)
@@ -146,7 +146,7 @@ def test_the_demo_mix_floods_first_and_brings_inference_and_department_a_later()
     assert all(j.priority_class == "inference" and j.queue == "team-inference" for j in inference)
     assert any(j.queue == "team-research-a" for j in later)
     assert any(0 < j.gpu_per_pod < 1 for j in later)  # fractional GPUs
-    assert any(j.pods > 1 and j.min_member == j.pods for j in later)  # gangs
+    assert any(j.num_pods > 1 and j.min_member == j.num_pods for j in later)  # gangs
 
 
 @pytest.mark.django_db

@@ -278,7 +278,7 @@ def _slow_get(get: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def test_the_queue_page_explains_the_fair_share_with_the_usage_the_cycle_reads(answers):
-    from kaiweb.queues.fairshare import usage_arithmetic
+    from kaiweb.scheduling.fairshare import usage_arithmetic
 
     server = answers(good)
     shard = shard_with(server.url)

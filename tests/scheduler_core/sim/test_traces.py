@@ -137,7 +137,7 @@ def test_dirlab_subset_accumulates_intervals_and_keeps_users(tmp_path):
     trace = read_dirlab_jobs(p)
     assert [j.job_id for j in trace.jobs] == ["0", "2"]  # the CPU job is left out
     assert trace.jobs[1].submit_time == 15.0
-    assert (trace.jobs[1].num_pods, trace.jobs[1].gpu_per_pod, trace.jobs[1].cpu_milli_per_pod) == (2, 8.0, 32000)
+    assert (trace.jobs[1].num_pods, trace.jobs[1].gpu_per_pod, trace.jobs[1].cpu_millis_per_pod) == (2, 8.0, 32000)
     assert trace.jobs[1].user == "1"
     assert trace.has_users
     assert len(read_dirlab_jobs(p, include_cpu_jobs=True)) == 3
