@@ -21,7 +21,8 @@ the room it needed. Several samples give the percentiles.
   deterministic.
 * **Bounded.** ``Budget``: at most ``samples`` samples, each simulating at most ``horizon_s``
   seconds ahead in at most ``max_cycles`` cycles; all cycles together at most ``max_work`` units of
-  work, a unit being one job or node of a simulated cycle's snapshot (what a cycle's cost follows).
+  work, a unit being one job or node of a simulated cycle's snapshot (what a cycle's cost follows);
+  the simulated cycles after the first bound their victim search (``victim_scenarios``).
   A large snapshot gets fewer samples (at least ``min_samples``) and coarser steps: the simulated
   cycles are spaced at the next end of a run, but no closer than a step that grows geometrically
   from ``period_s`` so that the horizon is reached within the cycles allowed.
@@ -121,6 +122,8 @@ class RuntimeHistory:
 
     by_key: Mapping[tuple[str, ...], tuple[float, ...]] = field(default_factory=dict)
     min_records: int = 8
+    #: the median run time assumed for a job that has not run yet when no record exists at all
+    default_s: float = 3600.0
 
     @classmethod
     def from_runs(cls, runs: Iterable[Run], min_records: int = 8) -> RuntimeHistory:
@@ -145,7 +148,7 @@ class RuntimeHistory:
         """The ``u``-quantile (0 < u < 1) of the time left to a job of class ``cls`` that has run
         ``elapsed`` seconds: from the records of the most specific class with ``min_records``
         records longer than ``elapsed``, else of the broadest class with any, else a Pareto tail
-        of index 1 (as long again as it has run, in the median; a minute when it has not run)."""
+        of index 1 (as long again as it has run, in the median; ``default_s`` when it has not run)."""
         elapsed = max(0.0, elapsed)
         fallback: tuple[float, ...] = ()
         fallback_at = 0
@@ -160,7 +163,7 @@ class RuntimeHistory:
                 fallback, fallback_at = pool, at
         if fallback:
             return _quantile(fallback, fallback_at, u) - elapsed
-        base = elapsed if elapsed > 0 else 60.0
+        base = elapsed if elapsed > 0 else self.default_s
         return base * (1.0 / (1.0 - u) - 1.0)
 
 
@@ -203,9 +206,12 @@ class Budget:
     max_cycles: int = 200
     max_work: int = 350_000
     period_s: float = 60.0
+    # the victim search (consolidation, reclaim, preempt) of a simulated cycle after the first tries at
+    # most this many victim sets per pending job (``CycleConfig.max_victim_scenarios``)
+    victim_scenarios: int = 32
 
     def __post_init__(self) -> None:
-        for name in ("samples", "min_samples", "max_cycles", "max_work"):
+        for name in ("samples", "min_samples", "max_cycles", "max_work", "victim_scenarios"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
         if self.min_samples > self.samples:
@@ -295,10 +301,11 @@ def estimate_starts(
         draws[:, i] = (rng.permutation(samples) + rng.random(samples)) / samples
     draws = np.clip(draws, 1e-6, 1 - 1e-6)
     classes = {j.uid: job_class(j, owners.get(j.uid)) for j in snapshot.jobs}
+    ahead = dataclasses.replace(config, max_victim_scenarios=min(config.max_victim_scenarios, budget.victim_scenarios))
     outcomes: list[_Sim] = []
     for k in range(samples):
         u = draws[k]
-        outcomes.append(_simulate(snapshot, config, first, history, declared, classes, column, u, budget,
+        outcomes.append(_simulate(snapshot, ahead, first, history, declared, classes, column, u, budget,
                                   cycles, growth))
     by_uid = {j.uid: j for j in snapshot.jobs}
     return {uid: _estimate(by_uid[uid], snapshot, first, outcomes, now + budget.horizon_s) for uid in waiting}

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 
 from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE, CycleStatus, DecisionKind
-from kaiweb.scheduling.selectors import places
+from kaiweb.scheduling.selectors import places, start_estimates
 from kaiweb.ui.pages import (
     active_filters,
     configure_table,
@@ -64,6 +64,7 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     shown = [row.record.pk for row in table.page.object_list]
     table.figures = pod_figures(shown)
     table.places = places(shown)
+    table.estimates = start_estimates(shown)
     counts = {row["state"]: row["n"] for row in Workload.objects.values("state").annotate(n=Count("id"))}
     from kaiweb.queues.models import PriorityClass, Queue
 
@@ -113,6 +114,7 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "workload": workload,
         "place": places([workload.pk]).get(workload.pk) if waiting else None,
+        "estimate": start_estimates([workload.pk]).get(workload.pk) if waiting else None,
         "pods": pods,
         "current_reason": current if workload.state in ("pending", "partial") else None,
         "latest_cycle": latest_cycle,
