@@ -89,17 +89,18 @@ class QueueDepth:
 def queue_depth() -> list[QueueDepth]:
     """The queue depth per leaf queue and priority as the shards' latest cycles counted it
     (``WaitingLine.depth``), summed over shards; by queue, then priority, highest first, with the
-    estimated wait of each next job (``queue_waits``). Two queries; their size follows the number of
-    queues and priorities, not of workloads."""
+    estimated wait of each next job (``queue_waits``). One query; its size follows the number of queues
+    and priorities, not of workloads."""
     merged: dict[tuple[str, int], list[float]] = {}
-    for depth in WaitingLine.objects.values_list("depth", flat=True):
+    lines = list(WaitingLine.objects.values_list("depth", "queue_estimates", "estimated_at"))
+    for depth, _, _ in lines:
         for row in depth or []:
             key = (str(row.get("queue", "")), int(row.get("priority", 0)))
             got = merged.setdefault(key, [0, 0.0, 0.0])
             got[0] += int(row.get("jobs", 0))
             got[1] += float(row.get("gpus", 0.0))
             got[2] = max(got[2], float(row.get("oldest_wait_seconds", 0.0)))
-    waits = queue_waits()
+    waits = queue_waits([(rows, at) for _, rows, at in lines if at is not None])
     return [QueueDepth(q, p, int(v[0]), round(v[1], 4), v[2], waits.get((q, p)))
             for (q, p), v in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[0][1]))]
 
@@ -175,12 +176,14 @@ class QueueWait:
     estimated_at: datetime | None
 
 
-def queue_waits() -> dict[tuple[str, int], QueueWait]:
+def queue_waits(lines: Iterable[tuple[Any, datetime]] | None = None) -> dict[tuple[str, int], QueueWait]:
     """Per (leaf queue, priority), the estimated wait of its next job, over the shards' latest refreshes
-    (the shortest when several shards hold the queue). One query."""
+    (the shortest when several shards hold the queue). ``lines``: the waiting lines' (queue_estimates,
+    estimated_at) when read already; else one query."""
     out: dict[tuple[str, int], QueueWait] = {}
-    for rows, at in WaitingLine.objects.filter(estimated_at__isnull=False).values_list("queue_estimates",
-                                                                                       "estimated_at"):
+    if lines is None:
+        lines = WaitingLine.objects.filter(estimated_at__isnull=False).values_list("queue_estimates", "estimated_at")
+    for rows, at in lines:
         for row in rows or []:
             if not row.get("estimated"):
                 continue
@@ -192,3 +195,24 @@ def queue_waits() -> dict[tuple[str, int], QueueWait]:
                     held.p50_wait_seconds is None or got.p50_wait_seconds < held.p50_wait_seconds)):
                 out[key] = got
     return out
+
+
+def places_and_estimates(workload_ids: Iterable[int]) -> tuple[dict[int, Place], dict[int, StartEstimate]]:
+    """``places`` and ``start_estimates`` of these workloads in one read of the waiting lines (a page's rows)."""
+    ids = sorted(set(workload_ids))
+    where: dict[int, Place] = {}
+    when: dict[int, StartEstimate] = {}
+    for i in range(0, len(ids), _PLACES_CHUNK):
+        chunk = ids[i:i + _PLACES_CHUNK]
+        keys = {f"p{line_key(wid)}": KeyTransform(line_key(wid), "positions") for wid in chunk}
+        keys |= {f"e{line_key(wid)}": KeyTransform(line_key(wid), "estimates") for wid in chunk}
+        for row in WaitingLine.objects.values("cycle_id", "recorded_at", "estimated_at", "estimated_now",
+                                              "estimate_samples", **keys):
+            for wid in chunk:
+                got = row[f"p{line_key(wid)}"]
+                if isinstance(got, list) and len(got) == 2:
+                    where[wid] = Place(int(got[0]), int(got[1]), row["cycle_id"], row["recorded_at"])
+                est = row[f"e{line_key(wid)}"]
+                if isinstance(est, dict) and row["estimated_at"] is not None:
+                    when[wid] = _estimate(est, row["estimated_now"], row["estimated_at"], row["estimate_samples"])
+    return where, when

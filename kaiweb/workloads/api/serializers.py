@@ -10,7 +10,7 @@ from rest_framework import serializers
 from kaiweb.cluster.models import Cluster
 from kaiweb.queues.models import PriorityClass, Queue
 from kaiweb.scheduling.models import PendingReason
-from kaiweb.scheduling.selectors import places, start_estimates
+from kaiweb.scheduling.selectors import places_and_estimates
 from kaiweb.workloads.choices import WorkloadState
 from kaiweb.workloads.models import Pod, Workload
 
@@ -119,8 +119,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
         if obj.pk not in asked:
             rows = getattr(self.parent, "instance", None) if self.parent is not None else None
             ids = {w.pk for w in rows} if isinstance(rows, list) else set()
-            asked = self._places_asked = ids | {obj.pk}
-            self._places = places(asked)
+            asked = self._places_asked = self._estimates_asked = ids | {obj.pk}
+            self._places, self._estimates = places_and_estimates(asked)
         got = self._places.get(obj.pk)
         return None if got is None else dict(PlaceSerializer(got).data)
 
@@ -133,8 +133,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
         if obj.pk not in asked:
             rows = getattr(self.parent, "instance", None) if self.parent is not None else None
             ids = {w.pk for w in rows} if isinstance(rows, list) else set()
-            asked = self._estimates_asked = ids | {obj.pk}
-            self._estimates = start_estimates(asked)
+            asked = self._places_asked = self._estimates_asked = ids | {obj.pk}
+            self._places, self._estimates = places_and_estimates(asked)
         got = self._estimates.get(obj.pk)
         return None if got is None else dict(StartEstimateSerializer(got).data)
 
