@@ -46,7 +46,15 @@ from b4_replay import NODE_CPU_MILLIS, NODE_MEMORY_GIB, QUEUES, size_cluster  # 
 
 from scheduler_core import model as m  # noqa: E402
 from scheduler_core import run_cycle  # noqa: E402
-from scheduler_core.eta import Budget, Run, RuntimeHistory, estimate_starts, job_class, size_class  # noqa: E402
+from scheduler_core.eta import (  # noqa: E402
+    Budget,
+    Run,
+    RuntimeHistory,
+    estimate_starts,
+    job_class,
+    running_runs,
+    size_class,
+)
 from scheduler_core.sim.replay import ReplayCluster  # noqa: E402
 from scheduler_core.sim.traces import Job, openb_jobs, read_openb_pods  # noqa: E402
 from scheduler_core.units import mib_to_bytes  # noqa: E402
@@ -134,7 +142,7 @@ def replay_with_estimates(jobs: list[Job], cluster: ReplayCluster, period: float
             elif "after_10_min" not in s.estimates and now >= s.job.submit_time + LATER_S:
                 due[uid] = "after_10_min"
         if due:
-            history = RuntimeHistory.from_runs(finished)
+            history = RuntimeHistory.from_runs(finished, running=running_runs(snap))
             t0 = time.process_time()
             got = estimate_starts(snap, config, history, seed=seed + cycles, budget=budget, first=result)
             est_seconds += time.process_time() - t0
@@ -206,9 +214,11 @@ def score(states: list[_State], horizon_s: float, long_only: bool) -> dict[str, 
     return out
 
 
-def budget_figure(nodes: int = 2000, pending: int = 16000, seed: int = 0) -> dict[str, Any]:
+def budget_figure(nodes: int = 2000, pending: int = 16000, seed: int = 0, budget: Budget | None = None) -> dict[str, Any]:
     """The estimator's worker time at ``nodes`` × 8 GPUs all running 1-GPU jobs and ``pending``
-    pending 1-GPU jobs (B6's saturated snapshot), with the default budget, history of 1,000 runs."""
+    pending 1-GPU jobs (B6's saturated snapshot), with ``budget`` (default: the default budget) and a
+    history of 1,000 runs."""
+    budget = budget or Budget()
     from b6_steady_state import build
 
     snap = build(nodes, pending)
@@ -218,13 +228,13 @@ def budget_figure(nodes: int = 2000, pending: int = 16000, seed: int = 0) -> dic
     first = run_cycle(snap)
     cycle_s = time.process_time() - t0
     t0 = time.process_time()
-    got = estimate_starts(snap, history=history, seed=seed, first=first)
+    got = estimate_starts(snap, history=history, seed=seed, first=first, budget=budget)
     seconds = time.process_time() - t0
     sample = next(iter(got.values()))
     return {"nodes": nodes, "pending": pending, "estimated_jobs": len(got), "samples": sample.samples,
             "with_p50": sum(1 for e in got.values() if e.p50 is not None),
             "estimator_cpu_seconds": round(seconds, 2), "live_cycle_cpu_seconds": round(cycle_s, 2),
-            "budget": {k: getattr(Budget(), k) for k in ("samples", "min_samples", "horizon_s", "max_cycles", "max_work")}}
+            "budget": {k: getattr(budget, k) for k in ("samples", "min_samples", "horizon_s", "max_cycles", "max_work")}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,12 +250,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-cycles", type=int, default=60, help="the estimator's simulated cycles per sample")
     parser.add_argument("--horizon-hours", type=float, default=7 * 24.0, help="the estimator's horizon")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-work", type=int, default=Budget().max_work,
+                        help="the estimator's work bound per refresh (jobs + nodes of every simulated cycle)")
+    parser.add_argument("--min-samples", type=int, default=4, help="the estimator's fewest samples")
     parser.add_argument("--budget-only", action="store_true",
                         help="only the estimator's cost at 2,000 nodes / 16,000 pending (no trace needed)")
     parser.add_argument("--json", action="store_true", help="one JSON object")
     args = parser.parse_args(argv)
     if args.budget_only:
-        fig = budget_figure()
+        fig = budget_figure(budget=Budget(samples=args.samples, min_samples=min(args.min_samples, args.samples),
+                                          max_work=args.max_work))
         print(json.dumps({"benchmark": "B8-budget", **fig}, indent=None if args.json else 2))
         return 0
     path = Path(args.traces) / "alibaba_gpu_v2023_openb" / args.pods
@@ -264,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [replace(j, submit_time=(j.submit_time - t0) / args.arrival_speedup) for j in jobs]
     cluster = size_cluster(jobs, args.load)
     cluster = ReplayCluster(nodes=cluster.nodes, cpu_millis_per_node=NODE_CPU_MILLIS, memory_gib_per_node=NODE_MEMORY_GIB)
-    budget = Budget(samples=args.samples, min_samples=min(4, args.samples), max_cycles=args.max_cycles,
+    budget = Budget(samples=args.samples, min_samples=min(args.min_samples, args.samples), max_cycles=args.max_cycles,
+                    max_work=args.max_work,
                     horizon_s=args.horizon_hours * 3600, period_s=args.period)
     t = time.process_time()
     states, figures = replay_with_estimates(jobs, cluster, args.period, budget, seed=args.seed)

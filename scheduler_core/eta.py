@@ -55,6 +55,7 @@ __all__ = [
     "estimate_starts",
     "job_class",
     "reason_text",
+    "running_runs",
     "size_class",
 ]
 
@@ -115,68 +116,136 @@ def _levels(cls: tuple[str, str, str, str]) -> tuple[tuple[str, ...], ...]:
 
 
 @dataclass(frozen=True)
-class RuntimeHistory:
-    """Recorded run times by class, sorted, at every level of ``_levels``; ``min_records``: how
-    many records longer than a job's run so far a class needs before a draw uses it (else the
-    next broader class)."""
+class _Curve:
+    """Kaplan–Meier survival of the run times of one class: ``times`` (ascending, distinct finished run
+    times), ``survival`` (the share still running just after each), and the observations sorted
+    (``finished``; ``running``: how long the jobs still running have run, lower bounds of their run times)."""
 
-    by_key: Mapping[tuple[str, ...], tuple[float, ...]] = field(default_factory=dict)
+    times: tuple[float, ...]
+    survival: tuple[float, ...]
+    finished: tuple[float, ...]
+    running: tuple[float, ...]
+
+    @classmethod
+    def of(cls, finished: list[float], running: list[float]) -> _Curve:
+        f, r = sorted(finished), sorted(running)
+        times: list[float] = []
+        survival: list[float] = []
+        s, i = 1.0, 0
+        while i < len(f):
+            t = f[i]
+            d = bisect.bisect_right(f, t) - i
+            at_risk = (len(f) - i) + (len(r) - bisect.bisect_left(r, t))
+            s *= 1.0 - d / at_risk
+            times.append(t)
+            survival.append(s)
+            i += d
+        return cls(tuple(times), tuple(survival), tuple(f), tuple(r))
+
+    def at_risk(self, elapsed: float) -> int:
+        """Observations longer than ``elapsed``."""
+        return (len(self.finished) - bisect.bisect_right(self.finished, elapsed)
+                + len(self.running) - bisect.bisect_right(self.running, elapsed))
+
+    def survives(self, t: float) -> float:
+        i = bisect.bisect_right(self.times, t)
+        return 1.0 if i == 0 else self.survival[i - 1]
+
+    def end(self, elapsed: float, u: float) -> float | None:
+        """The ``u``-quantile of the run time of a job that has run ``elapsed``; None when the curve
+        says nothing beyond it (every observation ended before)."""
+        base = self.survives(elapsed)
+        if base <= 0:
+            return None
+        target = base * (1.0 - u)
+        lo = bisect.bisect_right(self.times, elapsed)
+        # the first finished time after ``elapsed`` at which the survival falls to the target
+        hi = len(self.times)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.survival[mid] <= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo < len(self.times):
+            return self.times[lo]
+        # beyond the last finished time the survival falls as 1/t (a Pareto tail of index 1)
+        last_t = max(self.times[-1] if self.times else 0.0, elapsed, max(self.running, default=0.0), 1.0)
+        last_s = self.survival[-1] if self.survival else 1.0
+        return last_t * last_s / target if target > 0 else None
+
+
+@dataclass(frozen=True)
+class RuntimeHistory:
+    """Run times by class, at every level of ``_levels``, as survival curves (Kaplan–Meier) of the
+    finished runs and of the runs still going (how long they have run so far: a run time at least that
+    long; leaving them out would make the history the short runs only). ``min_records``: how many
+    observations longer than a job's run so far a class needs before a draw uses it (else the next
+    broader class)."""
+
+    curves: Mapping[tuple[str, ...], _Curve] = field(default_factory=dict)
     min_records: int = 8
     #: the median run time assumed for a job that has not run yet when no record exists at all
     default_s: float = 3600.0
 
     @classmethod
-    def from_runs(cls, runs: Iterable[Run], min_records: int = 8) -> RuntimeHistory:
-        """The history of these finished runs (runs of no positive length are left out)."""
-        pools: dict[tuple[str, ...], list[float]] = {}
-        for r in runs:
-            if not r.seconds > 0 or not math.isfinite(r.seconds):
-                continue
-            for key in _levels((r.queue, r.owner, r.kind, r.size)):
-                pools.setdefault(key, []).append(float(r.seconds))
-        return cls({k: tuple(sorted(v)) for k, v in pools.items()}, min_records)
+    def from_runs(cls, runs: Iterable[Run], min_records: int = 8, running: Iterable[Run] = ()) -> RuntimeHistory:
+        """The history of these finished runs and of the ``running`` ones (their ``seconds``: how long
+        they have run so far). Runs of no positive length are left out."""
+        pools: dict[tuple[str, ...], tuple[list[float], list[float]]] = {}
+        for which, group in ((0, runs), (1, running)):
+            for r in group:
+                if not r.seconds > 0 or not math.isfinite(r.seconds):
+                    continue
+                for key in _levels((r.queue, r.owner, r.kind, r.size)):
+                    pools.setdefault(key, ([], []))[which].append(float(r.seconds))
+        return cls({k: _Curve.of(f, c) for k, (f, c) in pools.items()}, min_records)
 
     def __len__(self) -> int:
-        return len(self.by_key.get((), ()))
+        curve = self.curves.get(())
+        return len(curve.finished) if curve else 0
 
     def mean(self) -> float | None:
-        """The mean run time over every record (None without records)."""
-        pool = self.by_key.get((), ())
-        return sum(pool) / len(pool) if pool else None
+        """The mean of the finished run times (None without any)."""
+        curve = self.curves.get(())
+        return sum(curve.finished) / len(curve.finished) if curve and curve.finished else None
 
     def remaining(self, cls: tuple[str, str, str, str], elapsed: float, u: float) -> float:
         """The ``u``-quantile (0 < u < 1) of the time left to a job of class ``cls`` that has run
-        ``elapsed`` seconds: from the records of the most specific class with ``min_records``
-        records longer than ``elapsed``, else of the broadest class with any, else a Pareto tail
+        ``elapsed`` seconds: from the survival curve of the most specific class with ``min_records``
+        observations longer than ``elapsed``, else of the broadest class with any, else a Pareto tail
         of index 1 (as long again as it has run, in the median; ``default_s`` when it has not run)."""
         elapsed = max(0.0, elapsed)
-        fallback: tuple[float, ...] = ()
-        fallback_at = 0
+        fallback: _Curve | None = None
         for key in _levels(cls):
-            pool = self.by_key.get(key)
-            if not pool:
+            curve = self.curves.get(key)
+            if curve is None:
                 continue
-            at = bisect.bisect_right(pool, elapsed)
-            if len(pool) - at >= self.min_records:
-                return _quantile(pool, at, u) - elapsed
-            if len(pool) > at and not fallback:
-                fallback, fallback_at = pool, at
-        if fallback:
-            return _quantile(fallback, fallback_at, u) - elapsed
+            n = curve.at_risk(elapsed)
+            if n >= self.min_records:
+                end = curve.end(elapsed, u)
+                if end is not None:
+                    return max(0.0, end - elapsed)
+            if n and fallback is None:
+                fallback = curve
+        if fallback is not None:
+            end = fallback.end(elapsed, u)
+            if end is not None:
+                return max(0.0, end - elapsed)
         base = elapsed if elapsed > 0 else self.default_s
         return base * (1.0 / (1.0 - u) - 1.0)
 
 
-def _quantile(pool: Sequence[float], start: int, u: float) -> float:
-    """The ``u``-quantile of ``pool[start:]`` (sorted), linear between records."""
-    n = len(pool) - start
-    if n == 1:
-        return pool[start]
-    x = u * (n - 1)
-    i = int(x)
-    if i >= n - 1:
-        return pool[-1]
-    return pool[start + i] + (x - i) * (pool[start + i + 1] - pool[start + i])
+def running_runs(snapshot: m.ClusterSnapshot, owners: Mapping[str, str] | None = None) -> list[Run]:
+    """The runs still going in a snapshot, each with how long it has run (for ``RuntimeHistory.from_runs``'s
+    ``running``): the jobs holding resources with a start time."""
+    owners = owners or {}
+    out = []
+    for j in snapshot.jobs:
+        if j.last_start is not None and _holds(j) and snapshot.now > j.last_start:
+            q, o, k, size = job_class(j, owners.get(j.uid))
+            out.append(Run(q, o, k, size, snapshot.now - j.last_start))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,16 @@ from kaiweb.workloads.models import Workload
 from scheduler_core import model as m
 from scheduler_core import run_cycle
 from scheduler_core.cycle import collector_paused
-from scheduler_core.eta import Budget, Declared, Estimate, Run, RuntimeHistory, estimate_starts, size_class
+from scheduler_core.eta import (
+    Budget,
+    Declared,
+    Estimate,
+    Run,
+    RuntimeHistory,
+    estimate_starts,
+    running_runs,
+    size_class,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +90,11 @@ def owner_of(namespace: str, labels: dict[str, Any] | None) -> str:
     return str(user) if user else f"ns/{namespace}"
 
 
-def runtime_history(shard: SchedulingShard, *, limit: int | None = None) -> RuntimeHistory:
+def runtime_history(shard: SchedulingShard, *, limit: int | None = None, running: list[Run] | None = None
+                    ) -> RuntimeHistory:
     """The run times (last start to finish) of the shard's cluster's workloads that finished in the last
-    ``KAI_ETA_HISTORY_DAYS``, the latest ``limit`` (``KAI_ETA_HISTORY_ROWS``) of them, by class. One query."""
+    ``KAI_ETA_HISTORY_DAYS``, the latest ``limit`` (``KAI_ETA_HISTORY_ROWS``) of them, by class, with the
+    ``running`` ones (how long they have run so far). One query."""
     since = timezone.now() - timedelta(days=settings.KAI_ETA_HISTORY_DAYS)
     rows = (Workload.objects
             .filter(cluster_id=shard.cluster_id, finished_at__isnull=False, last_start_at__isnull=False,
@@ -99,7 +110,7 @@ def runtime_history(shard: SchedulingShard, *, limit: int | None = None) -> Runt
         need = n_pods if min_member is None else min(min_member, n_pods)
         runs.append(Run(queue, owner_of(namespace, labels), "gang" if need > 1 else "single", size_class(gpus),
                         (finished - started).total_seconds()))
-    return RuntimeHistory.from_runs(runs)
+    return RuntimeHistory.from_runs(runs, running=running or ())
 
 
 def _owners_and_declared(index: adapters.SnapshotIndex) -> tuple[dict[str, str], dict[str, Declared]]:
@@ -153,8 +164,8 @@ def _refresh(shard: SchedulingShard) -> int:
     now = gateway.now() if Capability.OWN_CLOCK in gateway.capabilities else clock.timestamp()
     snapshot, index = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard), reuse=False)
     config = cycle_config(shard)
-    history = runtime_history(shard)
     owners, declared = _owners_and_declared(index)
+    history = runtime_history(shard, running=running_runs(snapshot, owners))
     first = run_cycle(snapshot, config)
     got = estimate_starts(snapshot, config, history, declared=declared, owners=owners, seed=int(now),
                           budget=budget(), first=first)
