@@ -365,10 +365,10 @@ def estimate_starts(
     uids = sorted(j.uid for j in snapshot.jobs)
     column = {uid: i for i, uid in enumerate(uids)}
     rng = np.random.default_rng(seed)
-    draws = np.empty((samples, max(1, len(uids))))
-    for i in range(len(uids)):
-        draws[:, i] = (rng.permutation(samples) + rng.random(samples)) / samples
-    draws = np.clip(draws, 1e-6, 1 - 1e-6)
+    # Latin hypercube: in each job's column, one draw in each of the ``samples`` strata, in a random order
+    width = max(1, len(uids))
+    strata = rng.random((samples, width)).argsort(axis=0)
+    draws = np.clip((strata + rng.random((samples, width))) / samples, 1e-6, 1 - 1e-6)
     classes = {j.uid: job_class(j, owners.get(j.uid)) for j in snapshot.jobs}
     ahead = dataclasses.replace(config, max_victim_scenarios=min(config.max_victim_scenarios, budget.victim_scenarios))
     outcomes: list[_Sim] = []
@@ -377,7 +377,9 @@ def estimate_starts(
         outcomes.append(_simulate(snapshot, ahead, first, history, declared, classes, column, u, budget,
                                   cycles, growth))
     by_uid = {j.uid: j for j in snapshot.jobs}
-    return {uid: _estimate(by_uid[uid], snapshot, first, outcomes, now + budget.horizon_s) for uid in waiting}
+    smallest = min((n.whole_gpus for n in snapshot.nodes if n.whole_gpus > 0), default=0)
+    return {uid: _estimate(by_uid[uid], snapshot, first, outcomes, now + budget.horizon_s, smallest)
+            for uid in waiting}
 
 
 def _end_of(uid: str, start: float, now: float, cls: tuple[str, str, str, str], history: RuntimeHistory,
@@ -504,7 +506,7 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 
 def _estimate(job: m.JobSpec, snapshot: m.ClusterSnapshot, first: m.CycleResult, outcomes: list[_Sim],
-              horizon: float) -> Estimate:
+              horizon: float, smallest_node: int) -> Estimate:
     uid = job.uid
     starts = [o.starts.get(uid, math.inf) for o in outcomes]
     p50, p80 = _percentile(starts, 0.5), _percentile(starts, 0.8)
@@ -522,7 +524,7 @@ def _estimate(job: m.JobSpec, snapshot: m.ClusterSnapshot, first: m.CycleResult,
         "pods": len(pending),
         "gpus": round(sum(t.request.gpu_required for t in pending), 4),
         "gpus_per_pod": round(per_pod, 4),
-        "whole_node": bool(per_pod) and any(per_pod >= n.whole_gpus > 0 for n in snapshot.nodes),
+        "whole_node": bool(per_pod) and bool(smallest_node) and per_pod >= smallest_node,
         "frees_at": mid.frees.get(uid),
         "node": mid.node_of.get(uid),
         "horizon": horizon,

@@ -17,13 +17,14 @@ def _history(seconds: list[float], queue_name: str = "q", size: str = "8") -> Ru
 
 def _two_nodes(long_ran: float, short_ran: float) -> m.ClusterSnapshot:
     """Two 8-GPU nodes, each held by a running job; two pending 8-GPU jobs, one pinned to each node
-    by its node selector (so each waits for its own node's runner)."""
+    by its node selector (so each waits for its own node's runner; the runners are not preemptible, so
+    no consolidation moves them)."""
     nodes = (node("n-long", 8, labels={"pool": "long"}), node("n-short", 8, labels={"pool": "short"}))
     jobs = (
         m.JobSpec("runner-long", "q", (gpu_task("rl-0", 8, m.RUNNING, "n-long"),), creation=NOW - long_ran,
-                  last_start=NOW - long_ran),
+                  last_start=NOW - long_ran, preemptible=False),
         m.JobSpec("runner-short", "q", (gpu_task("rs-0", 8, m.RUNNING, "n-short"),), creation=NOW - short_ran,
-                  last_start=NOW - short_ran),
+                  last_start=NOW - short_ran, preemptible=False),
         m.JobSpec("behind-long", "q", (m.TaskSpec("bl-0", gpu_task("x", 8).request,
                                                   node_selector={"pool": "long"}),), creation=NOW - 10),
         m.JobSpec("behind-short", "q", (m.TaskSpec("bs-0", gpu_task("x", 8).request,
