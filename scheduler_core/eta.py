@@ -10,8 +10,8 @@ the room it needed. Several samples give the percentiles.
   from its start, or a deadline), else at a remaining time drawn from the recorded run times of
   jobs like it (``RuntimeHistory``: by queue, owner, kind and size, backing off to broader classes
   when a class has few records), conditioned on the time it has already run: only records longer
-  than that count, and the draw is what is left of one of them. A job that outlived every record
-  ends after another stretch as long as it has run, in the median (a Pareto tail of index 1).
+  than that count, and the draw is what is left of one of them (Kaplan–Meier, with the runs still
+  going as lower bounds). Past the longest finished run the survival falls as a Pareto tail.
   Jobs that start during the simulation run for a drawn run time of their class.
 * **No arrivals are guessed.** Only the snapshot's jobs take part, so an estimate can only move
   later when new work that outranks the job arrives (or a run ends later than drawn).
@@ -151,7 +151,7 @@ class _Curve:
         i = bisect.bisect_right(self.times, t)
         return 1.0 if i == 0 else self.survival[i - 1]
 
-    def end(self, elapsed: float, u: float) -> float | None:
+    def end(self, elapsed: float, u: float, tail_index: float = 2.0) -> float | None:
         """The ``u``-quantile of the run time of a job that has run ``elapsed``; None when the curve
         says nothing beyond it (every observation ended before)."""
         base = self.survives(elapsed)
@@ -169,10 +169,10 @@ class _Curve:
                 lo = mid + 1
         if lo < len(self.times):
             return self.times[lo]
-        # beyond the last finished time the survival falls as 1/t (a Pareto tail of index 1)
-        last_t = max(self.times[-1] if self.times else 0.0, elapsed, max(self.running, default=0.0), 1.0)
-        last_s = self.survival[-1] if self.survival else 1.0
-        return last_t * last_s / target if target > 0 else None
+        # beyond the last finished time the survival falls as a Pareto tail: (t_last / t) ** tail_index
+        last_t = max(self.times[-1] if self.times else 0.0, elapsed, 1.0)
+        last_s = min(self.survival[-1] if self.survival else 1.0, base)
+        return float(last_t * (last_s / target) ** (1.0 / tail_index)) if target > 0 else None
 
 
 @dataclass(frozen=True)
@@ -187,6 +187,8 @@ class RuntimeHistory:
     min_records: int = 8
     #: the median run time assumed for a job that has not run yet when no record exists at all
     default_s: float = 3600.0
+    #: the index of the Pareto tail past the longest finished run (2: the tail has a finite mean)
+    tail_index: float = 2.0
 
     @classmethod
     def from_runs(cls, runs: Iterable[Run], min_records: int = 8, running: Iterable[Run] = ()) -> RuntimeHistory:
@@ -214,7 +216,7 @@ class RuntimeHistory:
         """The ``u``-quantile (0 < u < 1) of the time left to a job of class ``cls`` that has run
         ``elapsed`` seconds: from the survival curve of the most specific class with ``min_records``
         observations longer than ``elapsed``, else of the broadest class with any, else a Pareto tail
-        of index 1 (as long again as it has run, in the median; ``default_s`` when it has not run)."""
+        of index ``tail_index`` past the time it has run (``default_s`` in the median when it has not run)."""
         elapsed = max(0.0, elapsed)
         fallback: _Curve | None = None
         for key in _levels(cls):
@@ -223,17 +225,18 @@ class RuntimeHistory:
                 continue
             n = curve.at_risk(elapsed)
             if n >= self.min_records:
-                end = curve.end(elapsed, u)
+                end = curve.end(elapsed, u, self.tail_index)
                 if end is not None:
                     return max(0.0, end - elapsed)
             if n and fallback is None:
                 fallback = curve
         if fallback is not None:
-            end = fallback.end(elapsed, u)
+            end = fallback.end(elapsed, u, self.tail_index)
             if end is not None:
                 return max(0.0, end - elapsed)
-        base = elapsed if elapsed > 0 else self.default_s
-        return base * (1.0 / (1.0 - u) - 1.0)
+        if elapsed > 0:
+            return float(elapsed * ((1.0 / (1.0 - u)) ** (1.0 / self.tail_index) - 1.0))
+        return float(self.default_s * (2.0 * u if u <= 0.5 else (0.5 / (1.0 - u)) ** (1.0 / self.tail_index)))
 
 
 def running_runs(snapshot: m.ClusterSnapshot, owners: Mapping[str, str] | None = None) -> list[Run]:
