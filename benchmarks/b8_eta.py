@@ -20,7 +20,7 @@ and the baseline's median absolute error; first for every estimate, then for wai
 ``--json`` prints the overall figures for waits over 10 minutes at submission
 (``p80_coverage``, ``median_abs_error_ratio``, ``baseline_median_abs_error_ratio``) and the rest.
 
-    .venv/bin/python benchmarks/b8_eta.py --jobs 600 --json
+    .venv/bin/python benchmarks/b8_eta.py --jobs 150 --samples 8 --max-cycles 20 --json
     .venv/bin/python benchmarks/b8_eta.py --budget-only --json   # the estimator's cost at 2,000 nodes / 16,000 pending
 
 Needs ``../shared/traces`` (or ``--traces``) for the replay; exits with a message when it is absent.
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", default=str(DEFAULT_TRACES), help="the traces folder")
     parser.add_argument("--pods", default="openb_pod_list_default.csv", help="an openb pod list in the trace")
     parser.add_argument("--since", type=float, default=10_600_000.0, help="leave out pods created before this trace second")
-    parser.add_argument("--jobs", type=int, default=600, help="replay the first N arriving GPU pods")
+    parser.add_argument("--jobs", type=int, default=150, help="replay the first N arriving GPU pods")
     parser.add_argument("--load", type=float, default=1.2, help="offered GPU load / capacity that sizes the cluster")
     parser.add_argument("--period", type=float, default=60.0, help="seconds between cycles")
     parser.add_argument("--arrival-speedup", type=float, default=10.0, help="divide the gaps between arrivals by this")
