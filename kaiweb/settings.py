@@ -300,6 +300,24 @@ KAI_USAGE_SECONDS = env.float("KAI_USAGE_SECONDS", default=60.0)
 # The workload label naming the user who submitted it; usage is also broken down by it (workloads
 # without it count as their namespace's, "ns/<namespace>").
 KAI_USER_LABEL = env.str("KAI_USER_LABEL", default="user")
+# Start-time estimates (scheduler_core.eta), refreshed per shard on a worker this often (seconds, at least a few
+# cycles apart), with their budget: samples drawn, how far ahead (hours), simulated cycles per sample, and the
+# work of all cycles together (jobs + nodes of each simulated snapshot; the default keeps 2,000 nodes / 16,000
+# pending within about 2 s of worker time). The run times they draw from: workloads finished in the last
+# KAI_ETA_HISTORY_DAYS days, at most KAI_ETA_HISTORY_ROWS of them.
+KAI_ETA_SECONDS = env.float("KAI_ETA_SECONDS", default=60.0)
+KAI_ETA_SAMPLES = env.int("KAI_ETA_SAMPLES", default=16)
+KAI_ETA_HORIZON_HOURS = env.float("KAI_ETA_HORIZON_HOURS", default=7 * 24.0)
+KAI_ETA_MAX_CYCLES = env.int("KAI_ETA_MAX_CYCLES", default=200)
+KAI_ETA_MAX_WORK = env.int("KAI_ETA_MAX_WORK", default=350_000)
+KAI_ETA_HISTORY_DAYS = env.float("KAI_ETA_HISTORY_DAYS", default=14.0)
+KAI_ETA_HISTORY_ROWS = env.int("KAI_ETA_HISTORY_ROWS", default=5000)
+for _name in ("KAI_ETA_SAMPLES", "KAI_ETA_MAX_CYCLES", "KAI_ETA_MAX_WORK", "KAI_ETA_HISTORY_ROWS"):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name} must be at least 1, not {globals()[_name]}")
+for _name in ("KAI_ETA_SECONDS", "KAI_ETA_HORIZON_HOURS", "KAI_ETA_HISTORY_DAYS"):
+    if not globals()[_name] > 0:
+        raise ImproperlyConfigured(f"{_name} must be > 0, not {globals()[_name]}")
 KAI_SCHEDULER_NAME = env.str("KAI_SCHEDULER_NAME", default="kai-scheduler")
 # The queue of a pod whose pod, owner and namespace name none (empty: such a pod is reported, not scheduled).
 KAI_DEFAULT_QUEUE = env.str("KAI_DEFAULT_QUEUE", default="")
@@ -337,6 +355,9 @@ CELERY_BEAT_SCHEDULE = {
     "usage-accounting": {"task": "usage.account", "schedule": KAI_USAGE_SECONDS,
                          "options": {"expires": KAI_USAGE_SECONDS * 2}},
     "usage-retention": {"task": "usage.retention", "schedule": 24 * 3600.0},
+    # Start-time estimates of each shard's pending workloads, on the what-if queue (off the cycle's).
+    "start-estimates": {"task": "scheduling.dispatch_estimates", "schedule": KAI_ETA_SECONDS,
+                        "options": {"expires": KAI_ETA_SECONDS}},
     # Shards whose SchedulingShard names a Prometheus usage database: fetched when their
     # fetchInterval has passed (checked this often; the queries have their own time limit).
     "usage-database": {"task": "usage.fetch_usage_db", "schedule": KAI_USAGE_DB_CHECK_SECONDS,
@@ -354,7 +375,8 @@ KAI_WHATIF_MAX_WORK = env.int("KAI_WHATIF_MAX_WORK", default=400_000)
 KAI_WHATIF_TIME_LIMIT_S = env.int("KAI_WHATIF_TIME_LIMIT_S", default=300)
 # What-ifs have a queue of their own, so a long one never holds a scheduling cycle back on a worker
 # that serves both (workers consume "celery,whatif").
-CELERY_TASK_ROUTES = {"whatif.run": {"queue": "whatif"}}
+# Start-time estimates go there too: bounded work, never ahead of a cycle.
+CELERY_TASK_ROUTES = {"whatif.run": {"queue": "whatif"}, "scheduling.estimate_starts": {"queue": "whatif"}}
 KAI_WHATIF_MAX_RUNNING_PER_USER = env.int("KAI_WHATIF_MAX_RUNNING_PER_USER", default=2)
 KAI_WHATIF_KEEP_PER_USER = env.int("KAI_WHATIF_KEEP_PER_USER", default=20)
 

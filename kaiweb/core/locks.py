@@ -26,6 +26,7 @@ from django.db import connections
 # One number per feature; never reuse a number for something else.
 LOCK_KEYS: dict[str, int] = {
     "scheduling-cycle": 7100,
+    "start-estimates": 7110,
     "usage-accounting": 7200,
     "usage-retention": 7300,
     "seed-demo": 7400,

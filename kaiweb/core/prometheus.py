@@ -153,14 +153,21 @@ class QueueDepthCollector(Collector):
                                  "ask for.", labels=labels)
         oldest = GaugeMetricFamily("kai_queue_oldest_wait_seconds", "How long the longest-waiting pending job of "
                                    "the queue at this priority had waited, as of the latest cycle.", labels=labels)
+        wait = GaugeMetricFamily("kai_queue_wait_time_estimate_seconds", "The estimated wait (median) of the next "
+                                 "pending job of the queue at this priority, from the latest start-time estimates; "
+                                 "no sample when none is estimated or it is beyond the estimates' horizon. New "
+                                 "arrivals are not guessed.", labels=labels)
         for d in queue_depth():
             key = [d.queue, str(d.priority)]
             jobs.add_metric(key, d.jobs)
             gpus.add_metric(key, d.gpus)
             oldest.add_metric(key, d.oldest_wait_seconds)
+            if d.next_wait is not None and d.next_wait.p50_wait_seconds is not None:
+                wait.add_metric(key, d.next_wait.p50_wait_seconds)
         yield jobs
         yield gpus
         yield oldest
+        yield wait
 
 
 def collectors() -> list[Collector]:

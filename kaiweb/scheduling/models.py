@@ -202,6 +202,18 @@ class WaitingLine(models.Model):
     # per leaf queue and priority: {"queue", "priority", "jobs", "gpus", "oldest_wait_seconds" (as of the cycle),
     # "next_workload" (id of the first in the engine's order, or null)}, as scheduler_core.waiting counts it
     depth = models.JSONField(default=list, blank=True)
+    # Start-time estimates (``scheduler_core.eta``), refreshed by a worker every few cycles, not by the cycle:
+    # line_key(workload id) -> {"p50", "p80" (epoch seconds or null: not within the horizon), "code", "ahead",
+    # "queue", "pods", "gpus", "per_pod", "whole_node", "frees_at", "node"}
+    estimates = models.JSONField(default=dict, blank=True)
+    # per leaf queue and priority: {"queue", "priority", "workload" (the next in the engine's order), "p50_wait_seconds",
+    # "p80_wait_seconds"} (waits from estimated_at; null: not within the horizon)
+    queue_estimates = models.JSONField(default=list, blank=True)
+    estimated_at = models.DateTimeField(null=True, blank=True)
+    # the snapshot's clock when estimated (epoch seconds), the samples drawn and the worker's seconds
+    estimated_now = models.FloatField(null=True, blank=True)
+    estimate_samples = models.PositiveIntegerField(default=0)
+    estimate_seconds = models.FloatField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"waiting line of {self.shard_id}"

@@ -34,3 +34,25 @@ def dispatch_cycles_task() -> list[int]:
     for shard_id in shard_ids:
         run_cycle_task.delay(shard_id, "beat")
     return shard_ids
+
+
+@shared_task(name="scheduling.estimate_starts", ignore_result=True)
+def estimate_starts_task(shard_id: int) -> int | None:
+    """Refresh the start-time estimates of a shard's pending workloads (on the what-if queue, off the
+    cycle's); the number estimated, None when the shard has no waiting line yet or another worker is at it."""
+    from kaiweb.scheduling.estimates import refresh
+
+    if not SchedulingShard.objects.filter(pk=shard_id).exists():
+        return None
+    return refresh(shard_id)
+
+
+@shared_task(name="scheduling.dispatch_estimates", ignore_result=True)
+def dispatch_estimates_task() -> list[int]:
+    """Beat entry: one `scheduling.estimate_starts` per enabled shard."""
+    shard_ids = list(
+        SchedulingShard.objects.filter(enabled=True, cluster__enabled=True).order_by("pk").values_list("pk", flat=True)
+    )
+    for shard_id in shard_ids:
+        estimate_starts_task.delay(shard_id)
+    return shard_ids

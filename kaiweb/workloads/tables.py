@@ -25,12 +25,16 @@ class WorkloadTable(tables.Table):
     place = tables.Column(empty_values=(), verbose_name="Place", orderable=False,
                           attrs={"td": {"class": "num"}, "th": {"class": "num",
                                  "title": "Place in the order the latest cycle tried the pending jobs: in the shard (in the queue)"}})
+    start = tables.Column(empty_values=(), verbose_name="Est. start", orderable=False,
+                          attrs={"td": {"class": "num"}, "th": {"class": "num",
+                                 "title": "Estimated wait until it starts: median (80th percentile). New arrivals are "
+                                          "not guessed: an estimate only moves later when new work outranks the job"}})
     reason = tables.Column(empty_values=(), verbose_name="Why pending", orderable=False)
     submitted_at = tables.DateTimeColumn(format="Y-m-d H:i", verbose_name="Submitted", attrs={"td": {"class": "nowrap"}})
 
     class Meta:
         model = Workload
-        fields = ("name", "queue", "state", "priority_class", "pods", "gpus", "place", "reason", "submitted_at")
+        fields = ("name", "queue", "state", "priority_class", "pods", "gpus", "place", "start", "reason", "submitted_at")
         template_name = "includes/table.html"
         attrs = {"class": "table", "id": "workload-table"}
         empty_text = "No workload matches these filters."
@@ -42,3 +46,5 @@ class WorkloadTable(tables.Table):
     figures: dict[int, dict[str, float]] = {}
     # Filled by the view for the shown page only: {workload id: its place in the waiting line}.
     places: dict[int, Any] = {}
+    # Filled by the view for the shown page only: {workload id: its start-time estimate}.
+    estimates: dict[int, Any] = {}

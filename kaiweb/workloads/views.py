@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 
 from kaiweb.scheduling.choices import PREEMPTION_ACTION_BADGE, CycleStatus, DecisionKind
-from kaiweb.scheduling.selectors import places
+from kaiweb.scheduling.selectors import places_and_estimates
 from kaiweb.ui.pages import (
     active_filters,
     configure_table,
@@ -63,7 +63,7 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     table_context = configure_table(request, table)
     shown = [row.record.pk for row in table.page.object_list]
     table.figures = pod_figures(shown)
-    table.places = places(shown)
+    table.places, table.estimates = places_and_estimates(shown)
     counts = {row["state"]: row["n"] for row in Workload.objects.values("state").annotate(n=Count("id"))}
     from kaiweb.queues.models import PriorityClass, Queue
 
@@ -110,9 +110,11 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
             slot["gpus"] += p.gpu_request
     history = _history(workload, reasons, decisions, preemptions)
     waiting = workload.state in ("pending", "partial")
+    line = places_and_estimates([workload.pk]) if waiting else ({}, {})
     context = {
         "workload": workload,
-        "place": places([workload.pk]).get(workload.pk) if waiting else None,
+        "place": line[0].get(workload.pk),
+        "estimate": line[1].get(workload.pk),
         "pods": pods,
         "current_reason": current if workload.state in ("pending", "partial") else None,
         "latest_cycle": latest_cycle,

@@ -10,7 +10,7 @@ from rest_framework import serializers
 from kaiweb.cluster.models import Cluster
 from kaiweb.queues.models import PriorityClass, Queue
 from kaiweb.scheduling.models import PendingReason
-from kaiweb.scheduling.selectors import places
+from kaiweb.scheduling.selectors import places_and_estimates
 from kaiweb.workloads.choices import WorkloadState
 from kaiweb.workloads.models import Pod, Workload
 
@@ -50,6 +50,24 @@ class PlaceSerializer(serializers.Serializer):
     recorded_at = serializers.DateTimeField(allow_null=True)
 
 
+class StartEstimateSerializer(serializers.Serializer):
+    """When a pending workload may start, from the latest start-time estimates of its shard (the scheduler run
+    forward with run times drawn from the recorded history; arrivals are not guessed, so the estimate can only
+    move later when new work outranks the workload). Waits are counted from `estimated_at`; null: not within
+    the estimates' horizon."""
+
+    p50_wait_seconds = serializers.FloatField(allow_null=True, min_value=0)
+    p80_wait_seconds = serializers.FloatField(allow_null=True, min_value=0)
+    p50_at = serializers.DateTimeField(allow_null=True)
+    p80_at = serializers.DateTimeField(allow_null=True)
+    code = serializers.ChoiceField(choices=("starts-now", "waits", "beyond-horizon"),
+                                   help_text="starts-now: room is free; waits: room frees within the horizon; "
+                                             "beyond-horizon: not within it with the jobs known now.")
+    reason = serializers.CharField(help_text="Why it waits, in plain words.")
+    samples = serializers.IntegerField(min_value=0)
+    estimated_at = serializers.DateTimeField(allow_null=True)
+
+
 class WorkloadSerializer(serializers.ModelSerializer):
     """A PodGroup with its queue, priority class, gang size, state and current why-pending."""
 
@@ -60,6 +78,10 @@ class WorkloadSerializer(serializers.ModelSerializer):
     )
     pod_count = serializers.IntegerField(read_only=True, default=0)
     pending_reason = serializers.SerializerMethodField(help_text="The current why-pending, if any.")
+    start_estimate = serializers.SerializerMethodField(
+        help_text="When a pending workload may start (p50, p80) and why it waits; null when it is not pending or "
+                  "no estimate covers it yet. Arrivals are not guessed: it can only move later when new work "
+                  "outranks it.")
     place = serializers.SerializerMethodField(
         help_text="Where a pending workload stands in the order the scheduler tries the pending jobs; null when "
                   "it is not pending or the latest cycle did not try it.")
@@ -69,7 +91,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
         fields = (
             "id", "cluster", "namespace", "name", "queue", "priority_class", "preemptibility", "min_member",
             "min_subgroup", "subgroups", "topology_constraint", "labels", "state", "submitted_at", "last_start_at",
-            "last_eviction_at", "finished_at", "pod_count", "pending_reason", "place",
+            "last_eviction_at", "finished_at", "pod_count", "pending_reason", "place", "start_estimate",
         )
         read_only_fields = ("state", "submitted_at", "last_start_at", "last_eviction_at", "finished_at")
         validators: list[Any] = []  # uniqueness is checked by the service
@@ -97,10 +119,24 @@ class WorkloadSerializer(serializers.ModelSerializer):
         if obj.pk not in asked:
             rows = getattr(self.parent, "instance", None) if self.parent is not None else None
             ids = {w.pk for w in rows} if isinstance(rows, list) else set()
-            asked = self._places_asked = ids | {obj.pk}
-            self._places = places(asked)
+            asked = self._places_asked = self._estimates_asked = ids | {obj.pk}
+            self._places, self._estimates = places_and_estimates(asked)
         got = self._places.get(obj.pk)
         return None if got is None else dict(PlaceSerializer(got).data)
+
+    @extend_schema_field(StartEstimateSerializer(allow_null=True))
+    def get_start_estimate(self, obj: Workload) -> dict[str, Any] | None:
+        if obj.state not in (WorkloadState.PENDING, WorkloadState.PARTIAL):
+            return None
+        # the estimates of the whole page in one read, when listed, as the places
+        asked: set[int] = getattr(self, "_estimates_asked", set())
+        if obj.pk not in asked:
+            rows = getattr(self.parent, "instance", None) if self.parent is not None else None
+            ids = {w.pk for w in rows} if isinstance(rows, list) else set()
+            asked = self._places_asked = self._estimates_asked = ids | {obj.pk}
+            self._places, self._estimates = places_and_estimates(asked)
+        got = self._estimates.get(obj.pk)
+        return None if got is None else dict(StartEstimateSerializer(got).data)
 
 
 class WorkloadDetailSerializer(WorkloadSerializer):

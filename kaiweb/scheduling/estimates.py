@@ -1,0 +1,196 @@
+"""Start-time estimates of a shard's pending workloads, refreshed on a worker, off the cycle.
+
+Reads the shard's snapshot as its next cycle would (a build of its own: the cycle's objects are
+left alone), the run times of the workloads that finished lately (``runtime_history``) and what
+workloads declare of their own end (labels ``kaiweb.io/expected-runtime``: seconds, or a number
+with ``s``, ``m``, ``h`` or ``d``; ``kaiweb.io/deadline``: epoch seconds), runs the engine forward
+(``scheduler_core.eta.estimate_starts``) and stores the estimates on the shard's ``WaitingLine``.
+Seeded by the snapshot's clock, so the same snapshot gives the same estimates.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, F, FloatField, Q, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from kaiweb.cluster.gateway import Capability, get_gateway
+from kaiweb.cluster.models import SchedulingShard
+from kaiweb.core import clock
+from kaiweb.core.locks import advisory_lock
+from kaiweb.scheduling import adapters
+from kaiweb.scheduling.models import WaitingLine, line_key
+from kaiweb.workloads.models import Workload
+from scheduler_core import model as m
+from scheduler_core import run_cycle
+from scheduler_core.cycle import collector_paused
+from scheduler_core.eta import (
+    Budget,
+    Declared,
+    Estimate,
+    Run,
+    RuntimeHistory,
+    estimate_starts,
+    running_runs,
+    size_class,
+)
+
+log = logging.getLogger(__name__)
+
+RUNTIME_LABEL = "kaiweb.io/expected-runtime"
+DEADLINE_LABEL = "kaiweb.io/deadline"
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def budget() -> Budget:
+    """The estimator's budget from the settings (``KAI_ETA_*``)."""
+    return Budget(samples=settings.KAI_ETA_SAMPLES, min_samples=min(4, settings.KAI_ETA_SAMPLES),
+                  horizon_s=settings.KAI_ETA_HORIZON_HOURS * 3600.0, max_cycles=settings.KAI_ETA_MAX_CYCLES,
+                  max_work=settings.KAI_ETA_MAX_WORK, period_s=max(1.0, float(settings.KAI_CYCLE_SECONDS)))
+
+
+def parse_runtime(value: Any) -> float | None:
+    """A declared run time in seconds from a label value (``5400``, ``90m``, ``1.5h``, ``2d``); None when
+    it does not read as a positive duration."""
+    text = str(value or "").strip().lower()
+    if not text:
+        return None
+    factor = _UNITS.get(text[-1], None)
+    number = text[:-1] if factor is not None else text
+    try:
+        seconds = float(number) * (factor or 1.0)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+def declared_end(labels: dict[str, Any] | None) -> Declared | None:
+    """What a workload's labels declare of its end (None: nothing readable)."""
+    labels = labels or {}
+    runtime = parse_runtime(labels.get(RUNTIME_LABEL))
+    try:
+        deadline = float(labels[DEADLINE_LABEL]) if DEADLINE_LABEL in labels else None
+    except (TypeError, ValueError):
+        deadline = None
+    if deadline is not None and not math.isfinite(deadline):
+        deadline = None
+    return Declared(runtime, deadline) if runtime is not None or deadline is not None else None
+
+
+def owner_of(namespace: str, labels: dict[str, Any] | None) -> str:
+    """Who submitted a workload: its ``KAI_USER_LABEL`` label, else ``ns/<namespace>`` (as usage counts it)."""
+    user = (labels or {}).get(settings.KAI_USER_LABEL)
+    return str(user) if user else f"ns/{namespace}"
+
+
+def runtime_history(shard: SchedulingShard, *, limit: int | None = None, running: list[Run] | None = None
+                    ) -> RuntimeHistory:
+    """The run times (last start to finish) of the shard's cluster's workloads that finished in the last
+    ``KAI_ETA_HISTORY_DAYS``, the latest ``limit`` (``KAI_ETA_HISTORY_ROWS``) of them, by class, with the
+    ``running`` ones (how long they have run so far). One query."""
+    since = timezone.now() - timedelta(days=settings.KAI_ETA_HISTORY_DAYS)
+    rows = (Workload.objects
+            .filter(cluster_id=shard.cluster_id, finished_at__isnull=False, last_start_at__isnull=False,
+                    finished_at__gte=since)
+            .annotate(gpus=Coalesce(Sum(F("pods__gpu") + Coalesce(F("pods__gpu_fraction"), 0.0) * F("pods__gpu_devices"),
+                                        output_field=FloatField()), 0.0),
+                      n_pods=Count("pods"))
+            .order_by("-finished_at")
+            .values_list("queue__name", "namespace", "labels", "min_member", "gpus", "n_pods", "last_start_at",
+                         "finished_at")[:limit or settings.KAI_ETA_HISTORY_ROWS])
+    runs = []
+    for queue, namespace, labels, min_member, gpus, n_pods, started, finished in rows:
+        need = n_pods if min_member is None else min(min_member, n_pods)
+        runs.append(Run(queue, owner_of(namespace, labels), "gang" if need > 1 else "single", size_class(gpus),
+                        (finished - started).total_seconds()))
+    return RuntimeHistory.from_runs(runs, running=running or ())
+
+
+def _owners_and_declared(index: adapters.SnapshotIndex) -> tuple[dict[str, str], dict[str, Declared]]:
+    ids = {wid: uid for uid, wid in index.workloads.items()}
+    owners: dict[str, str] = {}
+    declared: dict[str, Declared] = {}
+    labelled = Q(labels__has_key=settings.KAI_USER_LABEL) | Q(labels__has_key=RUNTIME_LABEL) | Q(
+        labels__has_key=DEADLINE_LABEL)
+    for wid, labels in Workload.objects.filter(labelled, pk__in=list(ids)).values_list("pk", "labels").iterator():
+        uid = ids[wid]
+        user = (labels or {}).get(settings.KAI_USER_LABEL)
+        if user:
+            owners[uid] = str(user)
+        said = declared_end(labels)
+        if said is not None:
+            declared[uid] = said
+    for uid in index.workloads:
+        if uid not in owners:
+            owners[uid] = f"ns/{uid.split('/', 1)[0]}" if "/" in uid else "ns/"
+    return owners, declared
+
+
+def _row(e: Estimate) -> dict[str, Any]:
+    d = e.reason.details
+    return {"p50": e.p50, "p80": e.p80, "code": e.reason.code, "ahead": d.get("ahead_in_queue"), "queue": d.get("queue"),
+            "pods": d.get("pods"), "gpus": d.get("gpus"), "per_pod": d.get("gpus_per_pod"),
+            "whole_node": d.get("whole_node"), "frees_at": d.get("frees_at"), "node": d.get("node"),
+            "horizon": d.get("horizon")}
+
+
+def refresh(shard: SchedulingShard | int) -> int | None:
+    """Estimate the start of every pending workload of the shard and store the estimates on its waiting
+    line; the number of workloads estimated (None: no line yet, or another worker is at it)."""
+    shard = shard if isinstance(shard, SchedulingShard) else SchedulingShard.objects.select_related("cluster").get(
+        pk=shard)
+    if not WaitingLine.objects.filter(shard=shard).exists():
+        return None
+    with advisory_lock("start-estimates", str(shard.pk), wait=False) as got:
+        if not got:
+            return None
+        with collector_paused():
+            return _refresh(shard)
+
+
+def _refresh(shard: SchedulingShard) -> int:
+    from kaiweb.scheduling.cycle import cycle_config
+    from kaiweb.usage.accounting import usage_for_engine
+
+    t0 = time.process_time()
+    gateway = get_gateway(shard.cluster)
+    now = gateway.now() if Capability.OWN_CLOCK in gateway.capabilities else clock.timestamp()
+    snapshot, index = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard), reuse=False)
+    config = cycle_config(shard)
+    owners, declared = _owners_and_declared(index)
+    history = runtime_history(shard, running=running_runs(snapshot, owners))
+    first = run_cycle(snapshot, config)
+    got = estimate_starts(snapshot, config, history, declared=declared, owners=owners, seed=int(now),
+                          budget=budget(), first=first)
+    rows = {line_key(wid): _row(e) for uid, e in got.items() if (wid := index.workloads.get(uid)) is not None}
+    per_queue = _queue_estimates(snapshot, first, got, index, now)
+    samples = max((e.samples for e in got.values()), default=0)
+    seconds = time.process_time() - t0
+    WaitingLine.objects.filter(shard=shard).update(
+        estimates=rows, queue_estimates=per_queue, estimated_at=timezone.now(), estimated_now=now,
+        estimate_samples=samples, estimate_seconds=round(seconds, 3))
+    log.info("start estimates of shard %s: %d pending workloads, %d samples, %.2f s", shard, len(rows), samples, seconds)
+    return len(rows)
+
+
+def _queue_estimates(snapshot: m.ClusterSnapshot, first: m.CycleResult, got: dict[str, Estimate],
+                     index: adapters.SnapshotIndex, now: float) -> list[dict[str, Any]]:
+    """Per leaf queue and priority, the estimated wait of its next job in the engine's order."""
+    from scheduler_core.waiting import queue_depth
+
+    out = []
+    for d in queue_depth(snapshot, first):
+        e = got.get(d.next_job) if d.next_job else None
+        out.append({"queue": d.queue, "priority": d.priority,
+                    "workload": index.workloads.get(d.next_job) if d.next_job else None,
+                    "p50_wait_seconds": None if e is None or e.p50 is None else round(max(0.0, e.p50 - now), 1),
+                    "p80_wait_seconds": None if e is None or e.p80 is None else round(max(0.0, e.p80 - now), 1),
+                    "estimated": e is not None})
+    return out
