@@ -79,8 +79,8 @@ class _State:
 
 
 def _request(job: Job) -> m.TaskRequest:
-    cpu = float(job.cpu_milli_per_pod or 4000 * max(1, math.ceil(job.gpu_per_pod)))
-    mem = float(mib_to_bytes(job.memory_mib_per_pod or 16 * 1024 * max(1, math.ceil(job.gpu_per_pod))))
+    cpu = float(job.cpu_millis_per_pod or 4000 * max(1, math.ceil(job.gpu_per_pod)))
+    mem = float(job.memory_bytes_per_pod or mib_to_bytes(16 * 1024 * max(1, math.ceil(job.gpu_per_pod))))
     g = job.gpu_per_pod
     if g < 1:
         return m.TaskRequest(cpu_millis=cpu, memory_bytes=mem, gpu_kind=m.GPU_FRACTION, gpu_fraction=g)
