@@ -110,32 +110,28 @@ class WorkloadSerializer(serializers.ModelSerializer):
         return nested.to_representation(current[0])
 
 
+    def _waiting(self, obj: Workload) -> tuple[Any, Any]:
+        """The workload's place in line and start estimate. When listed, those of the whole page are
+        read in one query the first time a row asks (the rows share this serializer)."""
+        asked: set[int] = getattr(self, "_waiting_asked", set())
+        if obj.pk not in asked:
+            rows = getattr(self.parent, "instance", None) if self.parent is not None else None
+            asked = self._waiting_asked = ({w.pk for w in rows} if isinstance(rows, list) else set()) | {obj.pk}
+            self._places, self._estimates = places_and_estimates(asked)
+        return self._places.get(obj.pk), self._estimates.get(obj.pk)
+
     @extend_schema_field(PlaceSerializer(allow_null=True))
     def get_place(self, obj: Workload) -> dict[str, Any] | None:
         if obj.state not in (WorkloadState.PENDING, WorkloadState.PARTIAL):
             return None
-        # the places of the whole page in one read, when listed: the rows share this serializer
-        asked: set[int] = getattr(self, "_places_asked", set())
-        if obj.pk not in asked:
-            rows = getattr(self.parent, "instance", None) if self.parent is not None else None
-            ids = {w.pk for w in rows} if isinstance(rows, list) else set()
-            asked = self._places_asked = self._estimates_asked = ids | {obj.pk}
-            self._places, self._estimates = places_and_estimates(asked)
-        got = self._places.get(obj.pk)
+        got = self._waiting(obj)[0]
         return None if got is None else dict(PlaceSerializer(got).data)
 
     @extend_schema_field(StartEstimateSerializer(allow_null=True))
     def get_start_estimate(self, obj: Workload) -> dict[str, Any] | None:
         if obj.state not in (WorkloadState.PENDING, WorkloadState.PARTIAL):
             return None
-        # the estimates of the whole page in one read, when listed, as the places
-        asked: set[int] = getattr(self, "_estimates_asked", set())
-        if obj.pk not in asked:
-            rows = getattr(self.parent, "instance", None) if self.parent is not None else None
-            ids = {w.pk for w in rows} if isinstance(rows, list) else set()
-            asked = self._places_asked = self._estimates_asked = ids | {obj.pk}
-            self._places, self._estimates = places_and_estimates(asked)
-        got = self._estimates.get(obj.pk)
+        got = self._waiting(obj)[1]
         return None if got is None else dict(StartEstimateSerializer(got).data)
 
 
