@@ -3,13 +3,16 @@ with the last sharer; a pod on several devices labelled once per device, as KAI'
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from kaiweb.cluster.backends.kubernetes import KubernetesGateway
-from kaiweb.cluster.backends.types import BindAction
+from kaiweb.cluster.backends.types import ActionOutcome, BindAction
 from kaiweb.cluster.gateway import ClusterRejected
 from kaiweb.cluster.localkube import LocalKube
 from kaiweb.cluster.models import SchedulingShard
@@ -154,3 +157,104 @@ def test_a_reservation_that_never_reports_its_device_is_deleted_and_the_bind_ref
     assert len({str(r) for r in results}) == 1  # one wait for the device, its failure given to every sharer
     assert [p for p in core.list_namespaced_pod(NS).items if not p.metadata.deletion_timestamp] == []
     assert [core.read_namespaced_pod(f"late-{i}", "default").spec.node_name for i in range(3)] == [None] * 3
+
+
+def _report_devices_when_made(core: client.CoreV1Api, wanted: int, *, delete: bool = False) -> threading.Thread:
+    """A stand-in for the reservation image: once ``wanted`` reservation pods exist, each reports a
+    device (or, with ``delete``, is deleted instead)."""
+    def run() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            held = [p for p in core.list_namespaced_pod(NS).items if not p.metadata.deletion_timestamp]
+            if len(held) >= wanted:
+                for p in held:
+                    if delete:
+                        core.delete_namespaced_pod(p.metadata.name, NS, grace_period_seconds=0)
+                    else:
+                        core.patch_namespaced_pod(p.metadata.name, NS, {"metadata": {"annotations": {
+                            "run.ai/reserve_for_gpu_index": f"GPU-{p.metadata.uid}"}}})
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_binds_waiting_for_devices_learn_the_reports_from_one_watch_not_by_reading_each_pod(
+        kube_cluster: LocalKube, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Six sharers on three devices: the three reservation pods are made, reported a moment later, and
+    every sharer is bound with its device in its ConfigMap, without one read of a reservation pod
+    (the reports arrive on the apply's one watch)."""
+    server = RealServer(kube_cluster)
+    server.wipe()
+    server.add_node("gpu-1", gpus=8)
+    uids = [server.add_pod(f"s-{i}", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"] for i in range(6)]
+    gateway = KubernetesGateway(server.api_client, request_timeout=5.0, reservation_timeout=20.0)
+    core = client.CoreV1Api(server.api_client)
+    reads: list[str] = []
+    plain_read = gateway.read_pod
+    monkeypatch.setattr(gateway, "read_pod", lambda ns, name: reads.append(ns) or plain_read(ns, name))
+    reporter = _report_devices_when_made(core, 3)
+
+    results = gateway.apply(binds=[BindAction("default", f"s-{i}", uid, "gpu-1", gpu_groups=(f"g-{i % 3}",),
+                                              gpu_portion=0.5) for i, uid in enumerate(uids)])
+    reporter.join()
+
+    assert [getattr(r, "outcome", r) for r in results] == [ActionOutcome.BOUND] * 6
+    assert NS not in reads
+    devices = {p.metadata.labels["runai-gpu-group"]: f"GPU-{p.metadata.uid}" for p in core.list_namespaced_pod(NS).items}
+    for i in range(6):
+        (config_map,) = [cm for cm in core.list_namespaced_config_map("default").items
+                         if cm.metadata.owner_references and cm.metadata.owner_references[0].name == f"s-{i}"]
+        assert config_map.data["NVIDIA_VISIBLE_DEVICES"] == devices[f"g-{i % 3}"]
+        assert core.read_namespaced_pod(f"s-{i}", "default").spec.node_name == "gpu-1"
+
+
+def test_a_reservation_pod_deleted_while_its_sharers_wait_refuses_their_binds(kube_cluster: LocalKube) -> None:
+    server = RealServer(kube_cluster)
+    server.wipe()
+    server.add_node("gpu-1", gpus=8)
+    uids = [server.add_pod(f"d-{i}", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"] for i in range(2)]
+    gateway = KubernetesGateway(server.api_client, request_timeout=5.0, reservation_timeout=20.0)
+    core = client.CoreV1Api(server.api_client)
+    reporter = _report_devices_when_made(core, 1, delete=True)
+
+    results = gateway.apply(binds=[BindAction("default", f"d-{i}", uid, "gpu-1", gpu_groups=("g-d",),
+                                              gpu_portion=0.5) for i, uid in enumerate(uids)])
+    reporter.join()
+
+    assert all(isinstance(r, ClusterRejected) and r.status == 409 for r in results)
+    assert "was deleted before it reported its device" in str(results[0])
+    assert [core.read_namespaced_pod(f"d-{i}", "default").spec.node_name for i in range(2)] == [None, None]
+
+
+def test_when_the_reservation_pods_cannot_be_watched_the_waiting_binds_read_them(
+        kube_cluster: LocalKube, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watch the server refuses (here: every watch request fails) leaves no bind waiting blind: each
+    reads its reservation pod until it reports, as without the watch."""
+    server = RealServer(kube_cluster)
+    server.wipe()
+    server.add_node("gpu-1", gpus=8)
+    uids = [server.add_pod(f"w-{i}", annotations={"gpu-fraction": "0.5"})["metadata"]["uid"] for i in range(2)]
+    gateway = KubernetesGateway(server.api_client, request_timeout=5.0, reservation_timeout=20.0)
+    core = client.CoreV1Api(server.api_client)
+    plain_list = gateway.core.list_namespaced_pod
+
+    def no_watch(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("watch"):
+            raise ApiException(status=403, reason="Forbidden")
+        return plain_list(*args, **kwargs)
+
+    monkeypatch.setattr(gateway.core, "list_namespaced_pod", no_watch)
+    reads: list[str] = []
+    plain_read = gateway.read_pod
+    monkeypatch.setattr(gateway, "read_pod", lambda ns, name: reads.append(ns) or plain_read(ns, name))
+    reporter = _report_devices_when_made(core, 1)
+
+    results = gateway.apply(binds=[BindAction("default", f"w-{i}", uid, "gpu-1", gpu_groups=("g-w",),
+                                              gpu_portion=0.5) for i, uid in enumerate(uids)])
+    reporter.join()
+
+    assert [getattr(r, "outcome", r) for r in results] == [ActionOutcome.BOUND] * 2
+    assert NS in reads

@@ -33,7 +33,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 
-from kaiweb.cluster.backends import gpu_sharing
+from kaiweb.cluster.backends import device_reports, gpu_sharing
+from kaiweb.cluster.backends.device_reports import DeviceReports
 from kaiweb.cluster.backends.pod_constraints import (
     ConstraintError,
     check_taint_effect,
@@ -115,8 +116,10 @@ DEFAULT_BIND_CONCURRENCY = 32
 # --resource-reservation-allocation-timeout, whose default is 40 s); 0 binds without waiting, which
 # the default reservation image (pause, reporting no device) needs.
 DEFAULT_RESERVATION_TIMEOUT = 0.0
-# While binds may wait for device reports: threads per allowed concurrent API call.
-WAITING_THREADS = 4
+# While binds may wait for device reports: at most this many threads beyond the API calls' bound, a
+# thread per device waiting (a wait holds a thread, not an API call), so that every reservation pod of
+# a fill is made before the first report comes back.
+MAX_WAITING_THREADS = 1024
 # Connections kept open beyond the bind pool: the watcher's streams and the pod-grouper's writers.
 SPARE_CONNECTIONS = 16
 # nvidia.com/gpu.memory is MiB; values this large can only be bytes (KAI-SEMANTICS §5).
@@ -1189,8 +1192,17 @@ def _in_turns(binds: Sequence[BindAction]) -> list[int]:
     return [i for _, i in sorted(ranked)]
 
 
+_RESERVATION_SELECTOR = f"{gpu_sharing.APP_LABEL}={gpu_sharing.RESERVATION_APP}"
+
+
+def _reported_device(pod: Mapping[str, Any]) -> str:
+    """The device a reservation pod reports holding (``run.ai/reserve_for_gpu_index``), "" until then."""
+    return str((_meta(pod).get("annotations") or {}).get(gpu_sharing.GPU_INDEX_ANNOTATION) or "")
+
+
 class _DeviceNotReported(ClusterRejected):
-    """A reservation pod did not report its device in time: every sharer of its group fails."""
+    """A reservation pod did not report its device in time, or was deleted first: every sharer of its
+    group in the apply fails with it."""
 
 
 class KubernetesGateway:
@@ -1235,6 +1247,9 @@ class KubernetesGateway:
         self._held: dict[tuple[str, str], Mapping[str, Any]] | None = None
         # While `apply` runs with threads that may wait for device reports: the bound on API calls.
         self._gate: threading.BoundedSemaphore | None = None
+        # While `apply` waits for devices: the reservation pods' watch, from the version of their list.
+        self._board: DeviceReports | None = None
+        self._held_version = ""
         self._holders_lock = threading.Lock()
         self.scheduling = client.SchedulingV1Api(api_client)
         self.version = client.VersionApi(api_client)
@@ -1458,10 +1473,15 @@ class KubernetesGateway:
         guard = threading.Lock()
         sharing = any(b.gpu_groups for b in binds)
         waits = sharing and self.reservation_timeout > 0
-        workers = min(self.bind_concurrency * (WAITING_THREADS if waits else 1), max(len(binds), len(evicts)))
+        devices = len({(b.node, b.gpu_groups) for b in binds if b.gpu_groups}) if waits else 0
+        workers = min(self.bind_concurrency + min(devices, MAX_WAITING_THREADS), max(len(binds), len(evicts)))
         self._holders = {}
         self._held = self._reservations_held() if sharing else None
         self._gate = threading.BoundedSemaphore(self.bind_concurrency) if waits else None
+        if waits and self._held is not None:
+            self._board = DeviceReports(
+                self.core.list_namespaced_pod, self.reservation_namespace, _RESERVATION_SELECTOR,
+                self._held_version, _reported_device, request_timeout=self.request_timeout).start()
         try:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-apply") as pool:
 
@@ -1476,7 +1496,9 @@ class KubernetesGateway:
                     if exc is not None:
                         logger.warning("an event after apply was not written: %s", exc)
         finally:
-            self._holders = self._held = self._gate = None
+            if self._board is not None:
+                self._board.stop()
+            self._holders = self._held = self._gate = self._board = None
         return results
 
     def _reservations_held(self) -> dict[tuple[str, str], Mapping[str, Any]] | None:
@@ -1487,8 +1509,8 @@ class KubernetesGateway:
         ns = self.reservation_namespace
         try:
             self._ensure_namespace(ns, "list reservation pods")
-            held, _ = self.list_raw("list reservation pods", self.core.list_namespaced_pod, ns,
-                                    label_selector=f"{gpu_sharing.APP_LABEL}={gpu_sharing.RESERVATION_APP}")
+            held, self._held_version = self.list_raw("list reservation pods", self.core.list_namespaced_pod, ns,
+                                                     label_selector=_RESERVATION_SELECTOR)
         except ClusterError as exc:
             logger.warning("reservation pods not listed before the binds, looked up one by one: %s", exc)
             return None
@@ -1659,22 +1681,28 @@ class KubernetesGateway:
         then, for at most ``reservation_timeout`` seconds (KAI's binder waits the same way, 40 s by
         default). A reservation pod made for this bind that never reports is deleted, as KAI's binder
         deletes it, and the bind refused; 0 s takes the holder as it is."""
-        def device(pod: Mapping[str, Any]) -> str:
-            return str((_meta(pod).get("annotations") or {}).get(gpu_sharing.GPU_INDEX_ANNOTATION) or "")
-
-        if device(holder) or self.reservation_timeout <= 0:
+        if _reported_device(holder) or self.reservation_timeout <= 0:
             return holder
         ns, name = self.reservation_namespace, str(_meta(holder).get("name", ""))
         deadline = time.monotonic() + self.reservation_timeout
+        gone = _DeviceNotReported(operation, f"the reservation pod {ns}/{name} was deleted before it reported its "
+                                  "device", status=409, reason="Conflict")
+        board = self._board
+        if board is not None:
+            # One watch for every waiting bind (`DeviceReports`); when it cannot tell, read the pod.
+            seen = board.wait(name, self.reservation_timeout)
+            if seen == device_reports.GONE:
+                raise gone
+            if isinstance(seen, Mapping):
+                return seen
         pause = 0.05
         while time.monotonic() < deadline:
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 2, 1.0)
             current = self.read_pod(ns, name)
             if current is None:
-                raise ClusterRejected(operation, f"the reservation pod {ns}/{name} was deleted before it reported "
-                                      "its device", status=409, reason="Conflict")
-            if device(current):
+                raise gone
+            if _reported_device(current):
                 return current
         said = (f"the reservation pod {ns}/{name} did not report its device ({gpu_sharing.GPU_INDEX_ANNOTATION}) "
                 f"within {self.reservation_timeout:g} s")
@@ -1735,7 +1763,7 @@ class KubernetesGateway:
         ns = self.reservation_namespace
         try:
             held, _ = self.list_raw("list reservation pods", self.core.list_namespaced_pod, ns,
-                                    label_selector=f"{gpu_sharing.APP_LABEL}={gpu_sharing.RESERVATION_APP}")
+                                    label_selector=_RESERVATION_SELECTOR)
         except ClusterRejected as err:
             if err.status == 404:
                 return []
