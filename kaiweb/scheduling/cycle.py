@@ -52,6 +52,8 @@ from kaiweb.scheduling.models import Decision, SchedulingCycle
 from kaiweb.scheduling.signals import cycle_step
 from kaiweb.scheduling.typical_pods import shard_typical_pods
 from kaiweb.scheduling.write_back import record_actions, write_back
+from kaiweb.workloads.choices import PodState
+from kaiweb.workloads.models import Pod
 from scheduler_core import model as m
 from scheduler_core import run_cycle
 from scheduler_core.cycle import collector_paused
@@ -438,13 +440,15 @@ def apply_decisions(gateway: Any, decisions: list[Decision],
     such an error: the decision fails and a later cycle decides again."""
     binds: list[tuple[Decision, BindAction]] = []
     evicts: list[tuple[Decision, EvictAction]] = []
+    versions = _unbound_versions([d.pod_uid for d in decisions if d.kind == DecisionKind.BIND and d.gpu_groups])
     for d in decisions:
         namespace, uid = d.namespace, d.pod_uid
         if d.kind == DecisionKind.BIND:
             portion = d.numbers.get("gpu_portion") if d.numbers else None
             binds.append((d, BindAction(namespace=namespace, name=d.pod_name, uid=uid, node=d.node_name,
                                         gpu_groups=tuple(d.gpu_groups or ()), gpu_portion=portion,
-                                        idempotency_key=d.idempotency_key)))
+                                        idempotency_key=d.idempotency_key,
+                                        resource_version=versions.get(uid, ""))))
         elif d.kind == DecisionKind.EVICT:
             # A cycle whose shard was deleted since: the defaults of a shard.
             by = shard or d.cycle.shard or SchedulingShard()
@@ -469,6 +473,16 @@ def apply_decisions(gateway: Any, decisions: list[Decision],
             log.warning("decision %s (%s) failed: %s", d.pk, d.idempotency_key, exc)
             outcomes[d.pk] = exc
     return outcomes
+
+
+def _unbound_versions(uids: list[str]) -> dict[str, str]:
+    """The resourceVersion of each of these pods that the mirror holds as pending on no node: the
+    state the pod was in at that version, so a write guarded by it lands only on that unbound pod."""
+    wanted = [u for u in uids if u]
+    if not wanted:
+        return {}
+    return dict(Pod.objects.filter(uid__in=wanted, state=PodState.PENDING, node__isnull=True)
+                .exclude(resource_version="").values_list("uid", "resource_version"))
 
 
 def mark_applied(cycle: SchedulingCycle, decisions: list[Decision],

@@ -258,3 +258,36 @@ def test_when_the_reservation_pods_cannot_be_watched_the_waiting_binds_read_them
 
     assert [getattr(r, "outcome", r) for r in results] == [ActionOutcome.BOUND] * 2
     assert NS in reads
+
+
+def test_a_one_device_bind_labels_the_pod_guarded_by_the_version_the_mirror_saw_without_reading_it(
+        kube_cluster: LocalKube, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the version the mirror saw the pod unbound at, the group label needs no read first; a pod
+    changed since (here: bound elsewhere meanwhile) refuses that patch and is read: the bind is refused
+    and the pod bound elsewhere gets no group label."""
+    server = RealServer(kube_cluster)
+    server.wipe()
+    server.add_node("gpu-1", gpus=8)
+    server.add_node("gpu-2", gpus=8)
+    fresh = server.add_pod("fresh", annotations={"gpu-fraction": "0.5"})
+    moved = server.add_pod("moved", annotations={"gpu-fraction": "0.5"})
+    core = client.CoreV1Api(server.api_client)
+    core.create_namespaced_pod_binding("moved", "default", client.V1Binding(
+        metadata=client.V1ObjectMeta(name="moved"), target=client.V1ObjectReference(kind="Node", name="gpu-2")),
+        _preload_content=False)
+    gateway = KubernetesGateway(server.api_client, request_timeout=5.0)
+    reads: list[str] = []
+    plain_read = gateway.read_pod
+    monkeypatch.setattr(gateway, "read_pod", lambda ns, name: reads.append(name) or plain_read(ns, name))
+
+    fresh_result, moved_result = gateway.apply(binds=[
+        BindAction("default", p["metadata"]["name"], p["metadata"]["uid"], "gpu-1", gpu_groups=("g-1",),
+                   gpu_portion=0.5, resource_version=p["metadata"]["resourceVersion"]) for p in (fresh, moved)])
+
+    assert getattr(fresh_result, "outcome", fresh_result) == ActionOutcome.BOUND
+    assert "fresh" not in reads
+    assert core.read_namespaced_pod("fresh", "default").metadata.labels["runai-gpu-group"] == "g-1"
+    assert isinstance(moved_result, ClusterRejected)
+    assert "already bound to gpu-2" in str(moved_result)
+    assert "moved" in reads
+    assert "runai-gpu-group" not in (core.read_namespaced_pod("moved", "default").metadata.labels or {})

@@ -1800,11 +1800,31 @@ class KubernetesGateway:
         each named once: anything else is refused before the pod is touched. Group labels left by an
         earlier attempt that are not among these are removed, so the pod holds only these devices.
         The patch carries the resourceVersion just read, so it cannot land on a pod that was bound
-        elsewhere (or replaced) in between: the server refuses it with 409, and the pod is read again."""
+        elsewhere (or replaced) in between: the server refuses it with 409, and the pod is read again.
+        A one-device bind whose pod the mirror saw unbound (``action.resource_version``) first tries the
+        patch guarded by that version, without the read."""
         try:
             labels: dict[str, str | None] = dict(gpu_sharing.group_labels(action.gpu_groups))
         except ValueError as bad:
             raise ClusterRejected(operation, str(bad), status=422, reason="Invalid") from bad
+        if action.resource_version and len(action.gpu_groups) == 1:
+            # The mirror saw the pod unbound at this version: guarded by it, the one-device label (a
+            # key the patch overwrites, so nothing stale can stay) needs no read first. A pod changed
+            # since is refused with 409 and read below.
+            try:
+                pod = self._json(operation, self.core.patch_namespaced_pod, action.name, action.namespace,
+                                 {"metadata": {"resourceVersion": action.resource_version, "labels": labels}},
+                                 _content_type="application/strategic-merge-patch+json")
+            except ClusterRejected as err:
+                if err.status == 404:
+                    raise ClusterRejected(operation, "the pod no longer exists", status=404) from err
+                if err.status != 409:
+                    raise
+            else:
+                wanted = (_meta(pod).get("annotations") or {}).get(GPU_FRACTION_NUM_DEVICES_ANNOTATION) or "1"
+                if str(wanted) == "1" and not any(gpu_sharing.is_group_label(k) and k not in labels
+                                                  for k in _meta(pod).get("labels") or {}):
+                    return None, pod
         for _ in range(3):
             pod = self.read_pod(action.namespace, action.name)
             done = self._check_bindable(action, pod, operation)

@@ -306,6 +306,9 @@ class BindAction:
     gpu_portion: float | None = None  # for fractional GPUs: the accepted share of one device
     idempotency_key: str = ""
     node_pool: str = ""  # the shard that decided it, for the Scheduled event
+    # The pod's resourceVersion when the mirror last saw it unbound ("" unknown): a shared-GPU bind
+    # writes its group label guarded by it, without reading the pod first; a pod changed since is read.
+    resource_version: str = ""
 
 
 # How an eviction is carried out (a shard's ``eviction_mode``, `kaiweb.cluster.choices.EvictionMode`):

@@ -131,3 +131,23 @@ def test_the_migration_reads_the_joined_groups_back_as_a_list_and_drops_a_name_c
     whole = [f"gpu-group-{i:020d}" for i in range(2)]
     assert pods == {"one": ["g-1"], "cut": whole, "none": []}
     assert decided == [whole]
+
+
+@pytest.mark.parametrize(("state", "on_node", "version", "given"), [
+    (PodState.PENDING, False, "4711", "4711"),  # seen unbound at that version: the guard
+    (PodState.PENDING, False, "", ""),  # no version known: the pod is read first
+    (PodState.BINDING, True, "4711", ""),  # a bind recorded on the row: the version says nothing of it
+])
+def test_a_shared_gpu_bind_carries_the_version_the_mirror_saw_the_pod_unbound_at(state, on_node, version, given):
+    sc = _spread_pod(devices=1)
+    snapshot, index = adapters.build_snapshot(sc.shard, now=SimulatedGateway(sc.cluster).now(), reuse=False)
+    result = cycle.engine_run_cycle(snapshot, cycle.cycle_config(sc.shard))
+    row = SchedulingCycle.objects.create(shard=sc.shard, started_at=adapters.from_epoch(snapshot.now))
+    decisions = adapters.persist_result(row, result, snapshot, index)
+    Pod.objects.filter(name="spread-0").update(state=state, node=sc.nodes[0] if on_node else None,
+                                               resource_version=version)
+    gateway = RecordingGateway()
+
+    cycle.apply_decisions(gateway, decisions)
+
+    assert [a.resource_version for a in gateway.binds] == [given]
