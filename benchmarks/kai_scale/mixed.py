@@ -293,11 +293,16 @@ def fractions(run: Run, scheduler: str) -> dict[str, Any]:
 
     # Orphans are collected, and devices reported, at their own pace: wait while that makes
     # progress, until no progress for 30 s.
+    # Each look lists every pod: at 28,000 pods that takes seconds, so the pause grows with it.
+    looked = time.monotonic()
     matched = reservations_match()
+    pause = max(2.0, 2 * (time.monotonic() - looked))
     progress, before = time.monotonic(), left()
     while not matched and time.monotonic() - progress < 30 and time.monotonic() - settle < run.timeout:
-        time.sleep(2)
+        time.sleep(pause)
+        looked = time.monotonic()
         matched = reservations_match()
+        pause = max(2.0, 2 * (time.monotonic() - looked))
         if left() < before:
             progress, before = time.monotonic(), left()
     report["settle_seconds"] = round(time.monotonic() - settle, 1)
