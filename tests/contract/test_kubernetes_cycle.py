@@ -177,7 +177,7 @@ def test_a_reclaim_eviction_reaches_the_cluster_as_the_shard_says_with_the_grace
 
 def test_a_pod_deleted_and_a_node_added_by_watch_events_change_what_the_next_cycle_sees(
         kube_apiserver: FakeKubeApiServer, shard: SchedulingShard) -> None:  # noqa: F811
-    from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+    from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
     from kaiweb.cluster.watch import ClusterWatcher
 
     s = kube_apiserver

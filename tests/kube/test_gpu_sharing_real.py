@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from devkube.localkube import LocalKube
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.backends.types import BindAction
 from kaiweb.cluster.gateway import ClusterRejected
-from kaiweb.cluster.localkube import LocalKube
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
 from kaiweb.scheduling.models import Decision, SchedulingCycle

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from kaiweb.audit.models import AuditEntry
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.models import (
     Cluster,
     GpuDevice,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import parse_pod
+from kaiweb.cluster.backends.kubernetes.parsing import parse_pod
 from kaiweb.cluster.models import Cluster, Node
 from kaiweb.cluster.watch import ADDED, DELETED, MODIFIED, WatchEvent
 from kaiweb.queues.models import Queue

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from kaiweb.cluster import mirror, stamps
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway, parse_pod_group, read_stamp, stamp_text
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.parsing import parse_pod_group, read_stamp, stamp_text
 from kaiweb.cluster.backends.types import ObservedPodGroup
 from kaiweb.cluster.models import Cluster, SchedulingShard
 from kaiweb.cluster.watch import ADDED, MODIFIED, WatchEvent

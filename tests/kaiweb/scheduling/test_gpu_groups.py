@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kaiweb.cluster.backends import gpu_sharing
+from kaiweb.cluster.backends.kubernetes import gpu_sharing
 from kaiweb.cluster.backends.simulated import SimulatedGateway
 from kaiweb.cluster.backends.types import ActionOutcome, ActionResult, BindAction
 from kaiweb.scheduling import adapters, cycle
