@@ -65,7 +65,7 @@ def test_the_groups_a_cycle_records_are_the_groups_the_gateway_is_given_in_the_e
     (bind,) = result.binds
     row = SchedulingCycle.objects.create(shard=sc.shard, started_at=adapters.from_epoch(snapshot.now))
 
-    decisions = adapters.persist_result(row, result, snapshot, index)
+    decisions = adapters.persist_result(row, result, snapshot, index).decisions
     gateway = RecordingGateway()
     cycle.apply_decisions(gateway, decisions)
 
