@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from b5_control_plane import drop_database, prepare_database, recreate_database, redis_reachable  # noqa: E402
 
-from kaiweb.cluster.localkube import (  # noqa: E402
+from devkube.localkube import (  # noqa: E402
     NO_KWOK,
     NO_SCHEDULER,
     LocalKube,

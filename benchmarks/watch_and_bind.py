@@ -1,6 +1,6 @@
 """Throughput of the Kubernetes path around the engine, as a binder has it: one JSON object on stdout.
 
-On a real kube-apiserver (`kaiweb.cluster.localkube.LocalKube`: etcd + kube-apiserver on loopback,
+On a real kube-apiserver (`devkube.localkube.LocalKube`: etcd + kube-apiserver on loopback,
 from `make kube`) and a scratch database (a `kaiweb_b8` Postgres database when DATABASE_URL points
 at Postgres, else a temporary SQLite file):
 
@@ -9,7 +9,7 @@ at Postgres, else a temporary SQLite file):
    creates ``--pods`` bare pods (``schedulerName: kai-scheduler``, the queue label) in a namespace,
    ``--create-threads`` at a time. Measured: from the first create until every pod is in the mirror
    (a Pod row), and until every pod sits in its PodGroup's workload there (grouped). Two modes:
-   ``before``, the callback as it was (`grouping.group_pods` on each new pod inside the callback:
+   ``before``, the callback as it was (`controller.group_pods` on each new pod inside the callback:
    a namespace read, a full PodGroup list, the PodGroup create and the pod patch, under the lock);
    ``after``, `watch_cluster`'s callback (`make_callback`: the pod is handed to the `LiveGrouper`'s
    workers) with each event written to the mirror at once; ``writer``, as `watch_cluster` runs:
@@ -142,10 +142,12 @@ def run_mirror_mode(kube: Any, mode: str, args: argparse.Namespace) -> dict[str,
     from django.db import close_old_connections
     from kubernetes import client
 
-    from kaiweb.cluster import grouping, mirror
-    from kaiweb.cluster.backends.kubernetes import KubernetesGateway, ensure_connection_pool
+    from kaiweb.cluster import mirror
+    from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
+    from kaiweb.cluster.backends.kubernetes.transport import ensure_connection_pool
     from kaiweb.cluster.management.commands.watch_cluster import make_callback
     from kaiweb.cluster.mirror import IMPLICIT_GROUP_LABEL
+    from kaiweb.cluster.podgrouper import controller
     from kaiweb.cluster.watch import KINDS, ClusterWatcher, WatchEvent
     from kaiweb.queues.models import Queue
     from kaiweb.workloads.models import Pod
@@ -164,14 +166,14 @@ def run_mirror_mode(kube: Any, mode: str, args: argparse.Namespace) -> dict[str,
         # watch_cluster's callback before the live grouper: the pod-grouper inside the callback.
         counts[event.type] = counts.get(event.type, 0) + 1
         close_old_connections()
-        if grouping.wants_grouping(event):
-            grouping.group_pods(gateway, pods=[dict(event.raw)])
+        if controller.wants_grouping(event):
+            controller.group_pods(gateway, pods=[dict(event.raw)])
         mirror.apply_event(event, cluster, gateway)
 
     callback: Callable[[WatchEvent], None] = inline
     writer = None
     if mode != "before":
-        grouper = grouping.LiveGrouper(gateway, workers=args.grouper_workers).start()
+        grouper = controller.LiveGrouper(gateway, workers=args.grouper_workers).start()
         if mode == "writer":
             writer = mirror.EventWriter(cluster, gateway, before=close_old_connections)
             writer.start()
@@ -260,7 +262,7 @@ def run_mirror_mode(kube: Any, mode: str, args: argparse.Namespace) -> dict[str,
 
 
 def _one_by_one_gateway() -> type:
-    from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+    from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
     from kaiweb.cluster.errors import Capability
 
     class OneByOne(KubernetesGateway):
@@ -272,7 +274,7 @@ def _one_by_one_gateway() -> type:
 
 
 def _read_first_gateway() -> type:
-    from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+    from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
     from kaiweb.cluster.errors import Capability
 
     class ReadFirst(KubernetesGateway):
@@ -290,7 +292,8 @@ def run_binds(kube: Any, args: argparse.Namespace) -> dict[str, Any]:
     """``--binds`` binds through apply_decisions, serially and on the bulk path (fresh pods for each)."""
     from kubernetes import client
 
-    from kaiweb.cluster.backends.kubernetes import KubernetesGateway, ensure_connection_pool
+    from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
+    from kaiweb.cluster.backends.kubernetes.transport import ensure_connection_pool
     from kaiweb.scheduling.choices import DecisionKind
     from kaiweb.scheduling.cycle import apply_decisions
     from kaiweb.scheduling.models import Decision
@@ -356,7 +359,7 @@ def main() -> None:
     django.setup()
     logging.disable(logging.WARNING)  # one line per event would measure the log, not the watcher
 
-    from kaiweb.cluster.localkube import LocalKube, find_binaries
+    from devkube.localkube import LocalKube, find_binaries
 
     bin_dir = find_binaries()
     if bin_dir is None:

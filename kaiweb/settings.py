@@ -10,6 +10,7 @@ REDIS_URL, DJANGO_SECRET_KEY and the HTTPS settings (see deploy/.env.example);
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 from pathlib import Path
@@ -121,6 +122,10 @@ INSTALLED_APPS = [
     "kaiweb.whatif",
     "kaiweb.admission",
 ]
+# The development tools (`devkube`: LocalKube, the fake API server, ``manage.py cluster_scenarios``) are
+# in a checkout, not in the image.
+if importlib.util.find_spec("devkube") is not None:
+    INSTALLED_APPS.append("devkube")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -7,6 +7,7 @@ rows directly (no services, no audit entries): use the services when the rules a
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import factory
 from django.contrib.auth import get_user_model
@@ -201,3 +202,14 @@ class UsageBucketFactory(factory.django.DjangoModelFactory):
     start = T0
     width_seconds = 3600
     value = 3600.0
+
+
+def recorded_of(cycle: SchedulingCycle) -> tuple[SchedulingCycle, Any]:
+    """A cycle made with these factories and what its record step would hand the write-back
+    (`adapters.Recorded`): its queue status rows and its shard's current why-pending rows."""
+    from kaiweb.scheduling.adapters import Recorded
+
+    return cycle, Recorded(
+        decisions=[],
+        queue_statuses={st.queue.name: st for st in QueueStatus.objects.filter(cycle=cycle).select_related("queue")},
+        why_pending={pr.workload_id: (pr.reason, pr.message) for pr in PendingReason.objects.current_of(cycle.shard)})

@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
 import urllib3  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from kaiweb.cluster.localkube import LocalKube  # noqa: E402
+from devkube.localkube import LocalKube  # noqa: E402
 
 KAI_SCHEDULER = "kai-scheduler"
 GPUS_PER_NODE = 8

@@ -48,7 +48,7 @@ COMPLETE_UNTIL_LABEL = "kai-scale/complete-until"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"  # what kaiweb reads (kaiweb.cluster.backends.types)
 POD_GROUP_ANNOTATION = "pod-group-name"
 PODGROUP_API_VERSION = "scheduling.run.ai/v2alpha2"
-# What the product writes and reads on shared GPUs (kaiweb.cluster.backends.gpu_sharing).
+# What the product writes and reads on shared GPUs (kaiweb.cluster.backends.kubernetes.gpu_sharing).
 RESERVATION_SELECTOR = "app=kai-resource-reservation"
 GPU_GROUP_LABEL = "runai-gpu-group"
 GPU_INDEX_ANNOTATION = "run.ai/reserve_for_gpu_index"

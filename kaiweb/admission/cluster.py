@@ -28,7 +28,7 @@ _reader: Callable[[str], dict[str, str]] | None = None
 def _api_reader() -> Callable[[str], dict[str, str]]:
     from kubernetes import client
 
-    from kaiweb.cluster.backends.kubernetes import load_configuration
+    from kaiweb.cluster.backends.kubernetes.transport import load_configuration
 
     core = client.CoreV1Api(client.ApiClient(load_configuration(settings.KAI_KUBERNETES_HOST or None, concurrency=4)))
 

@@ -5,7 +5,7 @@ Mutation (pods of our scheduler, on create), as KAI's webhook does:
 * **a GPU-sharing pod** (``gpu-fraction`` / ``gpu-memory``): the fraction container (the one the
   ``gpu-fraction-container-name`` annotation names, else the first) reads ``GPU_PORTION``,
   ``NVIDIA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_MEMORY_LIMIT`` from the pod's ConfigMap, which the
-  binder writes (`kaiweb.cluster.backends.gpu_sharing`). The ConfigMap's name prefix is fixed now in
+  binder writes (`kaiweb.cluster.backends.kubernetes.gpu_sharing`). The ConfigMap's name prefix is fixed now in
   the ``runai/shared-gpu-configmap`` annotation, as KAI's webhook fixes it (the pod has no uid yet).
   The references are not optional (``CUDA_DEVICE_MEMORY_LIMIT`` is optional for a ``gpu-fraction``
   pod: the binder writes it only when it knows it), so the kubelet starts the container only once
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kaiweb.cluster.backends import gpu_sharing
+from kaiweb.cluster.backends.kubernetes import gpu_sharing
 from kaiweb.cluster.backends.types import (
     GPU_FRACTION_ANNOTATION,
     GPU_FRACTION_NUM_DEVICES_ANNOTATION,

@@ -28,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from django.conf import settings
 
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.backends.simulated import SimulatedGateway
 from kaiweb.cluster.backends.types import (
     ActionResult,

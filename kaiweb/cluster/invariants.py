@@ -29,8 +29,13 @@ from typing import Any
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
-from kaiweb.cluster.backends.gpu_sharing import groups_of, is_group_label
-from kaiweb.cluster.backends.kubernetes import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION, pod_requests
+from kaiweb.cluster.backends.kubernetes.gpu_sharing import groups_of, is_group_label
+from kaiweb.cluster.backends.kubernetes.parsing import (
+    PODGROUP_GROUP,
+    PODGROUP_PLURAL,
+    PODGROUP_VERSION,
+    pod_requests,
+)
 from kaiweb.cluster.backends.types import (
     GPU_FRACTION_ANNOTATION,
     GPU_FRACTION_NUM_DEVICES_ANNOTATION,

@@ -8,10 +8,11 @@ module keeps those rows equal to what the cluster says:
   cluster, in a fixed number of queries per kind whatever the cluster's size (bulk operations);
 * `apply_event(event, cluster)` applies one `WatchEvent` of ``manage.py watch_cluster``
   incrementally, with the same result;
-* `sync_queues(gateway, cluster)` is the two-way Queue CRD sync: the database wins on conflict
-  (each overridden value is logged and written to the audit log), a queue deleted in the
-  database is deleted in the cluster, and a CRD-only queue is imported through the control
-  plane's import service;
+* `sync_queues(gateway, cluster)` is the two-way Queue CRD sync. Who wins when the two sides
+  disagree is the one rule of `kaiweb.cluster.queue_sync` (a side that changed a queue since they
+  last agreed wins; when both did, the cluster); this carries its plan out: writes to the cluster,
+  imports through the control plane's import service, each overridden value logged and written to
+  the audit log;
 * `merge_stamps(cluster, groups)` takes KAI's stamps (last start, last eviction, stale since) from
   the PodGroups into the workloads, the later time winning (`kaiweb.cluster.stamps`): from each
   PodGroup the watcher sees added (its first listing: what KAI left) and from each full sync. From
@@ -50,8 +51,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from kaiweb.cluster import grouping, stamps
-from kaiweb.cluster.backends.kubernetes import diff_queues, parse_pod, parse_pod_group
+from kaiweb.cluster import stamps
+from kaiweb.cluster.backends.kubernetes.parsing import parse_pod, parse_pod_group
 from kaiweb.cluster.backends.types import (
     POD_GROUP_ANNOTATION,
     Listing,
@@ -73,6 +74,8 @@ from kaiweb.cluster.models import (
     Topology,
     UnreadableObject,
 )
+from kaiweb.cluster.podgrouper import controller
+from kaiweb.cluster.queue_sync import diff_queues
 from kaiweb.cluster.watch import ADDED, DELETED, MODIFIED, SYNCED, WatchEvent
 from kaiweb.core import clock
 from kaiweb.core.queries import update_rows
@@ -1068,7 +1071,7 @@ def observe(gateway: Any, cluster: Cluster) -> dict[str, Any]:
     if watcher_is_current(cluster):
         out = sync_into(gateway, cluster)
     else:
-        grouped = grouping.group_pods(gateway)
+        grouped = controller.group_pods(gateway)
         out = {**sync_into(gateway, cluster), "pod_grouper": grouped.as_json()}
     return {**out, "reservations": _release_reservations(gateway)}
 
@@ -1136,8 +1139,8 @@ def merge_stamps(cluster: Cluster, groups: Iterable[ObservedPodGroup]) -> int:
 def apply_event(event: Any, cluster: Cluster, gateway: Any = None) -> None:
     """Apply one `WatchEvent` to the mirror (the same result as a full sync would give).
 
-    With a ``gateway``, a Queue CRD that differs from the database is overwritten at once (the
-    database wins); without one the next cycle's queue sync does it."""
+    With a ``gateway``, a changed Queue CRD runs the queue sync at once (`sync_queues`, by the rule of
+    `kaiweb.cluster.queue_sync`); without one the next cycle's queue sync does it."""
 
     if event.type == SYNCED:
         if event.kind == "OtherPod" and isinstance(event.obj, frozenset):
@@ -1702,7 +1705,7 @@ def _apply_queue_event(cluster: Cluster, event: Any, gateway: Any) -> None:
     name = event.name
     if event.type == DELETED:
         if name in db and gateway is not None:
-            # The database wins: a queue it has is put back.
+            # A queue the database still has is put back (`kaiweb.cluster.queue_sync`'s rule).
             try:
                 gateway.upsert_queue(db[name])
                 log.warning("Queue %s was deleted in the cluster but exists in kaiweb: recreated", name)
@@ -1711,7 +1714,7 @@ def _apply_queue_event(cluster: Cluster, event: Any, gateway: Any) -> None:
         _store_problems(cluster, [], clear=[("Queue", "", name)])
         return
     if gateway is not None:
-        # One rule for who wins (see sync_queues): a changed Queue re-runs the queue sync.
+        # One rule for who wins (`kaiweb.cluster.queue_sync`): a changed Queue re-runs the queue sync.
         _messages, problems = sync_queues(gateway, cluster)
         _store_problems(cluster, [p for p in problems if p.kind == "Queue"], replace_kinds=("Queue",))
         _retry_deferred(cluster, lambda p: p.kind in ("Pod", "PodGroup"))

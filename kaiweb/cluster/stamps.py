@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kaiweb.cluster.backends.kubernetes import read_stamp, stamp_text
+from kaiweb.cluster.backends.kubernetes.parsing import read_stamp, stamp_text
 from kaiweb.cluster.backends.types import POD_GROUP_STAMPS, STALE_SINCE_ANNOTATION, ObservedPodGroup
 
 FIELDS = tuple(f for f, _ in POD_GROUP_STAMPS)

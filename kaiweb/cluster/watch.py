@@ -30,14 +30,14 @@ import urllib3
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from kaiweb.cluster.backends.kubernetes import (
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.parsing import (
     PODGROUP_GROUP,
     PODGROUP_PLURAL,
     PODGROUP_VERSION,
     QUEUE_GROUP,
     QUEUE_PLURAL,
     QUEUE_VERSION,
-    KubernetesGateway,
     parse_node,
     parse_other_pod,
     parse_pod,

@@ -83,6 +83,18 @@ class SnapshotIndex:
     parents: dict[str, str | None] = dataclasses.field(default_factory=dict)  # queue -> parent queue
 
 
+@dataclasses.dataclass
+class Recorded:
+    """What `persist_result` recorded of one cycle, kept in memory for the steps after it (apply, the
+    write-back), which so read none of it back: the decisions to apply (binds and evictions, in engine
+    order), each queue's status row by queue name, and each workload's why-pending as this cycle says
+    it (workload id → (reason code, message))."""
+
+    decisions: list[Decision]
+    queue_statuses: dict[str, QueueStatus] = dataclasses.field(default_factory=dict)
+    why_pending: dict[int, tuple[str, str]] = dataclasses.field(default_factory=dict)
+
+
 def to_epoch(value: datetime | float | None) -> float | None:
     """Epoch seconds of a timestamp (one read as epoch seconds already is returned as it is)."""
     return value.timestamp() if isinstance(value, datetime) else value
@@ -642,12 +654,13 @@ def persist_result(
     dry_run: bool = False,
     at: datetime | None = None,
     repeats: int | None = None,
-) -> list[Decision]:
+) -> Recorded:
     """Record everything `result` decided, in one transaction, with a bounded number of queries.
 
     Decisions are written as PLANNED (DRY_RUN for a dry run) with their idempotency keys before
     anything is applied, so that a worker that dies while applying leaves an intent log the next
-    cycle reconciles. Returns the Decision rows to apply (binds and evictions, in engine order).
+    cycle reconciles. Returns what it recorded (`Recorded`): the Decision rows to apply (binds and
+    evictions, in engine order), the queue status rows and the why-pending it holds.
 
     ``repeats``: the id of the cycle that recorded this very result for the same workloads (the
     engine reused a quiet result and nothing was recorded since; the caller checks both). The
@@ -657,6 +670,8 @@ def persist_result(
     job_queue = _job_queue(snapshot)
     status = DecisionStatus.DRY_RUN if dry_run else DecisionStatus.PLANNED
     rows: list[Decision] = []
+    queue_statuses: dict[str, QueueStatus] = {}
+    reasons: dict[int, m.Reason] = {}
 
     def pod_ref(job: str, task: str) -> tuple[int | None, str]:
         pod_id = index.pods.get((job, task))
@@ -775,9 +790,10 @@ def persist_result(
             for job in snapshot.jobs:
                 bucket = index.pending_workloads if job.uid in result.pending else index.running_workloads
                 bucket[job.queue] = bucket.get(job.queue, 0) + 1
-            _record_queue_status(cycle, result, index, at)
+            queue_statuses = _record_queue_status(cycle, result, index, at)
+            reasons = why_pending(result, index)
             if repeats is None:
-                _record_pending_reasons(cycle, result, index, at)
+                _record_pending_reasons(cycle, reasons, index, at)
             _record_staleness(result, snapshot, index)
             _record_waiting_line(cycle, result, snapshot, index, at)
 
@@ -790,7 +806,9 @@ def persist_result(
         if problems:
             cycle.error = "Skipped unreadable objects:\n" + "\n".join(problems)
         cycle.save(update_fields=["jobs_considered", "binds", "pipelined", "evictions", "pending", "error"])
-    return [r for r in created if r.kind != DecisionKind.PIPELINE and r.pk is not None]
+    return Recorded(decisions=[r for r in created if r.kind != DecisionKind.PIPELINE and r.pk is not None],
+                    queue_statuses=queue_statuses,
+                    why_pending={wid: (reason.code[:64], reason.message) for wid, reason in reasons.items()})
 
 
 def _record_staleness(result: m.CycleResult, snapshot: m.ClusterSnapshot, index: SnapshotIndex) -> None:
@@ -850,15 +868,17 @@ def _existing_keys(keys: list[str]) -> dict[str, str]:
     return found
 
 
-def _record_queue_status(cycle: SchedulingCycle, result: m.CycleResult, index: SnapshotIndex, at: datetime) -> None:
-    rows = []
+def _record_queue_status(cycle: SchedulingCycle, result: m.CycleResult, index: SnapshotIndex,
+                         at: datetime) -> dict[str, QueueStatus]:
+    """Each queue's status after the cycle, written; returned by queue name."""
+    rows: dict[str, QueueStatus] = {}
     for name, st in sorted(result.queues.items()):
         queue_id = index.queues.get(name)
         if queue_id is None:
             continue
         allocated = recorded_queue_units(st.allocated)
         requested = recorded_queue_units(st.request)
-        rows.append(QueueStatus(
+        rows[name] = QueueStatus(
             queue_id=queue_id, cycle=cycle, recorded_at=at,
             allocated=allocated,
             allocated_non_preemptible=recorded_queue_units(st.allocated_non_preemptible),
@@ -867,8 +887,9 @@ def _record_queue_status(cycle: SchedulingCycle, result: m.CycleResult, index: S
             pending={r: round(max(0.0, requested[r] - allocated[r]), 4) for r in RESOURCE_NAMES},
             pending_workloads=_subtree_count(name, index.pending_workloads, index),
             running_workloads=_subtree_count(name, index.running_workloads, index),
-        ))
-    QueueStatus.objects.bulk_create(rows)
+        )
+    QueueStatus.objects.bulk_create(list(rows.values()))
+    return rows
 
 
 def _subtree_count(queue: str, counts: dict[str, int], index: SnapshotIndex) -> int:
@@ -884,11 +905,9 @@ def _subtree_count(queue: str, counts: dict[str, int], index: SnapshotIndex) -> 
     return total
 
 
-def _record_pending_reasons(cycle: SchedulingCycle, result: m.CycleResult, index: SnapshotIndex, at: datetime) -> None:
-    """The current why-pending per workload, written only where it changed: a new row (and the old
-    one retired to history) when the reason changes, the words and numbers updated in place when
-    only they change, nothing when they are the same. A row's ``cycle`` and ``recorded_at`` say
-    since when it is so; the current rows of a shard hold as of its latest cycle."""
+def why_pending(result: m.CycleResult, index: SnapshotIndex) -> dict[int, m.Reason]:
+    """Why each workload the cycle left pending stays so, by workload id: the engine's reason, or the
+    field the engine could not read."""
     reasons: dict[int, m.Reason] = {}
     for job, reason in result.pending.items():
         wid = index.workloads.get(job)
@@ -901,6 +920,15 @@ def _record_pending_reasons(cycle: SchedulingCycle, result: m.CycleResult, index
             if wid is not None:
                 reasons[wid] = m.Reason(code=reason_codes.INVALID, message=f"{err.field}: {err.message}",
                                         details={"field": err.field})
+    return reasons
+
+
+def _record_pending_reasons(cycle: SchedulingCycle, reasons: dict[int, m.Reason], index: SnapshotIndex,
+                            at: datetime) -> None:
+    """The current why-pending per workload (`why_pending`), written only where it changed: a new row
+    (and the old one retired to history) when the reason changes, the words and numbers updated in
+    place when only they change, nothing when they are the same. A row's ``cycle`` and ``recorded_at``
+    say since when it is so; the current rows of a shard hold as of its latest cycle."""
     # Plain rows: with thousands of pending workloads, model instances would cost more than the query.
     current = {
         row["workload_id"]: row

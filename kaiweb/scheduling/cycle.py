@@ -327,7 +327,8 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
 
         t = time.perf_counter()
         repeated = _repeats(shard, cycle, result, index)
-        to_apply = _persist(cycle, result, snapshot, index, repeated)
+        recorded = _persist(cycle, result, snapshot, index, repeated)
+        to_apply = recorded.decisions
         phases["record"] = _ms(t)
         cycle_step.send(sender=SchedulingCycle, point="after-record", cycle=cycle)
 
@@ -337,18 +338,18 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         cycle_step.send(sender=SchedulingCycle, point="after-apply", cycle=cycle)
 
         t = time.perf_counter()
-        mark_applied(cycle, to_apply, outcomes)
+        applied = mark_applied(cycle, to_apply, outcomes)
         if Capability.MIRRORED in caps:
             # The binds and evictions the cluster took are in the mirror before the next cycle
             # reads it, whether or not the watcher has seen them yet (never left to a step that may fail).
-            _against_the_watcher(cycle, "recording the applied actions", lambda: record_actions(cycle))
+            _against_the_watcher(cycle, "recording the applied actions", lambda: record_actions(applied))
         phases["record"] += _ms(t)
 
         if Capability.MIRRORED in caps:
             # Kubernetes: queue and PodGroup status, why-pending and events (only what changed).
             t = time.perf_counter()
             try:
-                write_back(gateway, cycle)
+                write_back(gateway, cycle, recorded)
             except Exception:  # noqa: BLE001 - the decisions are applied and recorded; the next cycle writes again
                 log.exception("cycle %s: writing status back to the cluster failed", cycle.pk)
             phases["write_back"] = _ms(t)
@@ -410,7 +411,7 @@ def _against_the_watcher(cycle: SchedulingCycle, what: str, step: Callable[[], T
 
 
 def _persist(cycle: SchedulingCycle, result: m.CycleResult, snapshot: m.ClusterSnapshot,
-             index: adapters.SnapshotIndex, repeated: int | None) -> list[Decision]:
+             index: adapters.SnapshotIndex, repeated: int | None) -> adapters.Recorded:
     """`adapters.persist_result`, which builds its rows afresh on each try."""
     return _against_the_watcher(cycle, "recording", lambda: adapters.persist_result(
         cycle, result, snapshot, index, repeats=repeated))
@@ -486,11 +487,12 @@ def _unbound_versions(uids: list[str]) -> dict[str, str]:
 
 
 def mark_applied(cycle: SchedulingCycle, decisions: list[Decision],
-                 outcomes: dict[int, ActionResult | Exception]) -> None:
-    """Mark each decision by what the cluster did: applied, or failed with the reason."""
+                 outcomes: dict[int, ActionResult | Exception]) -> list[Decision]:
+    """Mark each decision by what the cluster did: applied, or failed with the reason. Returns the
+    applied ones."""
     now = datetime.now(tz=UTC)
     failed: list[Decision] = []
-    ok_ids: list[int] = []
+    applied: list[Decision] = []
     for d in decisions:
         out = outcomes.get(d.pk)
         if isinstance(out, Exception):
@@ -500,16 +502,19 @@ def mark_applied(cycle: SchedulingCycle, decisions: list[Decision],
             d.status, d.message = DecisionStatus.FAILED, f"{d.message} (not bound: {out.message})"[:4000]
             failed.append(d)
         else:
-            ok_ids.append(d.pk)
+            applied.append(d)
     with transaction.atomic():
-        if ok_ids:
-            Decision.objects.filter(pk__in=ok_ids, status=DecisionStatus.PLANNED).update(
+        if applied:
+            Decision.objects.filter(pk__in=[d.pk for d in applied], status=DecisionStatus.PLANNED).update(
                 status=DecisionStatus.APPLIED, applied_at=now)
         if failed:
             Decision.objects.bulk_update(failed, ["status", "message"])
         # Pipelining needs nothing from the cluster: it is done once recorded.
         Decision.objects.filter(cycle=cycle, kind=DecisionKind.PIPELINE, status=DecisionStatus.PLANNED).update(
             status=DecisionStatus.APPLIED, applied_at=now)
+    for d in applied:
+        d.status, d.applied_at = DecisionStatus.APPLIED, now
+    return applied
 
 
 # ----------------------------------------------------------------------------------- replay

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db.models import Count
 
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.gateway import get_gateway
 from kaiweb.cluster.invariants import check_cluster
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus

@@ -33,19 +33,18 @@ from scheduler_core import reasons as reason_codes
 log = logging.getLogger(__name__)
 
 CONDITION_TYPE = "UnschedulableOnNodePool"
-# The engine's reason codes (scheduler_core.reasons) → KAI's UnschedulableReason, where KAI has one.
-KAI_REASONS = (
-    (reason_codes.QUEUE_OVER_LIMIT, "OverLimit"),
-    (reason_codes.NON_PREEMPTIBLE_OVER_QUOTA, "NonPreemptibleOverQuota"),
-    (reason_codes.PREEMPTION_DELAY, "PreemptionDelayNotElapsed"),
-)
+# The engine's reason codes (scheduler_core.reasons) → KAI's UnschedulableReason, where KAI has one;
+# a code is looked up whole.
+KAI_REASONS = {
+    reason_codes.QUEUE_OVER_LIMIT: "OverLimit",
+    reason_codes.NON_PREEMPTIBLE_OVER_QUOTA: "NonPreemptibleOverQuota",
+    reason_codes.PREEMPT_NON_PREEMPTIBLE_OVER_QUOTA: "NonPreemptibleOverQuota",
+    reason_codes.PREEMPTION_DELAY: "PreemptionDelayNotElapsed",
+}
 
 
 def kai_reason(code: str) -> str | None:
-    for ours, theirs in KAI_REASONS:
-        if ours in (code or ""):
-            return theirs
-    return None
+    return KAI_REASONS.get(code)
 
 
 @dataclass
@@ -123,17 +122,17 @@ def desired_conditions(current: list[Any], *, message: str, reason: str | None, 
              "lastTransitionTime": clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")}]
 
 
-def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[str, str], Mapping[str, Any]]) -> StatusReport:
+def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[str, str], Mapping[str, Any]],
+                           why_pending: Mapping[int, tuple[str, str]]) -> StatusReport:
     """After a cycle: the status and events of each PodGroup of the shard (see the module docstring).
 
     ``pod_groups``: each PodGroup as far as this reads it (metadata.uid, status.schedulingConditions)
-    by (namespace, name), from the mirror (`write_back._pod_groups_said`)."""
-    from kaiweb.scheduling.models import PendingReason
+    by (namespace, name), from the mirror (`write_back._pod_groups_said`). ``why_pending``: workload id
+    → (reason code, message), as the cycle recorded it (`adapters.Recorded.why_pending`)."""
     from kaiweb.workloads.models import Pod, Workload
 
     report = StatusReport()
     cluster = cycle.shard.cluster
-    reasons = {pr.workload_id: pr for pr in PendingReason.objects.current_of(cycle.shard)}
     workloads = {w.pk: w for w in Workload.objects.filter(cluster=cluster, namespace__in={ns for ns, _ in pod_groups},
                                                           name__in={n for _, n in pod_groups})}
     pods: dict[int, list[tuple[str, str]]] = {}
@@ -158,12 +157,12 @@ def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[s
                 if not_ready is not None:
                     report.events += _event(gateway, ref, "Normal", "NotReady", not_ready)
                     continue
-                pr = reasons.get(wid)
-                if pr is not None:
-                    message = pr.message or pr.reason
+                why = why_pending.get(wid)
+                if why is not None:
+                    code, message = why[0], why[1] or why[0]
                     report.events += _event(gateway, ref, "Normal", "Unschedulable", message)
                     if not allocated:
-                        wanted = desired_conditions(current, message=message, reason=kai_reason(pr.reason),
+                        wanted = desired_conditions(current, message=message, reason=kai_reason(code),
                                                     node_pool=cycle.shard.name)
             else:
                 wanted = [c for c in current if not (isinstance(c, Mapping) and c.get("type") == CONDITION_TYPE)]

@@ -1,10 +1,14 @@
 """The write-back: what a cycle decided, told to the cluster and to the mirror.
 
-* `record_actions(cycle)` reflects the applied binds and evictions in the mirror at once;
-* `write_back(gateway, cycle)` writes each queue's status to its CRD and the why-pending
+* `record_actions(applied)` reflects the applied binds and evictions in the mirror at once;
+* `write_back(gateway, cycle, recorded)` writes each queue's status to its CRD and the why-pending
   explanation to each pending pod, only when it changed since it was last written, and KAI's stamps
   (last start, last eviction, stale since) to each PodGroup whose workload holds a later one, and
   the PodGroups' status and events (`kaiweb.scheduling.status_writer`).
+
+Both are fed from memory by the cycle: the decisions it applied, and what its record step wrote
+(`adapters.Recorded`: the queue status rows, the why-pending); neither reads back what the cycle has
+just written.
 
 It belongs to scheduling, which owns the cycle and its rows; the mirror (`kaiweb.cluster.mirror`)
 only fills the database from the cluster.
@@ -34,8 +38,9 @@ from kaiweb.core import clock
 from kaiweb.core.queries import update_rows
 from kaiweb.queues.models import Queue
 from kaiweb.scheduling import status_writer
-from kaiweb.scheduling.choices import DecisionKind, DecisionStatus
-from kaiweb.scheduling.models import PendingReason, QueueStatus
+from kaiweb.scheduling.adapters import Recorded
+from kaiweb.scheduling.choices import DecisionKind
+from kaiweb.scheduling.models import Decision
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState
 from kaiweb.workloads.models import Pod, Workload
 from scheduler_core.units import mb_to_bytes
@@ -63,15 +68,13 @@ def _amounts(figures: Mapping[str, Any]) -> ResourceAmounts:
                            gpus=float(figures.get("gpu", 0) or 0))
 
 
-def record_actions(cycle: Any) -> None:
-    """Reflect the applied binds and evictions in the mirror at once, as KAI's cache does: a
-    bound pod is Binding on its node, an evicted one Releasing, until the cluster says more.
-    So the next cycle is right even if the watcher has not caught up yet."""
-    done = list(cycle.decisions.filter(status=DecisionStatus.APPLIED, pod_id__isnull=False,
-                                       kind__in=(DecisionKind.BIND, DecisionKind.EVICT))
-                .values_list("kind", "pod_id", "node_id", "gpu_groups"))
-    binds = [(pod, node, group) for kind, pod, node, group in done if kind == DecisionKind.BIND]
-    evicts = [pod for kind, pod, _, _ in done if kind == DecisionKind.EVICT]
+def record_actions(applied: list[Decision]) -> None:
+    """Reflect the applied binds and evictions (the cycle's decisions the cluster took) in the mirror
+    at once, as KAI's cache does: a bound pod is Binding on its node, an evicted one Releasing, until
+    the cluster says more. So the next cycle is right even if the watcher has not caught up yet."""
+    binds = [(d.pod_id, d.node_id, d.gpu_groups) for d in applied
+             if d.kind == DecisionKind.BIND and d.pod_id is not None]
+    evicts = [d.pod_id for d in applied if d.kind == DecisionKind.EVICT and d.pod_id is not None]
     with transaction.atomic():
         # The watcher writes the same rows: each is read and written under its row lock.
         pods = {p.pk: p for p in lock_pods(Pod.objects.filter(pk__in=[b[0] for b in binds] + evicts))}
@@ -137,11 +140,12 @@ def _write_shard_conditions(gateway: Any, shard: Any, digests: dict[str, str], r
     digests[key] = digest
 
 
-def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
+def write_back(gateway: Any, cycle: Any, recorded: Recorded) -> WriteBackReport:
     """After a cycle: queue status to each Queue CRD, the shard's conditions to its SchedulingShard
     object (`shard_conditions`), the why-pending explanation to each
     pending pod (and to each unreadable one), each only when it changed since last written, and
-    each PodGroup's stamps where its workload holds later ones (`_write_stamps`)."""
+    each PodGroup's stamps where its workload holds later ones (`_write_stamps`). The queue status and
+    the why-pending are what the cycle recorded (``recorded``), not read back."""
     report = WriteBackReport()
     cluster = cycle.shard.cluster
     state = mirror_state(cluster)
@@ -151,11 +155,11 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
     for name, parent in Queue.objects.filter(parent__isnull=False).values_list("name", "parent__name"):
         children.setdefault(parent, []).append(name)
     digests = dict(state.queue_status_digests or {})
-    for st in QueueStatus.objects.filter(cycle=cycle).select_related("queue").order_by("queue__name"):
-        update = QueueStatusUpdate(name=st.queue.name, allocated=_amounts(st.allocated),
+    for name, st in sorted(recorded.queue_statuses.items()):
+        update = QueueStatusUpdate(name=name, allocated=_amounts(st.allocated),
                                    allocated_non_preemptible=_amounts(st.allocated_non_preemptible),
                                    requested=_amounts(st.requested),
-                                   child_queues=tuple(sorted(children.get(st.queue.name, []))))
+                                   child_queues=tuple(sorted(children.get(name, []))))
         digest = _digest(update.allocated, update.allocated_non_preemptible, update.requested, update.child_queues)
         if digests.get(update.name) == digest:
             continue
@@ -173,11 +177,11 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
 
     # Why pending: each pending pod of a workload the cycle left pending, and each unreadable pod.
     wanted: dict[tuple[str, str], tuple[str, str, str]] = {}  # (ns, pod) → (uid, reason, message)
-    reasons = {pr.workload_id: pr for pr in PendingReason.objects.current_of(cycle.shard)}
+    reasons = recorded.why_pending
     for p in Pod.objects.filter(workload_id__in=list(reasons), state=PodState.PENDING).select_related("workload"):
-        pr = reasons[p.workload_id]
+        code, message = reasons[p.workload_id]
         # KAI's event reason for a pod left pending is Kubernetes' own "Unschedulable".
-        wanted[(p.workload.namespace, p.name)] = (p.uid, "Unschedulable", pr.message or pr.reason)
+        wanted[(p.workload.namespace, p.name)] = (p.uid, "Unschedulable", message or code)
     for u in UnreadableObject.objects.filter(cluster=cluster, kind="Pod"):
         wanted[(u.namespace, u.name)] = (u.uid, "Deferred" if u.deferred else "Unreadable", u.message)
     known = {(r.namespace, r.name): r for r in PendingReport.objects.filter(cluster=cluster)}
@@ -208,7 +212,8 @@ def write_back(gateway: Any, cycle: Any) -> WriteBackReport:
     waiting = set(Pod.objects.filter(workload__cluster=cluster, state__in=(PodState.PENDING, PodState.GATED))
                   .values_list("workload__namespace", "workload__name").distinct())
     written = status_writer.write_pod_group_status(gateway, cycle, {
-        key: raw for key, raw in listed.items() if key in waiting or raw["status"]["schedulingConditions"]})
+        key: raw for key, raw in listed.items() if key in waiting or raw["status"]["schedulingConditions"]},
+        recorded.why_pending)
     report.pod_group_statuses = written.statuses_written
     report.errors.extend(written.errors)
     _keep_said(cluster, {key: {"conditions": conditions} for key, conditions in written.conditions.items()})

@@ -11,8 +11,8 @@ from typing import Any, cast
 
 import pytest
 
-from kaiweb.cluster.backends import kubernetes as k8s
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes import transport
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.backends.types import ActionOutcome, ActionResult, BindAction, EvictAction
 from kaiweb.cluster.errors import Capability, ClusterRejected
 from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
@@ -141,12 +141,12 @@ class _NoClient:
 
 
 def test_the_client_pool_holds_the_concurrent_calls(settings: Any) -> None:
-    configuration = k8s.load_configuration("http://127.0.0.1:1", concurrency=64)
+    configuration = transport.load_configuration("http://127.0.0.1:1", concurrency=64)
     assert configuration.connection_pool_maxsize >= 64
 
     settings.KAI_BIND_CONCURRENCY = 48
-    assert k8s.bind_concurrency() == 48
-    assert k8s.load_configuration("http://127.0.0.1:1").connection_pool_maxsize >= 48
+    assert transport.bind_concurrency() == 48
+    assert transport.load_configuration("http://127.0.0.1:1").connection_pool_maxsize >= 48
     settings.KAI_KUBERNETES_HOST = "http://127.0.0.1:1"
     gateway = KubernetesGateway.from_settings()
     assert gateway.bind_concurrency == 48
@@ -216,7 +216,7 @@ def test_one_reservation_list_per_apply_whatever_the_number_of_groups(kube_apise
 
 
 def test_binds_that_may_wait_for_devices_start_in_turns_one_sharer_of_each_device_at_a_time() -> None:
-    from kaiweb.cluster.backends.kubernetes import _in_turns
+    from kaiweb.cluster.backends.kubernetes.binding import _in_turns
 
     binds = [BindAction("ns", f"p{i}", "", node, gpu_groups=groups) for i, (node, groups) in enumerate([
         ("n1", ("a",)), ("n1", ("a",)), ("n1", ("a",)), ("n1", ()), ("n2", ("a",)), ("n1", ("b", "c")),

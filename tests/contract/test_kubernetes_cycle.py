@@ -11,11 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from kaiweb.cluster import mirror
 from kaiweb.cluster.models import Cluster, SchedulingShard, UnreadableObject
-from kaiweb.scheduling.choices import CycleStatus, DecisionKind
-from kaiweb.scheduling.models import Decision, SchedulingCycle
+from kaiweb.scheduling import cycle as cycle_module
+from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
+from kaiweb.scheduling.models import Decision, PendingReason, QueueStatus, SchedulingCycle
 from kaiweb.scheduling.tasks import run_cycle_task
 from kaiweb.workloads.choices import PodState
 from kaiweb.workloads.models import Pod
@@ -177,7 +180,7 @@ def test_a_reclaim_eviction_reaches_the_cluster_as_the_shard_says_with_the_grace
 
 def test_a_pod_deleted_and_a_node_added_by_watch_events_change_what_the_next_cycle_sees(
         kube_apiserver: FakeKubeApiServer, shard: SchedulingShard) -> None:  # noqa: F811
-    from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+    from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
     from kaiweb.cluster.watch import ClusterWatcher
 
     s = kube_apiserver
@@ -258,3 +261,50 @@ def test_an_unreachable_api_server_fails_the_cycle_clearly_and_changes_nothing(
     s.clear_faults()  # the server is back: the next cycle binds
     run_cycle(shard)
     assert [b["name"] for b in s.bindings] == ["p"]
+
+
+def test_the_write_back_is_fed_what_the_cycle_recorded_and_reads_none_of_it_back(
+        kube_apiserver: FakeKubeApiServer, shard: SchedulingShard, monkeypatch: Any) -> None:  # noqa: F811
+    s = kube_apiserver
+    s.add_node("gpu-1", gpus=2)
+    s.add_queue("org", qspec(2))
+    s.add_queue("team-a", qspec(2, parent="org"))
+    s.add_pod("fits", queue="team-a", requests={"cpu": "1", "nvidia.com/gpu": "1"})
+    s.add_pod("huge", queue="team-a", requests={"cpu": "1", "nvidia.com/gpu": "16"})
+    seen: dict[str, tuple[tuple[Any, ...], list[str]]] = {}
+
+    def watched(name: str, step: Any) -> Any:
+        def run(*args: Any) -> Any:
+            with CaptureQueriesContext(connection) as queries:
+                out = step(*args)
+            seen[name] = (args, [q["sql"] for q in queries.captured_queries])
+            return out
+        return run
+
+    monkeypatch.setattr(cycle_module, "record_actions", watched("record_actions", cycle_module.record_actions))
+    monkeypatch.setattr(cycle_module, "write_back", watched("write_back", cycle_module.write_back))
+    cycle = run_cycle(shard)
+
+    # Neither step reads the decisions, queue statuses or why-pending rows the cycle has just written.
+    assert set(seen) == {"record_actions", "write_back"}
+    for name, (_, sql) in seen.items():
+        assert [q for q in sql if any(f'"{table}"' in q for table in (
+            Decision._meta.db_table, QueueStatus._meta.db_table, PendingReason._meta.db_table))] == [], name
+    # What they were given is what the cycle recorded.
+    (applied,), _ = seen["record_actions"]
+    assert sorted(d.pk for d in applied) == sorted(Decision.objects.filter(
+        cycle=cycle, status=DecisionStatus.APPLIED, kind__in=(DecisionKind.BIND, DecisionKind.EVICT))
+        .values_list("pk", flat=True))
+    assert [d.pod_name for d in applied] == ["fits"]
+    (_, _, recorded), _ = seen["write_back"]
+    rows = QueueStatus.objects.filter(cycle=cycle).select_related("queue")
+    assert {name: (st.allocated, st.requested) for name, st in recorded.queue_statuses.items()} == {
+        st.queue.name: (st.allocated, st.requested) for st in rows}
+    assert set(recorded.queue_statuses) == {"org", "team-a"}
+    assert recorded.why_pending == {pr.workload_id: (pr.reason, pr.message)
+                                    for pr in PendingReason.objects.current_of(shard)}
+    assert [Pod.objects.get(workload_id=w).name for w in recorded.why_pending] == ["huge"]
+    # And the cluster was told: the pending pod's condition, the queues' status.
+    huge = s.get("pods", "huge", "default")
+    assert any(c.get("reason") == "Unschedulable" for c in huge["status"]["conditions"])
+    assert s.get("queues", "team-a")["status"]["allocated"]["nvidia.com/gpu"] == "1"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.backends.types import (
     EVICT_BY_DELETE,
     ActionOutcome,

@@ -1,7 +1,7 @@
 """KubernetesGateway through the official client, on the fake API server and on a real one.
 
 Tests taking ``apiserver`` run twice: on the fake (``tests.fakes.kube_apiserver``) and on a real
-kube-apiserver (`kaiweb.cluster.localkube.LocalKube`, marked ``kube``). Tests that inject faults,
+kube-apiserver (`devkube.localkube.LocalKube`, marked ``kube``). Tests that inject faults,
 or read what only the fake records, take ``kube_apiserver`` and run on the fake alone.
 """
 
@@ -12,7 +12,7 @@ from datetime import datetime
 import pytest
 from kubernetes import client
 
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway, apply_queue_sync, diff_queues
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.backends.types import (
     ActionOutcome,
     BindAction,
@@ -30,6 +30,7 @@ from kaiweb.cluster.gateway import (
     ClusterUnavailable,
     get_gateway,
 )
+from kaiweb.cluster.queue_sync import apply_queue_sync, diff_queues
 from scheduler_core.model import QueueResource, QueueSpec
 from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
 from tests.kube.fixtures import _real_server, apiserver, kube_cluster  # noqa: F401 - fixtures
@@ -633,7 +634,7 @@ def test_an_old_eviction_never_evicts_a_new_pod_with_the_same_name(
 def test_large_lists_are_read_page_by_page(
     apiserver: Server, gateway: KubernetesGateway, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
 ) -> None:
-    monkeypatch.setattr("kaiweb.cluster.backends.kubernetes.PAGE_SIZE", 2)
+    monkeypatch.setattr("kaiweb.cluster.backends.kubernetes.client.PAGE_SIZE", 2)
     for i in range(5):
         apiserver.add_pod(f"p{i}")
 
@@ -651,7 +652,7 @@ def test_large_lists_are_read_page_by_page(
 def test_an_expired_continue_token_lists_again_from_the_start(
     kube_apiserver: FakeKubeApiServer, gateway: KubernetesGateway, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
 ) -> None:
-    monkeypatch.setattr("kaiweb.cluster.backends.kubernetes.PAGE_SIZE", 2)
+    monkeypatch.setattr("kaiweb.cluster.backends.kubernetes.client.PAGE_SIZE", 2)
     for i in range(3):
         kube_apiserver.add_pod(f"p{i}")
     original = kube_apiserver._list_body

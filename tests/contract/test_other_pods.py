@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.models import Cluster, OtherPod, SchedulingShard
 from kaiweb.cluster.watch import ClusterWatcher
 from kaiweb.scheduling.choices import CycleStatus

@@ -1,4 +1,4 @@
-"""The fake Kubernetes API server (`kaiweb.cluster.fake_apiserver`) as a pytest fixture."""
+"""The fake Kubernetes API server (`devkube.fake_apiserver`) as a pytest fixture."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kaiweb.cluster.fake_apiserver import FakeKubeApiServer, RequestRecord
+from devkube.fake_apiserver import FakeKubeApiServer, RequestRecord
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway, load_configuration
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.transport import load_configuration
 from kaiweb.cluster.backends.types import Unreadable
 from kaiweb.cluster.gateway import ClusterRejected
 from kaiweb.cluster.watch import ResourceWatch, WatchEvent, resource_kinds

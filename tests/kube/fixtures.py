@@ -1,4 +1,4 @@
-"""Fixtures for tests on a real kube-apiserver (`kaiweb.cluster.localkube.LocalKube`).
+"""Fixtures for tests on a real kube-apiserver (`devkube.localkube.LocalKube`).
 
 ``kube_cluster`` (one per test module) and ``kube_cluster_fresh`` (an empty cluster for each test)
 have our CRDs from ``deploy/kubernetes/crds.yaml`` installed. ``apiserver`` runs a test on both the
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kaiweb.cluster.localkube import LocalKube, find_binaries
+from devkube.localkube import LocalKube, find_binaries
 from tests.fakes.kube_apiserver import FakeKubeApiServer
 from tests.kube.servers import FakeServer, RealServer
 

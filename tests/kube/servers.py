@@ -25,7 +25,7 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from kaiweb.cluster.localkube import LocalKube
+from devkube.localkube import LocalKube
 from tests.fakes.kube_apiserver import FakeKubeApiServer
 
 # plural → (apiVersion, kind, namespaced)

@@ -22,10 +22,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from devkube.localkube import LocalKube
 from kaiweb.admission import cluster
 from kaiweb.admission.models import NamespaceQueueBinding
-from kaiweb.cluster.backends import gpu_sharing
-from kaiweb.cluster.localkube import LocalKube
+from kaiweb.cluster.backends.kubernetes import gpu_sharing
 from kaiweb.queues.models import Queue
 from tests.factories import QueueFactory
 

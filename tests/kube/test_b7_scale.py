@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kaiweb.cluster.localkube import NO_KWOK, find_binaries, find_tool
+from devkube.localkube import NO_KWOK, find_binaries, find_tool
 from tests.kube.fixtures import NO_BINARIES
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]

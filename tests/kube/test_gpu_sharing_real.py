@@ -11,10 +11,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from devkube.localkube import LocalKube
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.backends.types import ActionOutcome, BindAction
 from kaiweb.cluster.gateway import ClusterRejected
-from kaiweb.cluster.localkube import LocalKube
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
 from kaiweb.scheduling.models import Decision, SchedulingCycle

@@ -1,7 +1,7 @@
 """The Helm chart deploy/helm/kaiweb: lint, rendering, its refusals, and a real kube-apiserver's verdict.
 
 helm comes from ``deploy/helm/build-helm.sh`` (``HELM`` names another binary); the API server from
-``kaiweb.cluster.localkube`` (``make kube``). Without them the tests that need them are skipped, with
+``devkube.localkube`` (``make kube``). Without them the tests that need them are skipped, with
 the command that provides them.
 """
 
@@ -366,7 +366,7 @@ def test_plain_manifests_are_the_charts_rendering(helm: str) -> None:
 
 @pytest.fixture(scope="module")
 def kube(helm: str) -> Iterator[Any]:
-    from kaiweb.cluster.localkube import LocalKube, find_binaries
+    from devkube.localkube import LocalKube, find_binaries
 
     if find_binaries() is None:
         pytest.skip("no kube-apiserver/etcd: run `make kube` (deploy/kube/build.sh)")

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from kaiweb.cluster import e2e, mirror
-from kaiweb.cluster.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
-from kaiweb.scheduling.e2e import product_cycle
+from devkube import e2e
+from devkube.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
+from devkube.product import product_cycle
+from kaiweb.cluster import mirror
 from tests.kube.fixtures import NO_BINARIES, start_cluster
 
 pytestmark = [pytest.mark.kube, pytest.mark.django_db(transaction=True)]

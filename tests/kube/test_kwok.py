@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from devkube.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.backends.types import ActionOutcome, BindAction
-from kaiweb.cluster.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
 from tests.kube.fixtures import NO_BINARIES
 
 pytestmark = pytest.mark.kube

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from kaiweb.cluster.localkube import NO_KWOK, LocalKube, LocalKubeError, find_binaries, find_tool
+from devkube.localkube import NO_KWOK, LocalKube, LocalKubeError, find_binaries, find_tool
 from tests.kube.fixtures import NO_BINARIES
 
 pytestmark = pytest.mark.kube

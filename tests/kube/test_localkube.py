@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes import config as kube_config
 
-from kaiweb.cluster.localkube import LocalKube, LocalKubeError, find_binaries, find_tool, kwok_node
+from devkube.localkube import LocalKube, LocalKubeError, find_binaries, find_tool, kwok_node
 from tests.kube.fixtures import CRDS
 
 

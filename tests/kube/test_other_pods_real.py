@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.invariants import check_cluster
 from kaiweb.cluster.models import OtherPod, SchedulingShard
 from kaiweb.cluster.watch import ClusterWatcher

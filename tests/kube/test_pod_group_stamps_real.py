@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway, parse_pod_group, read_stamp, stamp_text
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.parsing import parse_pod_group, read_stamp, stamp_text
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.cluster.watch import ClusterWatcher, WatchEvent
 from kaiweb.core import clock

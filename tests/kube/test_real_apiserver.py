@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from devkube.localkube import LocalKube
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.backends.types import EvictAction
 from kaiweb.cluster.gateway import ClusterUnavailable
-from kaiweb.cluster.localkube import LocalKube
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.cluster.watch import ResourceWatch, WatchEvent, resource_kinds
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus

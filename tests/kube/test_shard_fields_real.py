@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.models import SchedulingShard, UnreadableObject
 from kaiweb.scheduling import cycle
 from tests.kube.servers import RealServer

@@ -356,11 +356,12 @@ class ActionResult:
 
 @dataclass(frozen=True)
 class QueueSyncAction:
-    """One step to make the cluster's Queue CRDs match the database (the database wins)."""
+    """One step of the Queue CRD sync (`kaiweb.cluster.queue_sync.diff_queues`, whose rule says which
+    side wins)."""
 
-    op: str  # "create" / "update" / "delete"
+    op: str  # "create" / "update" / "delete" (written to the cluster) or "import" (into the database)
     name: str
-    spec: QueueSpec | None  # the database's spec (None for delete)
+    spec: QueueSpec | None  # the spec that wins: the database's, or the cluster's for an import (None for delete)
     message: str  # what changes, and for updates which cluster values the database overrides
     resource_version: str = ""  # the observed CRD's version, for an optimistic replace
 

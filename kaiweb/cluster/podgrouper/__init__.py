@@ -1,7 +1,9 @@
 """The pod-grouper, as KAI's: every pod of our scheduler belongs to its top owner's PodGroup.
 
-Pure: raw Kubernetes objects (plain dicts) in, plain dicts out, no framework and no cluster access;
-the caller passes a lookup. Follows KAI-Scheduler's ``pkg/podgrouper`` rules per kind:
+The decision is pure: raw Kubernetes objects (plain dicts) in, plain dicts out, no framework and no
+cluster access; the caller passes a lookup. `controller` is the grouper at work on a cluster (one pass in
+the cycle's observe step, or `LiveGrouper` beside ``watch_cluster``'s Pod watch): it reads pods and
+owners through the gateway and writes the PodGroups and the pods' marks. Follows KAI-Scheduler's ``pkg/podgrouper`` rules per kind:
 
 * bare Pod, ReplicaSet, StatefulSet, unknown kinds: one PodGroup per top owner, minMember 1;
 * Job: minMember from ``kai.scheduler/batch-min-member``; CronJob: one PodGroup per Job it runs;

@@ -9,7 +9,7 @@ import pytest
 
 from kaiweb.admission import rules
 from kaiweb.admission.rules import Denial, QueueFacts
-from kaiweb.cluster.backends import gpu_sharing
+from kaiweb.cluster.backends.kubernetes import gpu_sharing
 
 
 def pod(annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,

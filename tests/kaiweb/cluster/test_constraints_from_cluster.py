@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway, parse_node, parse_pod
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.parsing import parse_node, parse_pod
 from kaiweb.cluster.backends.types import ObservedPod, Unreadable
 from kaiweb.cluster.models import Cluster, Node, UnreadableObject
 from kaiweb.scheduling.adapters import build_snapshot

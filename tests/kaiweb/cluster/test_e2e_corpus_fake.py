@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from kaiweb.cluster import e2e, mirror
-from kaiweb.scheduling.e2e import product_cycle
+from devkube import e2e
+from devkube.product import product_cycle
+from kaiweb.cluster import mirror
 
 ROOT = Path(__file__).resolve().parents[3]
 CORPUS = ROOT.parent / "shared" / "corpus" / "kai-e2e"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kaiweb.cluster import e2e
+from devkube import e2e
 
 
 def test_third_party_kinds_get_a_permissive_crd_and_built_in_kinds_do_not():

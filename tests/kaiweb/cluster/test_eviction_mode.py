@@ -14,7 +14,7 @@ import pytest
 
 from kaiweb.audit.models import AuditEntry
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import parse_shard
+from kaiweb.cluster.backends.kubernetes.shards import parse_shard
 from kaiweb.cluster.backends.simulated import SimulatedGateway
 from kaiweb.cluster.backends.types import ActionOutcome, ActionResult, EvictAction, ObservedShard, Unreadable
 from kaiweb.cluster.models import Cluster, SchedulingShard

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kaiweb.cluster.backends import gpu_sharing as gs
+from kaiweb.cluster.backends.kubernetes import gpu_sharing as gs
 
 
 def test_a_reservation_pod_holds_one_gpu_of_its_node_for_its_group_and_is_not_ours_to_schedule():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kaiweb.cluster.backends.kubernetes import parse_pod_group, parse_shard, parse_topology, plural_of
+from kaiweb.cluster.backends.kubernetes.parsing import parse_pod_group, parse_topology, plural_of
+from kaiweb.cluster.backends.kubernetes.shards import parse_shard
 from kaiweb.cluster.backends.types import ObservedPodGroup, ObservedShard, ObservedTopology, Unreadable
 
 
@@ -103,7 +104,7 @@ def test_plural_names_follow_kubernetes(kind, plural):
 
 @pytest.mark.parametrize(("quota", "limit", "read"), [(-1, 0, 0), (4, 2, 2), (2, 4, 2), (-1, -1, -1), (3, -1, 3)])
 def test_a_kai_queue_whose_limit_is_below_its_quota_reads_as_capped_by_the_limit(quota, limit, read):
-    from kaiweb.cluster.backends.kubernetes import parse_queue
+    from kaiweb.cluster.backends.kubernetes.parsing import parse_queue
 
     res = {"quota": quota, "limit": limit, "overQuotaWeight": 1}
     parsed = parse_queue({"metadata": {"name": "q"}, "spec": {"resources": {"gpu": res, "cpu": res, "memory": res}}})
@@ -112,7 +113,7 @@ def test_a_kai_queue_whose_limit_is_below_its_quota_reads_as_capped_by_the_limit
 
 
 def test_a_pod_names_the_config_maps_it_needs_and_the_claims_it_mounts():
-    from kaiweb.cluster.backends.kubernetes import parse_pod
+    from kaiweb.cluster.backends.kubernetes.parsing import parse_pod
 
     raw = {"metadata": {"name": "p", "namespace": "ns", "labels": {"kai.scheduler/queue": "q"}}, "spec": {
         "volumes": [{"name": "a", "configMap": {"name": "needed"}},
@@ -128,7 +129,7 @@ def test_a_pod_names_the_config_maps_it_needs_and_the_claims_it_mounts():
 
 @pytest.mark.parametrize(("label", "read"), [("3", 3), ("-1", -1), ("high", None), (None, None)])
 def test_the_task_priority_label_orders_pods_inside_their_job(label, read):
-    from kaiweb.cluster.backends.kubernetes import parse_pod
+    from kaiweb.cluster.backends.kubernetes.parsing import parse_pod
 
     labels = {"kai.scheduler/queue": "q", **({"kai.scheduler/task-priority": label} if label is not None else {})}
     pod = parse_pod({"metadata": {"name": "p", "namespace": "ns", "labels": labels},

@@ -1,4 +1,4 @@
-"""watch_cluster's pod-grouper (`kaiweb.cluster.grouping.LiveGrouper`): pods handed over by the Pod
+"""watch_cluster's pod-grouper (`kaiweb.cluster.podgrouper.controller.LiveGrouper`): pods handed over by the Pod
 watch are grouped by worker threads, with no PodGroup list, namespaces and owners read once per
 cache period, and PodGroups taken from the PodGroup watch and from what the grouper wrote.
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
-from kaiweb.cluster.grouping import LiveGrouper, PodGroupCache
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
+from kaiweb.cluster.podgrouper.controller import LiveGrouper, PodGroupCache
 from kaiweb.cluster.watch import WatchEvent
 from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
 from tests.kube.fixtures import _real_server, apiserver, kube_cluster  # noqa: F401 - fixtures

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from kaiweb.audit.models import AuditEntry
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.models import (
     Cluster,
     GpuDevice,
@@ -28,7 +28,7 @@ from kaiweb.scheduling import write_back
 from kaiweb.scheduling.models import PendingReason
 from kaiweb.workloads.choices import PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
-from tests.factories import QueueFactory
+from tests.factories import QueueFactory, recorded_of
 from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.django_db
@@ -488,7 +488,7 @@ def test_write_back_writes_only_what_changed_since_the_last_cycle(cluster: Clust
         QueueStatusFactory(queue=parent, cycle=c, allocated={"cpu": 500, "memory": 2048, "gpu": gpus})
         return c
 
-    write_back.write_back(gateway, cycle("OverLimit", "leaf is at its GPU limit", 1))
+    write_back.write_back(gateway, *recorded_of(cycle("OverLimit", "leaf is at its GPU limit", 1)))
     assert gateway.pending == [("waiting", "Unschedulable", "leaf is at its GPU limit")]
     written = {s.name: s for s in gateway.statuses}
     assert written["leaf"].allocated.gpus == 1
@@ -500,21 +500,21 @@ def test_write_back_writes_only_what_changed_since_the_last_cycle(cluster: Clust
         "type": "FieldsApplied", "status": "True", "reason": "AllApplied",
         "message": "every field the object sets is applied"}])]
 
-    write_back.write_back(gateway, cycle("OverLimit", "leaf is at its GPU limit", 1))  # nothing changed
+    write_back.write_back(gateway, *recorded_of(cycle("OverLimit", "leaf is at its GPU limit", 1)))  # nothing changed
     assert len(gateway.pending) == 1
     assert len(gateway.statuses) == 2
     assert len(gateway.shard_conditions) == 1
 
-    write_back.write_back(gateway, cycle("NotEnoughResources", "no node has 1 free GPU", 3))
+    write_back.write_back(gateway, *recorded_of(cycle("NotEnoughResources", "no node has 1 free GPU", 3)))
     assert gateway.pending[-1] == ("waiting", "Unschedulable", "no node has 1 free GPU")
     assert len(gateway.statuses) == 4
 
     # Bound: no longer pending, so its record goes; pending again later, it is explained again.
     Pod.objects.filter(name="waiting").update(state=PodState.RUNNING)
-    write_back.write_back(gateway, SchedulingCycleFactory(shard=shard))
+    write_back.write_back(gateway, *recorded_of(SchedulingCycleFactory(shard=shard)))
     assert not PendingReport.objects.exists()
     Pod.objects.filter(name="waiting").update(state=PodState.PENDING)
-    write_back.write_back(gateway, cycle("NotEnoughResources", "no node has 1 free GPU", 3))
+    write_back.write_back(gateway, *recorded_of(cycle("NotEnoughResources", "no node has 1 free GPU", 3)))
     assert len(gateway.pending) == 3
 
 

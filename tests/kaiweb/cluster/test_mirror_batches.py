@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import parse_node, parse_pod, parse_pod_group
+from kaiweb.cluster.backends.kubernetes.parsing import parse_node, parse_pod, parse_pod_group
 from kaiweb.cluster.models import Cluster, Node, UnreadableObject
 from kaiweb.cluster.watch import ADDED, DELETED, MODIFIED, WatchEvent
 from kaiweb.queues.models import Queue

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import parse_pod
+from kaiweb.cluster.backends.kubernetes.parsing import parse_pod
 from kaiweb.cluster.models import Cluster, Node
 from kaiweb.cluster.watch import ADDED, DELETED, MODIFIED, WatchEvent
 from kaiweb.queues.models import Queue
@@ -63,10 +63,11 @@ def record(cluster: Cluster, kind: str, node: str | None = None, name: str = "p"
     pod = Pod.objects.get(name=name)
     cycle = SchedulingCycle.objects.create(shard=cluster.shards.get(), status="succeeded",
                                            started_at="2026-11-27T00:00:30Z")
-    Decision.objects.create(cycle=cycle, kind=kind, status=DecisionStatus.APPLIED, pod=pod, workload=pod.workload,
-                            node=Node.objects.get(name=node) if node else None, workload_ref="x", pod_name=name,
-                            node_name=node or "", reason="r", idempotency_key=f"{kind}:{name}:{cycle.pk}")
-    write_back.record_actions(cycle)
+    applied = Decision.objects.create(
+        cycle=cycle, kind=kind, status=DecisionStatus.APPLIED, pod=pod, workload=pod.workload,
+        node=Node.objects.get(name=node) if node else None, workload_ref="x", pod_name=name,
+        node_name=node or "", reason="r", idempotency_key=f"{kind}:{name}:{cycle.pk}")
+    write_back.record_actions([applied])
 
 
 def row(name: str = "p") -> tuple[str, str | None, str]:
@@ -167,13 +168,14 @@ def test_a_bind_recorded_while_the_watcher_writes_an_older_event_stands(cluster:
     pod = Pod.objects.get(name="p")
     cycle_row = SchedulingCycle.objects.create(shard=cluster.shards.get(), status="succeeded",
                                                started_at="2026-11-27T00:00:30Z")
-    Decision.objects.create(cycle=cycle_row, kind=DecisionKind.BIND, status=DecisionStatus.APPLIED, pod=pod,
-                            workload=pod.workload, node=Node.objects.get(name="gpu-1"), workload_ref="x",
-                            pod_name="p", node_name="gpu-1", reason="r", idempotency_key="bind:p")
+    applied = Decision.objects.create(
+        cycle=cycle_row, kind=DecisionKind.BIND, status=DecisionStatus.APPLIED, pod=pod, workload=pod.workload,
+        node=Node.objects.get(name="gpu-1"), workload_ref="x", pod_name="p", node_name="gpu-1", reason="r",
+        idempotency_key="bind:p")
 
     def cycle_records() -> None:
         try:
-            write_back.record_actions(cycle_row)
+            write_back.record_actions([applied])
         finally:
             connection.close()
 

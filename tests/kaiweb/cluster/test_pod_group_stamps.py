@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from kaiweb.cluster import mirror, stamps
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway, parse_pod_group, read_stamp, stamp_text
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.parsing import parse_pod_group, read_stamp, stamp_text
 from kaiweb.cluster.backends.types import ObservedPodGroup
 from kaiweb.cluster.models import Cluster, SchedulingShard
 from kaiweb.cluster.watch import ADDED, MODIFIED, WatchEvent
@@ -18,7 +19,7 @@ from kaiweb.scheduling import write_back
 from kaiweb.scheduling.choices import DecisionKind, DecisionStatus
 from kaiweb.workloads.choices import PodState
 from kaiweb.workloads.models import Workload
-from tests.factories import DecisionFactory, PodFactory, SchedulingCycleFactory
+from tests.factories import DecisionFactory, PodFactory, SchedulingCycleFactory, recorded_of
 from tests.fakes.kube_apiserver import FakeKubeApiServer, kube_apiserver  # noqa: F401 - fixture
 from tests.kaiweb.cluster.test_mirror import cluster, gateway  # noqa: F401 - fixtures
 
@@ -193,7 +194,7 @@ def test_an_applied_eviction_stamps_its_workload_and_never_moves_a_later_stamp_b
         DecisionFactory(cycle=cycle, kind=DecisionKind.EVICT, status=status, pod=pod)
     before = clock.now()
 
-    write_back.record_actions(cycle)
+    write_back.record_actions(list(cycle.decisions.filter(status=DecisionStatus.APPLIED)))
 
     assert Workload.objects.get(pk=evicted.workload_id).last_eviction_at >= before
     assert Workload.objects.get(pk=ahead.workload_id).last_eviction_at > clock.now()
@@ -214,7 +215,7 @@ def test_the_write_back_puts_the_workloads_stamps_on_its_pod_group_once(
         raise AssertionError("the write-back judges from the mirror, it lists no PodGroups")
 
     gateway.list_pod_groups_raw = no_listing  # type: ignore[method-assign]  # the write-back must not call it
-    first = write_back.write_back(gateway, SchedulingCycleFactory(shard=shard))
+    first = write_back.write_back(gateway, *recorded_of(SchedulingCycleFactory(shard=shard)))
 
     assert (first.pod_group_stamps, first.errors) == (1, [])
     annotations = kube_apiserver.get("podgroups", "train", "default")["metadata"]["annotations"]
@@ -223,10 +224,10 @@ def test_the_write_back_puts_the_workloads_stamps_on_its_pod_group_once(
     # The row keeps what was written, so the next cycle judges without listing the PodGroups.
     assert Workload.objects.get(name="train").pod_group_said["annotations"] == {
         k: v for k, v in annotations.items() if k != "kept"}
-    assert write_back.write_back(gateway, SchedulingCycleFactory(shard=shard)).pod_group_stamps == 0  # steady
+    assert write_back.write_back(gateway, *recorded_of(SchedulingCycleFactory(shard=shard))).pod_group_stamps == 0  # steady
 
     Workload.objects.filter(name="train").update(stale_since=None)  # the gang is whole again
-    write_back.write_back(gateway, SchedulingCycleFactory(shard=shard))
+    write_back.write_back(gateway, *recorded_of(SchedulingCycleFactory(shard=shard)))
 
     annotations = kube_apiserver.get("podgroups", "train", "default")["metadata"]["annotations"]
     assert STALE not in annotations
@@ -249,11 +250,11 @@ def test_a_burst_of_stamps_is_written_over_several_cycles_at_most_the_budget_eac
         return [n for n in ("a", "b", "c")
                 if START in (kube_apiserver.get("podgroups", n, "default")["metadata"].get("annotations") or {})]
 
-    assert write_back.write_back(gateway, SchedulingCycleFactory(shard=shard)).pod_group_stamps == 2
+    assert write_back.write_back(gateway, *recorded_of(SchedulingCycleFactory(shard=shard))).pod_group_stamps == 2
     assert started() == ["a", "b"]
-    assert write_back.write_back(gateway, SchedulingCycleFactory(shard=shard)).pod_group_stamps == 1
+    assert write_back.write_back(gateway, *recorded_of(SchedulingCycleFactory(shard=shard))).pod_group_stamps == 1
     assert started() == ["a", "b", "c"]
-    assert write_back.write_back(gateway, SchedulingCycleFactory(shard=shard)).pod_group_stamps == 0
+    assert write_back.write_back(gateway, *recorded_of(SchedulingCycleFactory(shard=shard))).pod_group_stamps == 0
 
 
 def test_a_cycle_that_bound_or_evicted_writes_a_tenth_of_the_stamp_budget(settings: Any) -> None:
@@ -310,16 +311,16 @@ def test_the_write_back_judges_pod_group_status_from_the_mirror_and_writes_a_con
             PendingReasonFactory(workload=w, cycle=c, reason="no-node-fits", message="no node has 1 free GPU")
         return c
 
-    first = write_back.write_back(gateway, cycle())
+    first = write_back.write_back(gateway, *recorded_of(cycle()))
     assert (first.pod_group_statuses, first.errors) == (2, [])
     conditions = kube_apiserver.get("podgroups", "waits", "default")["status"]["schedulingConditions"]
     assert [c["message"] for c in conditions] == ["no node has 1 free GPU"]
     assert Workload.objects.get(name="waits").pod_group_said["conditions"] == conditions
-    assert write_back.write_back(gateway, cycle()).pod_group_statuses == 0  # says the same: not written again
+    assert write_back.write_back(gateway, *recorded_of(cycle())).pod_group_statuses == 0  # says the same: not written again
 
     # A PodGroup first seen carrying that condition (written by KAI before the move) is left as it is.
     Workload.objects.filter(name="carried").delete()
     mirror.sync_full(gateway, cluster)
     assert Workload.objects.get(name="carried").pod_group_said["conditions"] == \
         kube_apiserver.get("podgroups", "carried", "default")["status"]["schedulingConditions"]
-    assert write_back.write_back(gateway, cycle()).pod_group_statuses == 0
+    assert write_back.write_back(gateway, *recorded_of(cycle())).pod_group_statuses == 0

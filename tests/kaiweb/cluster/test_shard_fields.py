@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway, parse_shard
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.shards import parse_shard
 from kaiweb.cluster.backends.types import ObservedShard, Unreadable
 from kaiweb.cluster.models import Cluster, SchedulingShard, UnreadableObject
 from kaiweb.scheduling import cycle

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.models import Cluster, Topology, UnreadableObject
 from kaiweb.scheduling import adapters
 from scheduler_core import model as m

@@ -73,8 +73,8 @@ def test_a_decision_already_recorded_is_not_recorded_or_applied_again():
     first = SchedulingCycle.objects.create(shard=sc.shard, started_at=adapters.from_epoch(snapshot.now))
     second = SchedulingCycle.objects.create(shard=sc.shard, started_at=adapters.from_epoch(snapshot.now))
 
-    to_apply_first = adapters.persist_result(first, result, snapshot, index)
-    to_apply_second = adapters.persist_result(second, result, snapshot, index)
+    to_apply_first = adapters.persist_result(first, result, snapshot, index).decisions
+    to_apply_second = adapters.persist_result(second, result, snapshot, index).decisions
 
     assert len(to_apply_first) == 1
     assert to_apply_second == []

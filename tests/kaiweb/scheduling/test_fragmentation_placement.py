@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from kaiweb.cluster.backends.kubernetes import parse_shard
+from kaiweb.cluster.backends.kubernetes.shards import parse_shard
 from kaiweb.cluster.backends.types import ObservedShard, Unreadable
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.scheduling.cycle import cycle_config

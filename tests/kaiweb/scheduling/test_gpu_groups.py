@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kaiweb.cluster.backends import gpu_sharing
+from kaiweb.cluster.backends.kubernetes import gpu_sharing
 from kaiweb.cluster.backends.simulated import SimulatedGateway
 from kaiweb.cluster.backends.types import ActionOutcome, ActionResult, BindAction
 from kaiweb.scheduling import adapters, cycle
@@ -65,7 +65,7 @@ def test_the_groups_a_cycle_records_are_the_groups_the_gateway_is_given_in_the_e
     (bind,) = result.binds
     row = SchedulingCycle.objects.create(shard=sc.shard, started_at=adapters.from_epoch(snapshot.now))
 
-    decisions = adapters.persist_result(row, result, snapshot, index)
+    decisions = adapters.persist_result(row, result, snapshot, index).decisions
     gateway = RecordingGateway()
     cycle.apply_decisions(gateway, decisions)
 
@@ -143,7 +143,7 @@ def test_a_shared_gpu_bind_carries_the_version_the_mirror_saw_the_pod_unbound_at
     snapshot, index = adapters.build_snapshot(sc.shard, now=SimulatedGateway(sc.cluster).now(), reuse=False)
     result = cycle.engine_run_cycle(snapshot, cycle.cycle_config(sc.shard))
     row = SchedulingCycle.objects.create(shard=sc.shard, started_at=adapters.from_epoch(snapshot.now))
-    decisions = adapters.persist_result(row, result, snapshot, index)
+    decisions = adapters.persist_result(row, result, snapshot, index).decisions
     Pod.objects.filter(name="spread-0").update(state=state, node=sc.nodes[0] if on_node else None,
                                                resource_version=version)
     gateway = RecordingGateway()

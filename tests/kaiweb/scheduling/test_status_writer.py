@@ -35,6 +35,13 @@ def test_our_reason_codes_map_to_kais_unschedulable_reasons():
     assert sw.kai_reason("queue-over-limit") == "OverLimit"
     assert sw.kai_reason("preempt-non-preemptible-over-quota") == "NonPreemptibleOverQuota"
     assert sw.kai_reason("no-node-fits") is None
+    assert sw.kai_reason("preemption-delay") == "PreemptionDelayNotElapsed"
+
+
+def test_a_reason_code_is_matched_whole_not_as_a_part_of_another():
+    assert sw.kai_reason("queue-over-limit-soon") is None
+    assert sw.kai_reason("not-queue-over-limit") is None
+    assert sw.kai_reason("") is None
 
 
 def test_the_condition_keeps_its_transition_when_it_says_the_same():

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import parse_shard
+from kaiweb.cluster.backends.kubernetes.shards import parse_shard
 from kaiweb.cluster.models import Cluster, SchedulingShard
 from kaiweb.core.promapi import PrometheusAPI, PrometheusError
 from kaiweb.core.prometheus import render

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import parse_shard
+from kaiweb.cluster.backends.kubernetes.shards import parse_shard
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.core.prometheus import render
 from kaiweb.scheduling import cycle

@@ -10,7 +10,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway, load_configuration
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.transport import load_configuration
 from kaiweb.cluster.errors import ClusterError
 
 

@@ -13,9 +13,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections, connection
 
-from kaiweb.cluster import grouping, mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway, load_configuration
+from kaiweb.cluster import mirror
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.transport import load_configuration
 from kaiweb.cluster.errors import ClusterError
+from kaiweb.cluster.podgrouper import controller
 from kaiweb.cluster.watch import KINDS, ClusterWatcher, WatchEvent, log_event
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ class Command(BaseCommand):
             target = "" if cluster is None else f" into cluster {cluster.name}"
             self.stdout.write(f"watching {', '.join(kinds)} on {gateway.ping()} at {configuration.host}{target}")
             counts: dict[str, int] = {}
-            grouper = None if cluster is None else grouping.LiveGrouper.from_settings(gateway)
+            grouper = None if cluster is None else controller.LiveGrouper.from_settings(gateway)
             # Watching for good, the mirror is written on a thread of its own, as many events at a time
             # as wait (`mirror.EventWriter`); --once writes each event as it comes, in this thread.
             writer = None if cluster is None or options["once"] else mirror.EventWriter(
@@ -111,7 +113,7 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"watch ended: {summary}"))
 
 
-def make_callback(gateway: KubernetesGateway, cluster: Any, grouper: grouping.LiveGrouper | None,
+def make_callback(gateway: KubernetesGateway, cluster: Any, grouper: controller.LiveGrouper | None,
                   counts: dict[str, int], echo: Callable[[WatchEvent], None] | None = None,
                   writer: mirror.EventWriter | None = None) -> Callable[[WatchEvent], None]:
     """The watcher's callback: each change counted, logged and applied to the mirror of ``cluster``
@@ -125,7 +127,7 @@ def make_callback(gateway: KubernetesGateway, cluster: Any, grouper: grouping.Li
         if cluster is not None:
             if grouper is not None:
                 grouper.observe(event)
-                if grouping.wants_grouping(event):
+                if controller.wants_grouping(event):
                     grouper.submit(event.raw)
             if writer is not None:
                 writer.put(event)

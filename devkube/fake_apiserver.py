@@ -1,7 +1,7 @@
 """A fake Kubernetes API server on loopback, for quick runs of the gateway with the official client.
 
 For tests and for ``manage.py cluster_scenarios --apiserver fake``: nothing a deployment uses. The
-real API server (`kaiweb.cluster.localkube`) is the reference; this one is fast and in-process.
+real API server (`devkube.localkube`) is the reference; this one is fast and in-process.
 
 It serves, from memory, the part of the API that `KubernetesGateway` and the watcher call:
 

@@ -1,4 +1,4 @@
-"""The product's parts of KAI's end-to-end scenarios: the cycle the runner (`kaiweb.cluster.e2e`) is
+"""The product's parts of KAI's end-to-end scenarios: the cycle the runner (`devkube.e2e`) is
 given to run after each step, and the invariants it is given to check after each cycle."""
 
 from __future__ import annotations

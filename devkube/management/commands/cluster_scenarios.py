@@ -28,9 +28,9 @@ class Command(BaseCommand):
                                  "when fewer than this many scenarios pass")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        from kaiweb.cluster import e2e
-        from kaiweb.cluster.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
-        from kaiweb.scheduling.e2e import cycle_invariants, product_cycle
+        from devkube import e2e
+        from devkube.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
+        from devkube.product import cycle_invariants, product_cycle
 
         path: Path = opts["path"]
         if not path.exists():
@@ -103,7 +103,8 @@ def _prepare(kube: Any) -> None:
     """An empty database, the product pointed at ``kube`` as a deployment would be."""
     from django.core.management import call_command
 
-    from kaiweb.cluster import e2e, mirror
+    from devkube import e2e
+    from kaiweb.cluster import mirror
 
     call_command("flush", interactive=False, verbosity=0)
     e2e.point_product_at(kube)

@@ -1,7 +1,7 @@
 """KAI's end-to-end scenarios, run through the product's own Kubernetes path.
 
 A scenario of the kai-e2e corpus (its README gives the steps, the object conventions and the results
-format) is played against a real API server on loopback (`kaiweb.cluster.localkube`), exactly as the
+format) is played against a real API server on loopback (`devkube.localkube`), exactly as the
 product is deployed:
 
     apply objects with the official client → cycle: observe (pod-grouper, mirror) → snapshot →
@@ -44,11 +44,11 @@ from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-from kaiweb.cluster.localkube import KWOK_ANNOTATION, LocalKubeError
+from devkube.localkube import KWOK_ANNOTATION, LocalKubeError
 
 log = logging.getLogger(__name__)
 
-CRDS_FILE = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "crds.yaml"
+CRDS_FILE = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "crds.yaml"
 
 # apiVersions the API server serves itself, or our CRDs do: anything else gets a permissive CRD.
 _BUILT_IN_GROUPS = {"", "apps", "batch", "scheduling.k8s.io", "node.k8s.io", "storage.k8s.io", "policy",
@@ -304,7 +304,7 @@ class FakeApplier(Applier):
         self.cluster = cluster
 
     def _plural(self, obj: Mapping[str, Any]) -> str:
-        from kaiweb.cluster.backends.kubernetes import plural_of
+        from kaiweb.cluster.backends.kubernetes.parsing import plural_of
 
         kind, api_version = str(obj.get("kind", "")), str(obj.get("apiVersion", ""))
         plural = plural_of(kind)
@@ -338,7 +338,7 @@ class FakeCluster:
         self.kubeconfig = None
 
     def start(self) -> FakeCluster:
-        from kaiweb.cluster.fake_apiserver import FakeKubeApiServer
+        from devkube.fake_apiserver import FakeKubeApiServer
 
         if self.server is None:
             self.server = FakeKubeApiServer().start()

@@ -66,7 +66,7 @@ DEFAULT_CONTROLLERS = "disruption,garbagecollector,namespace"
 # asked for would only blur what the scheduler under test did.
 KWOK_CONTROLLERS = ("nodelifecycle,job,replicaset,deployment,statefulset,cronjob,ttl-after-finished,podgc,"
                     + DEFAULT_CONTROLLERS)
-KWOK_STAGES = Path(__file__).resolve().parents[2] / "deploy" / "kube" / "kwok-stages.yaml"
+KWOK_STAGES = Path(__file__).resolve().parents[1] / "deploy" / "kube" / "kwok-stages.yaml"
 KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 KWOK_LEASE_SECONDS = 40
 # How long the node-lifecycle controller waits for a KWOK node's lease before marking it NotReady.

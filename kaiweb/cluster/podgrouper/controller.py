@@ -1,10 +1,10 @@
 """The pod-grouper at work on a cluster: every pod of our scheduler gets its owner's PodGroup.
 
-`kaiweb.cluster.podgrouper` decides, from a pod and its owners, what PodGroup the pod belongs to
-(pure). This module does the cluster's part, as KAI's pod-grouper controller does: it reads the pods
-and their owners through the gateway, creates or updates each PodGroup (recomputed on every pass, so
-a later pod of the same owner updates minMember and subgroups), and marks each pod with the
-``pod-group-name`` annotation and its subgroup label.
+The package's other modules decide, from a pod and its owners, what PodGroup the pod belongs to
+(pure, `kaiweb.cluster.podgrouper.group_pod`). This module does the cluster's part, as KAI's
+pod-grouper controller does: it reads the pods and their owners through the gateway, creates or updates
+each PodGroup (recomputed on every pass, so a later pod of the same owner updates minMember and
+subgroups), and marks each pod with the ``pod-group-name`` annotation and its subgroup label.
 
 It runs in two places:
 
@@ -39,7 +39,7 @@ from typing import Any, Generic, TypeVar
 from django.conf import settings
 
 from kaiweb.cluster import podgrouper
-from kaiweb.cluster.backends.kubernetes import pod_group_carries
+from kaiweb.cluster.backends.kubernetes.parsing import pod_group_carries
 from kaiweb.cluster.backends.types import POD_GROUP_ANNOTATION
 from kaiweb.cluster.errors import ClusterError, ClusterRejected
 from kaiweb.cluster.podgrouper.model import PODGROUP_API_VERSION, PODGROUP_KIND

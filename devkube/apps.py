@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DevkubeConfig(AppConfig):
+    name = "devkube"
+    label = "devkube"
