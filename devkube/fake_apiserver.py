@@ -224,6 +224,35 @@ class FakeState:
     compacted_rv: int = 0  # watches from a resourceVersion below this get 410 Gone
 
 
+def pod_manifest(
+    name: str, *, namespace: str = "default", queue: str | None = "team-a",
+    scheduler: str = "kai-scheduler", requests: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None, node: str | None = None,
+    priority_class: str | None = None, pod_group: str | None = None,
+) -> dict[str, Any]:
+    """The test pods' manifest (metadata and spec), one container asking for ``requests`` / ``limits``
+    (1 CPU by default), in ``queue`` and ``pod_group`` when given; the fake and the real API server's
+    helpers both make their pods from it."""
+    labels = dict(labels or {})
+    if queue is not None:
+        labels["kai.scheduler/queue"] = queue
+    annotations = dict(annotations or {})
+    if pod_group:
+        annotations["pod-group-name"] = pod_group
+    resources: dict[str, Any] = {"requests": dict(requests if requests is not None else {"cpu": "1"})}
+    if limits:
+        resources["limits"] = dict(limits)
+    spec: dict[str, Any] = {"schedulerName": scheduler,
+                            "containers": [{"name": "main", "image": "busybox", "resources": resources}]}
+    if node:
+        spec["nodeName"] = node
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {"metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
+            "spec": spec}
+
+
 class FakeKubeApiServer:
     """The fake server. Start with ``start()`` (or as a context manager); stop with ``stop()``."""
 
@@ -467,35 +496,9 @@ class FakeKubeApiServer:
             },
         })
 
-    def add_pod(
-        self, name: str, *, namespace: str = "default", queue: str | None = "team-a",
-        scheduler: str = "kai-scheduler", requests: dict[str, str] | None = None,
-        limits: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
-        labels: dict[str, str] | None = None, node: str | None = None, phase: str = "Pending",
-        priority_class: str | None = None, pod_group: str | None = None,
-    ) -> dict[str, Any]:
-        labels = dict(labels or {})
-        if queue is not None:
-            labels["kai.scheduler/queue"] = queue
-        annotations = dict(annotations or {})
-        if pod_group:
-            annotations["pod-group-name"] = pod_group
-        resources: dict[str, Any] = {"requests": dict(requests if requests is not None else {"cpu": "1"})}
-        if limits:
-            resources["limits"] = dict(limits)
-        spec: dict[str, Any] = {
-            "schedulerName": scheduler,
-            "containers": [{"name": "main", "image": "busybox", "resources": resources}],
-        }
-        if node:
-            spec["nodeName"] = node
-        if priority_class:
-            spec["priorityClassName"] = priority_class
-        return self.put("pods", {
-            "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
-            "spec": spec,
-            "status": {"phase": phase},
-        })
+    def add_pod(self, name: str, *, phase: str = "Pending", **fields: Any) -> dict[str, Any]:
+        """A pod as `pod_manifest` writes it, in ``phase``."""
+        return self.put("pods", {**pod_manifest(name, **fields), "status": {"phase": phase}})
 
     def add_queue(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
         return self.put("queues", {"metadata": {"name": name}, "spec": spec})

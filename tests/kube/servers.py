@@ -25,6 +25,7 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
+from devkube.fake_apiserver import pod_manifest
 from devkube.localkube import LocalKube
 from tests.fakes.kube_apiserver import FakeKubeApiServer
 
@@ -265,30 +266,9 @@ class RealServer:
                 node = self._noted(self.resource("nodes").replace(body=node))
         return node
 
-    def add_pod(
-        self, name: str, *, namespace: str = "default", queue: str | None = "team-a",
-        scheduler: str = "kai-scheduler", requests: dict[str, str] | None = None,
-        limits: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
-        labels: dict[str, str] | None = None, node: str | None = None, phase: str = "Pending",
-        priority_class: str | None = None, pod_group: str | None = None,
-    ) -> dict[str, Any]:
-        labels = dict(labels or {})
-        if queue is not None:
-            labels["kai.scheduler/queue"] = queue
-        annotations = dict(annotations or {})
-        if pod_group:
-            annotations["pod-group-name"] = pod_group
-        resources: dict[str, Any] = {"requests": dict(requests if requests is not None else {"cpu": "1"})}
-        if limits:
-            resources["limits"] = dict(limits)
-        spec: dict[str, Any] = {"schedulerName": scheduler,
-                                "containers": [{"name": "main", "image": "busybox", "resources": resources}]}
-        if node:
-            spec["nodeName"] = node
-        if priority_class:
-            spec["priorityClassName"] = priority_class
-        pod: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace, "labels": labels,
-                                            "annotations": annotations}, "spec": spec}
+    def add_pod(self, name: str, *, phase: str = "Pending", **fields: Any) -> dict[str, Any]:
+        """A pod as `pod_manifest` writes it; a phase other than Pending is set as its status."""
+        pod = pod_manifest(name, **fields)
         if phase != "Pending":
             pod["status"] = {"phase": phase}
         return self.put("pods", pod)
