@@ -426,15 +426,25 @@ def test_each_user_keeps_only_the_last_runs(viewer, contended, settings):
     assert sorted(WhatIfRun.objects.filter(user=viewer).values_list("pk", flat=True)) == sorted(ids[-3:])
 
 
-def test_whatifs_have_a_queue_of_their_own_that_every_worker_consumes():
+def test_whatifs_and_estimates_have_a_queue_and_a_make_run_worker_of_their_own():
+    import importlib.util
     from pathlib import Path
 
     from kaiweb.celery import app
 
-    assert app.amqp.router.route({}, "whatif.run")["queue"].name == "whatif"
-    assert app.amqp.router.route({}, "scheduling.run_cycle")["queue"].name == "celery"
-    run_dev = (Path(__file__).resolve().parents[3] / "deploy" / "run_dev.py").read_text()
-    assert '"-Q", "celery,whatif"' in run_dev
+    route = {task: app.amqp.router.route({}, task)["queue"].name
+             for task in ("whatif.run", "scheduling.estimate_starts", "scheduling.run_cycle",
+                          "scheduling.dispatch_cycles", "scheduling.dispatch_estimates")}
+    assert route == {"whatif.run": "whatif", "scheduling.estimate_starts": "whatif", "scheduling.run_cycle": "celery",
+                     "scheduling.dispatch_cycles": "celery", "scheduling.dispatch_estimates": "celery"}
+    spec = importlib.util.spec_from_file_location("run_dev", Path(__file__).resolve().parents[3] / "deploy" / "run_dev.py")
+    assert spec is not None
+    assert spec.loader is not None
+    run_dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_dev)
+    consumed = {name: cmd[cmd.index("-Q") + 1] for name, cmd in run_dev.services().items() if "-Q" in cmd}
+    # The cycles' worker takes no what-if and no estimate, so neither ever waits in front of a cycle.
+    assert consumed == {"worker": "celery", "whatif": "whatif"}
 
 
 def test_simulate_from_the_edit_page_shows_the_window_it_ran(client, platform_admin, contended):
