@@ -343,6 +343,9 @@ KAI_BIND_CONCURRENCY = env.int("KAI_BIND_CONCURRENCY", default=32)
 # PodGroups whose time stamps a cycle writes back at most (the rest in the cycles after it), so a
 # burst of starts does not hold up the next cycle.
 KAI_STAMP_WRITES_PER_CYCLE = env.int("KAI_STAMP_WRITES_PER_CYCLE", default=50)
+# Kubernetes: PodGroups whose place in line and start estimate (kaiweb.io/queue-position, …) an idle
+# cycle writes at most, the head of the line first (a tenth after a cycle that acted).
+KAI_LINE_WRITES_PER_CYCLE = env.int("KAI_LINE_WRITES_PER_CYCLE", default=100)
 # watch_cluster's pod-grouper: threads writing PodGroups and pod marks, and how long a namespace's
 # labels and an owner it read are reused for further pods.
 KAI_GROUPER_WORKERS = env.int("KAI_GROUPER_WORKERS", default=8)
