@@ -47,6 +47,19 @@ def test_viewer_runs_a_whatif_and_sees_the_comparison(page, live_server, ui_data
     assert errors == [], f"JavaScript errors: {errors}"
 
 
+def run_team_training_with(page, live_server, viewer, login, *, gpu_quota: str) -> list[str]:
+    """Sign in, open the what-if of team-training, set its GPU quota (no limit) and run it; the page's
+    JavaScript errors are collected in the list returned."""
+    login(page, viewer)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(live_server.url + "/what-if/?queue=team-training")
+    page.fill("#id_gpu_quota", gpu_quota)
+    page.fill("#id_gpu_limit", "-1")
+    page.click("#run-whatif")
+    return errors
+
+
 def test_a_whatif_on_a_worker_is_polled_until_its_chart_is_drawn(page, live_server, ui_data, viewer, login, shot,
                                                                   monkeypatch):
     """The run is left queued (no worker picks it up) until the test runs it, as a worker would: the page
@@ -57,13 +70,7 @@ def test_a_whatif_on_a_worker_is_polled_until_its_chart_is_drawn(page, live_serv
     from kaiweb.whatif.models import WhatIfRun
 
     monkeypatch.setattr(tasks.run_whatif_task, "delay", lambda run_id: None)
-    login(page, viewer)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(live_server.url + "/what-if/?queue=team-training")
-    page.fill("#id_gpu_quota", "40")
-    page.fill("#id_gpu_limit", "-1")
-    page.click("#run-whatif")
+    errors = run_team_training_with(page, live_server, viewer, login, gpu_quota="40")
     expect(page.locator("#whatif-poll")).to_contain_text("Replaying on a worker")
     shot(page, "whatif-running")
     run = WhatIfRun.objects.get(user=viewer)
@@ -81,13 +88,7 @@ def test_a_whatif_shows_how_long_the_jobs_waiting_now_would_wait_with_the_change
                                                                                   login, shot):
     from kaiweb.whatif.models import WhatIfRun
 
-    login(page, viewer)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(live_server.url + "/what-if/?queue=team-training")
-    page.fill("#id_gpu_quota", "0")
-    page.fill("#id_gpu_limit", "-1")
-    page.click("#run-whatif")
+    errors = run_team_training_with(page, live_server, viewer, login, gpu_quota="0")
     waits = page.locator("#whatif-waits")
     expect(waits).to_be_visible(timeout=60_000)
     expect(waits).to_contain_text("arrivals are not guessed")
