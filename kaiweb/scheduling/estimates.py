@@ -26,7 +26,7 @@ from kaiweb.cluster.gateway import Capability, get_gateway
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.core import clock
 from kaiweb.core.locks import advisory_lock
-from kaiweb.scheduling import adapters
+from kaiweb.scheduling import adapters, status_writer
 from kaiweb.scheduling.models import WaitingLine, line_key
 from kaiweb.workloads.models import Workload
 from scheduler_core import model as m
@@ -218,9 +218,13 @@ def _refresh(shard: SchedulingShard) -> int:
     rows = {line_key(wid): _row(e) for uid, e in got.items() if (wid := index.workloads.get(uid)) is not None}
     per_queue = _queue_estimates(snapshot, first, got, index, now)
     samples = max((e.samples for e in got.values()), default=0)
+    at = timezone.now()
+    for row in rows.values():
+        # as the PodGroup's annotations say it (the cycle's write-back puts it there without wording it)
+        row["said"] = status_writer.annotation_texts(row, now, at, samples)
     seconds = time.process_time() - t0
     WaitingLine.objects.filter(shard=shard).update(
-        estimates=rows, queue_estimates=per_queue, estimated_at=timezone.now(), estimated_now=now,
+        estimates=rows, queue_estimates=per_queue, estimated_at=at, estimated_now=now,
         estimate_samples=samples, estimate_seconds=round(seconds, 3))
     log.info("start estimates of shard %s: %d pending workloads, %d samples, %.2f s", shard, len(rows), samples, seconds)
     return len(rows)

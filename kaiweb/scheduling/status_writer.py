@@ -230,25 +230,31 @@ def line_annotations(place: Any, texts: tuple[str | None, str | None, str] | Non
     return out
 
 
-def estimate_texts(shard_id: int, estimated_at: datetime) -> dict[str, tuple[str | None, str | None, str]]:
-    """A shard's stored estimates (``WaitingLine.estimates``) as annotation texts, by line key: p50 and
-    p80 in RFC 3339 UTC to the minute (None: not within the horizon) and the reason, its times in UTC.
-    Read and worded once per refresh (kept by shard and ``estimated_at``)."""
-    from kaiweb.scheduling.models import WaitingLine
+def annotation_texts(row: Mapping[str, Any], now: float, at: datetime, samples: int) -> list[str | None]:
+    """An estimate row (``WaitingLine.estimates``) as its PodGroup's annotations say it: p50 and p80 in
+    RFC 3339 UTC to the minute (None: not within the horizon) and the reason, its times in UTC. Worded
+    by the refresh, on its worker, and stored with the row (``"said"``), so no cycle words thousands."""
     from kaiweb.scheduling.selectors import estimate_of
+
+    e = estimate_of(dict(row), now, at, samples, clock_text=_utc_clock)
+    return [_minute_text(e.p50_at), _minute_text(e.p80_at), e.reason[:LINE_ANNOTATION_MAX]]
+
+
+def estimate_texts(shard_id: int, estimated_at: datetime) -> dict[str, tuple[str | None, str | None, str]]:
+    """A shard's stored estimates' annotation texts (`annotation_texts`), by line key; read once per
+    refresh (kept by shard and ``estimated_at``)."""
+    from kaiweb.scheduling.models import WaitingLine
 
     held = _ESTIMATE_TEXTS.get(shard_id)
     if held is not None and held[0] == estimated_at:
         return held[1]
-    row = WaitingLine.objects.filter(shard_id=shard_id).values(
-        "estimates", "estimated_now", "estimated_at", "estimate_samples").first()
+    row = WaitingLine.objects.filter(shard_id=shard_id).values("estimates", "estimated_at").first()
     texts: dict[str, tuple[str | None, str | None, str]] = {}
     if row is not None and row["estimated_at"] is not None:
         for key, stored in (row["estimates"] or {}).items():
-            if isinstance(stored, Mapping):
-                e = estimate_of(dict(stored), row["estimated_now"], row["estimated_at"], row["estimate_samples"],
-                                clock_text=_utc_clock)
-                texts[key] = (_minute_text(e.p50_at), _minute_text(e.p80_at), e.reason)
+            said = stored.get("said") if isinstance(stored, Mapping) else None
+            if isinstance(said, list) and len(said) == 3:
+                texts[key] = (said[0], said[1], str(said[2] or ""))
         _ESTIMATE_TEXTS[shard_id] = (row["estimated_at"], texts)
     return texts
 

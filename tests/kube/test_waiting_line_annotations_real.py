@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kaiweb.cluster import mirror
-from kaiweb.cluster.backends.kubernetes import KubernetesGateway
+from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.cluster.watch import ClusterWatcher, WatchEvent
 from kaiweb.scheduling import estimates, status_writer
