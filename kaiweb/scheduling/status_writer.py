@@ -259,16 +259,23 @@ def estimate_texts(shard_id: int, estimated_at: datetime) -> dict[str, tuple[str
     return texts
 
 
-def waiting_line_annotations(cluster: Any) -> dict[str, dict[str, str | None]]:
+def waiting_line_annotations(cluster: Any, shard_id: int | None = None,
+                             positions: Mapping[str, Any] | None = None) -> dict[str, dict[str, str | None]]:
     """Line key (``w<workload id>``) → the annotations its PodGroup should hold (`line_annotations`), for
-    every workload waiting in one of the cluster's shards' lines. One query, and one more per shard whose
-    estimates were refreshed since the last read."""
+    every workload waiting in one of the cluster's shards' lines: ``shard_id``'s as its cycle recorded it
+    (``positions``, from memory), the other shards' as their latest cycles did. One query, one more when the
+    cluster has other shards, and one per shard whose estimates were refreshed since the last read."""
     from kaiweb.scheduling.models import WaitingLine
 
+    lines = list(WaitingLine.objects.filter(shard__cluster=cluster).order_by("shard_id").values_list(
+        "shard_id", "estimated_at"))
+    places = {sid: positions for sid, _ in lines if sid == shard_id and positions is not None}
+    others = [sid for sid, _ in lines if sid not in places]
+    if others:
+        places.update(WaitingLine.objects.filter(shard_id__in=others).values_list("shard_id", "positions"))
     out: dict[str, dict[str, str | None]] = {}
-    for shard_id, positions, estimated_at in WaitingLine.objects.filter(shard__cluster=cluster).order_by(
-            "shard_id").values_list("shard_id", "positions", "estimated_at"):
-        texts = estimate_texts(shard_id, estimated_at) if estimated_at is not None else {}
-        for key, place in (positions or {}).items():
+    for sid, estimated_at in lines:
+        texts = estimate_texts(sid, estimated_at) if estimated_at is not None else {}
+        for key, place in (places.get(sid) or {}).items():
             out[key] = line_annotations(place, texts.get(key))
     return out

@@ -8,8 +8,8 @@
   and the PodGroups' status and events (`kaiweb.scheduling.status_writer`).
 
 Both are fed from memory by the cycle: the decisions it applied, and what its record step wrote
-(`adapters.Recorded`: the queue status rows, the why-pending); neither reads back what the cycle has
-just written.
+(`adapters.Recorded`: the queue status rows, the why-pending, the waiting line's places); neither reads
+back what the cycle has just written.
 
 It belongs to scheduling, which owns the cycle and its rows; the mirror (`kaiweb.cluster.mirror`)
 only fills the database from the cluster.
@@ -215,8 +215,9 @@ def write_back(gateway: Any, cycle: Any, recorded: Recorded) -> WriteBackReport:
     # PodGroup status, events, stamps and place in line, judged against what each PodGroup says
     # (`_pod_groups_said`).
     listed, times = _pod_groups_said(cluster)
-    _write_annotations(gateway, cluster, listed, times, status_writer.waiting_line_annotations(cluster), report,
-                       stamps_budget=stamp_budget(cycle), line_budget=line_budget(cycle))
+    line = status_writer.waiting_line_annotations(cluster, cycle.shard_id, recorded.positions)
+    _write_annotations(gateway, cluster, listed, times, line, report, stamps_budget=stamp_budget(cycle),
+                       line_budget=line_budget(cycle))
     # Only a PodGroup with a pod waiting, or with a condition to take away, can need a status or an event.
     waiting = set(Pod.objects.filter(workload__cluster=cluster, state__in=(PodState.PENDING, PodState.GATED))
                   .values_list("workload__namespace", "workload__name").distinct())
