@@ -8,7 +8,8 @@ restated), played at any ``--nodes N``. For each scenario:
   makes bound pods Running);
 * the product, as separate processes on a scratch Postgres database (``kaiweb_b7_<pid>``, copied from a
   migrated template, dropped at the end) and Redis: ``manage.py watch_cluster`` all along, and the
-  scheduler, i.e. a Celery worker (``-Q celery,whatif --concurrency 1``) and beat, with
+  scheduler, i.e. a Celery worker for the cycles (``-Q celery --concurrency 1``), one for the estimates
+  (``-Q whatif``) and beat, with
   ``KAI_CLUSTER_BACKEND=kubernetes`` and ``KUBECONFIG`` pointing at the LocalKube;
 * the queues (Queue CRDs), namespaces and pods as the scenario says. "D" scenarios create them with
   the scheduler stopped and start the timer just before starting it; the timer ends at the latest

@@ -1,10 +1,11 @@
-"""`make run`: migrate, seed the demo, print a login, then run web + worker + beat until Ctrl-C.
+"""`make run`: migrate, seed the demo, print a login, then run web, the two workers and beat until Ctrl-C.
 
 Everything runs on embedded defaults (SQLite, the filesystem Celery broker, the simulated
 cluster) unless DATABASE_URL / REDIS_URL / KAI_CLUSTER_BACKEND say otherwise. It is for a
 developer's machine, so DEBUG is on (KAI_DEBUG=true) unless KAI_DEBUG says otherwise. While it runs, a
 line per new scheduling cycle shows what the scheduler does. Ctrl-C (or SIGTERM) stops the web
-server, the worker and beat, and waits until none of their processes is left.
+server, the workers (the cycles' on the "celery" queue, the what-ifs' and estimates' on "whatif") and beat,
+and waits until none of their processes is left.
 """
 
 from __future__ import annotations
@@ -109,6 +110,19 @@ def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
         p.wait()
 
 
+def services() -> dict[str, list[str]]:
+    """The processes `make run` starts, by name. The cycles and the what-ifs/estimates have workers of
+    their own, as the chart runs them: a long estimate never waits in front of a cycle."""
+    return {
+        "web": [PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"],
+        "worker": [PY, "-m", "celery", "-A", "kaiweb", "worker", "-l", "warning", "--concurrency", "2",
+                   "-Q", "celery", "-n", "celery@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        "whatif": [PY, "-m", "celery", "-A", "kaiweb", "worker", "-l", "warning", "--concurrency", "1",
+                   "-Q", "whatif", "-n", "whatif@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        "beat": [PY, "-m", "celery", "-A", "kaiweb", "beat", "-l", "warning"],
+    }
+
+
 def main() -> int:
     problem = port_problem(HOST, PORT)
     if problem:
@@ -131,12 +145,7 @@ def main() -> int:
     from kaiweb.scheduling.models import SchedulingCycle
 
     last_id = SchedulingCycle.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
-    commands = {
-        "web": [PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"],
-        "worker": [PY, "-m", "celery", "-A", "kaiweb", "worker", "-l", "warning", "--concurrency", "2",
-                   "-Q", "celery,whatif", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-        "beat": [PY, "-m", "celery", "-A", "kaiweb", "beat", "-l", "warning"],
-    }
+    commands = services()
     running = {name: start(cmd) for name, cmd in commands.items()}
     restarts: dict[str, list[float]] = {name: [] for name in commands}
     procs = list(running.values())
@@ -148,7 +157,7 @@ def main() -> int:
     print(f"\nkaiweb is up: http://{HOST}:{PORT}/  (API: http://{HOST}:{PORT}/api/v1/, "
           f"docs: http://{HOST}:{PORT}/api/v1/docs/, metrics: http://{HOST}:{PORT}/metrics)")
     print(login)
-    print("Web, worker and beat are running; a line per scheduling cycle follows. Ctrl-C stops all of it.\n",
+    print("Web, the workers and beat are running; a line per scheduling cycle follows. Ctrl-C stops all of it.\n",
           flush=True)
     stopping = False
 
@@ -186,7 +195,7 @@ def main() -> int:
                 next_poll = time.time() + 2
             time.sleep(0.2)
     finally:
-        print("\nstopping web, worker and beat …", flush=True)
+        print("\nstopping web, the workers and beat …", flush=True)
         stop_all(procs)
         print("stopped.", flush=True)
     return 0

@@ -343,6 +343,9 @@ KAI_BIND_CONCURRENCY = env.int("KAI_BIND_CONCURRENCY", default=32)
 # PodGroups whose time stamps a cycle writes back at most (the rest in the cycles after it), so a
 # burst of starts does not hold up the next cycle.
 KAI_STAMP_WRITES_PER_CYCLE = env.int("KAI_STAMP_WRITES_PER_CYCLE", default=50)
+# Kubernetes: PodGroups whose place in line and start estimate (kaiweb.io/queue-position, …) an idle
+# cycle writes at most, the head of the line first (a tenth after a cycle that acted).
+KAI_LINE_WRITES_PER_CYCLE = env.int("KAI_LINE_WRITES_PER_CYCLE", default=100)
 # watch_cluster's pod-grouper: threads writing PodGroups and pod marks, and how long a namespace's
 # labels and an owner it read are reused for further pods.
 KAI_GROUPER_WORKERS = env.int("KAI_GROUPER_WORKERS", default=8)
@@ -378,9 +381,9 @@ KAI_WHATIF_MAX_JOBS = env.int("KAI_WHATIF_MAX_JOBS", default=2000)
 KAI_WHATIF_MAX_WORK = env.int("KAI_WHATIF_MAX_WORK", default=400_000)
 # What-ifs run on a worker: at most this long each, and this many queued or running per user at once.
 KAI_WHATIF_TIME_LIMIT_S = env.int("KAI_WHATIF_TIME_LIMIT_S", default=300)
-# What-ifs have a queue of their own, so a long one never holds a scheduling cycle back on a worker
-# that serves both (workers consume "celery,whatif").
-# Start-time estimates go there too: bounded work, never ahead of a cycle.
+# What-ifs have a queue of their own, served by a worker of its own (the chart's "whatif" Deployment,
+# `make run`'s second worker), so a long one never holds a scheduling cycle back: the cycles' worker
+# consumes "celery" only. Start-time estimates go there too.
 CELERY_TASK_ROUTES = {"whatif.run": {"queue": "whatif"}, "scheduling.estimate_starts": {"queue": "whatif"}}
 KAI_WHATIF_MAX_RUNNING_PER_USER = env.int("KAI_WHATIF_MAX_RUNNING_PER_USER", default=2)
 KAI_WHATIF_KEEP_PER_USER = env.int("KAI_WHATIF_KEEP_PER_USER", default=20)

@@ -193,13 +193,15 @@ def _stop_group(process: subprocess.Popen[bytes], grace: float = 30.0) -> None:
 
 
 class Product:
-    """The product's processes for one scenario: the watcher, and the scheduler (worker + beat)."""
+    """The product's processes for one scenario: the watcher, and the scheduler (the cycles' worker, the
+    what-if worker and beat)."""
 
     def __init__(self, env: Mapping[str, str], logs: Path) -> None:
         self.env = dict(env)
         self.logs = logs
         self.watcher: subprocess.Popen[bytes] | None = None
         self.worker: subprocess.Popen[bytes] | None = None
+        self.whatif: subprocess.Popen[bytes] | None = None
         self.beat: subprocess.Popen[bytes] | None = None
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
@@ -211,9 +213,12 @@ class Product:
         self.watcher = self._spawn("watcher", [sys.executable, "manage.py", "watch_cluster"])
 
     def start_scheduler(self) -> None:
-        """Worker and beat, as the chart runs them; returns once the worker is ready."""
+        """The workers and beat, as the chart runs them (the cycles on "celery", the estimates on "whatif",
+        each on a worker of its own); returns once the cycles' worker is ready."""
         self.worker = self._spawn("worker", [sys.executable, "-m", "celery", "-A", "kaiweb", "worker", "-l", "info",
-                                             "-Q", "celery,whatif", "--concurrency", "1"])
+                                             "-Q", "celery", "-n", "celery@%h", "--concurrency", "1"])
+        self.whatif = self._spawn("whatif", [sys.executable, "-m", "celery", "-A", "kaiweb", "worker", "-l", "info",
+                                             "-Q", "whatif", "-n", "whatif@%h", "--concurrency", "1"])
         self.beat = self._spawn("beat", [sys.executable, "-m", "celery", "-A", "kaiweb", "beat", "-l", "info",
                                          "-s", str(self.logs / "beat-schedule")])
         deadline = time.monotonic() + 90
@@ -230,7 +235,8 @@ class Product:
             return ""
 
     def check_alive(self) -> None:
-        for name, process in (("watcher", self.watcher), ("worker", self.worker), ("beat", self.beat)):
+        for name, process in (("watcher", self.watcher), ("worker", self.worker), ("whatif", self.whatif),
+                              ("beat", self.beat)):
             if process is not None and process.poll() is not None:
                 tail = "\n".join(self.log(name).splitlines()[-15:])
                 raise RuntimeError(f"the product's {name} exited with {process.returncode}:\n{tail}")
@@ -241,7 +247,7 @@ class Product:
 
     def stop(self) -> None:
         # Beat first, so that no cycle is queued behind the one the worker finishes (warm shutdown).
-        for process in (self.beat, self.worker, self.watcher):
+        for process in (self.beat, self.worker, self.whatif, self.watcher):
             if process is not None:
                 _stop_group(process)
 

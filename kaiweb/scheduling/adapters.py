@@ -93,6 +93,9 @@ class Recorded:
     decisions: list[Decision]
     queue_statuses: dict[str, QueueStatus] = dataclasses.field(default_factory=dict)
     why_pending: dict[int, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    # the shard's waiting line as recorded (``WaitingLine.positions``: line key → [place in the shard, in its
+    # queue]); None when the cycle recorded none
+    positions: dict[str, list[int]] | None = None
 
 
 def to_epoch(value: datetime | float | None) -> float | None:
@@ -672,6 +675,7 @@ def persist_result(
     rows: list[Decision] = []
     queue_statuses: dict[str, QueueStatus] = {}
     reasons: dict[int, m.Reason] = {}
+    positions: dict[str, list[int]] | None = None
 
     def pod_ref(job: str, task: str) -> tuple[int | None, str]:
         pod_id = index.pods.get((job, task))
@@ -795,7 +799,7 @@ def persist_result(
             if repeats is None:
                 _record_pending_reasons(cycle, reasons, index, at)
             _record_staleness(result, snapshot, index)
-            _record_waiting_line(cycle, result, snapshot, index, at)
+            positions = _record_waiting_line(cycle, result, snapshot, index, at)
 
         cycle.jobs_considered = len(snapshot.jobs)
         cycle.binds = len(result.binds)
@@ -808,7 +812,8 @@ def persist_result(
         cycle.save(update_fields=["jobs_considered", "binds", "pipelined", "evictions", "pending", "error"])
     return Recorded(decisions=[r for r in created if r.kind != DecisionKind.PIPELINE and r.pk is not None],
                     queue_statuses=queue_statuses,
-                    why_pending={wid: (reason.code[:64], reason.message) for wid, reason in reasons.items()})
+                    why_pending={wid: (reason.code[:64], reason.message) for wid, reason in reasons.items()},
+                    positions=positions)
 
 
 def _record_staleness(result: m.CycleResult, snapshot: m.ClusterSnapshot, index: SnapshotIndex) -> None:
@@ -827,11 +832,12 @@ def _record_staleness(result: m.CycleResult, snapshot: m.ClusterSnapshot, index:
 
 
 def _record_waiting_line(cycle: SchedulingCycle, result: m.CycleResult, snapshot: m.ClusterSnapshot,
-                         index: SnapshotIndex, at: datetime) -> None:
+                         index: SnapshotIndex, at: datetime) -> dict[str, list[int]] | None:
     """The shard's pending workloads at their places in the engine's order (``result.positions``)
-    and its queue depth, replacing what the shard's previous cycle recorded."""
+    and its queue depth, replacing what the shard's previous cycle recorded; the places recorded (None:
+    no shard, no line)."""
     if index.shard_id is None:
-        return
+        return None
     positions = {line_key(wid): [shard_place, queue_place] for uid, (shard_place, queue_place) in result.positions.items()
                  if (wid := index.workloads.get(uid)) is not None}
     depth = [{"queue": d.queue, "priority": d.priority, "jobs": d.jobs, "gpus": round(d.gpus, 4),
@@ -842,6 +848,7 @@ def _record_waiting_line(cycle: SchedulingCycle, result: m.CycleResult, snapshot
     WaitingLine.objects.bulk_create(
         [WaitingLine(shard_id=index.shard_id, cycle=cycle, recorded_at=at, positions=positions, depth=depth)],
         update_conflicts=True, unique_fields=["shard"], update_fields=["cycle", "recorded_at", "positions", "depth"])
+    return positions
 
 
 def _hold(model: Any, ids: Iterable[int | None]) -> set[int]:

@@ -10,6 +10,7 @@ Seeded by the snapshot's clock, so the same snapshot gives the same estimates.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -25,7 +26,7 @@ from kaiweb.cluster.gateway import Capability, get_gateway
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.core import clock
 from kaiweb.core.locks import advisory_lock
-from kaiweb.scheduling import adapters
+from kaiweb.scheduling import adapters, status_writer
 from kaiweb.scheduling.models import WaitingLine, line_key
 from kaiweb.workloads.models import Workload
 from scheduler_core import model as m
@@ -54,6 +55,16 @@ def budget() -> Budget:
     return Budget(samples=settings.KAI_ETA_SAMPLES, min_samples=min(4, settings.KAI_ETA_SAMPLES),
                   horizon_s=settings.KAI_ETA_HORIZON_HOURS * 3600.0, max_cycles=settings.KAI_ETA_MAX_CYCLES,
                   max_work=settings.KAI_ETA_MAX_WORK, period_s=max(1.0, float(settings.KAI_CYCLE_SECONDS)))
+
+
+def whatif_budget() -> Budget:
+    """The budget of each side of a what-if's comparison (`queue_waits_with`): half the samples, half
+    the simulated cycles (a coarser time grid, the same for both sides) and half the work of a refresh,
+    so the two sides together cost at most what one refresh of the shard costs."""
+    full = budget()
+    samples = max(full.min_samples, full.samples // 2)
+    return dataclasses.replace(full, samples=samples, min_samples=min(full.min_samples, samples),
+                               max_cycles=max(1, full.max_cycles // 2), max_work=max(1, full.max_work // 2))
 
 
 def parse_runtime(value: Any) -> float | None:
@@ -155,26 +166,65 @@ def refresh(shard: SchedulingShard | int) -> int | None:
             return _refresh(shard)
 
 
-def _refresh(shard: SchedulingShard) -> int:
+@dataclasses.dataclass(frozen=True)
+class LiveInputs:
+    """What an estimate of a shard's pending workloads runs on: the snapshot its next cycle would decide
+    on (a build of its own), its cycle config, the recorded run times, who submitted each job and what
+    each declares of its end, and the snapshot's clock (the seed)."""
+
+    snapshot: m.ClusterSnapshot
+    index: adapters.SnapshotIndex
+    config: m.CycleConfig
+    history: RuntimeHistory
+    owners: dict[str, str]
+    declared: dict[str, Declared]
+    now: float
+
+    def estimate(self, snapshot: m.ClusterSnapshot | None = None, within: Budget | None = None
+                 ) -> tuple[m.CycleResult, dict[str, Estimate]]:
+        """The first cycle and the estimates of ``snapshot`` (default: the live one) with these run
+        times, owners, config and seed, ``within`` a budget (default: a refresh's, `budget`): the same
+        inputs give the same estimates."""
+        snapshot = snapshot or self.snapshot
+        first = run_cycle(snapshot, self.config)
+        return first, estimate_starts(snapshot, self.config, self.history, declared=self.declared, owners=self.owners,
+                                      seed=int(self.now), budget=within or budget(), first=first)
+
+
+def live_inputs(shard: SchedulingShard, at: float | None = None) -> LiveInputs:
+    """The shard's `LiveInputs`, read now (a handful of queries). ``at``: the time to read a cluster on
+    the wall clock at (epoch seconds; default: now), so that a what-if stored with its time reads the same
+    snapshot the same way; a simulated cluster with a clock of its own is read at that clock."""
     from kaiweb.scheduling.cycle import cycle_config
     from kaiweb.usage.accounting import usage_for_engine
 
-    t0 = time.process_time()
     gateway = get_gateway(shard.cluster)
-    now = gateway.now() if Capability.OWN_CLOCK in gateway.capabilities else clock.timestamp()
+    own_clock = Capability.OWN_CLOCK in gateway.capabilities
+    if at is not None and (not own_clock or getattr(gateway, "on_wall_clock", False)):
+        now = float(at)
+    else:
+        now = gateway.now() if own_clock else clock.timestamp()
     snapshot, index = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard), reuse=False)
-    config = cycle_config(shard)
     owners, declared = _owners_and_declared(index)
     history = runtime_history(shard, running=running_runs(snapshot, owners))
-    first = run_cycle(snapshot, config)
-    got = estimate_starts(snapshot, config, history, declared=declared, owners=owners, seed=int(now),
-                          budget=budget(), first=first)
+    return LiveInputs(snapshot, index, cycle_config(shard), history, owners, declared, now)
+
+
+def _refresh(shard: SchedulingShard) -> int:
+    t0 = time.process_time()
+    live = live_inputs(shard)
+    snapshot, index, now = live.snapshot, live.index, live.now
+    first, got = live.estimate()
     rows = {line_key(wid): _row(e) for uid, e in got.items() if (wid := index.workloads.get(uid)) is not None}
     per_queue = _queue_estimates(snapshot, first, got, index, now)
     samples = max((e.samples for e in got.values()), default=0)
+    at = timezone.now()
+    for row in rows.values():
+        # as the PodGroup's annotations say it (the cycle's write-back puts it there without wording it)
+        row["said"] = status_writer.annotation_texts(row, now, at, samples)
     seconds = time.process_time() - t0
     WaitingLine.objects.filter(shard=shard).update(
-        estimates=rows, queue_estimates=per_queue, estimated_at=timezone.now(), estimated_now=now,
+        estimates=rows, queue_estimates=per_queue, estimated_at=at, estimated_now=now,
         estimate_samples=samples, estimate_seconds=round(seconds, 3))
     log.info("start estimates of shard %s: %d pending workloads, %d samples, %.2f s", shard, len(rows), samples, seconds)
     return len(rows)
@@ -194,3 +244,48 @@ def _queue_estimates(snapshot: m.ClusterSnapshot, first: m.CycleResult, got: dic
                     "p80_wait_seconds": None if e is None or e.p80 is None else round(max(0.0, e.p80 - now), 1),
                     "estimated": e is not None})
     return out
+
+
+def _median(values: list[float]) -> float | None:
+    """The median of some waits (inf: not within the horizon); None when none or when it is beyond."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    got = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return None if math.isinf(got) else round(got, 1)
+
+
+def queue_waits_with(shard: SchedulingShard, changed: dict[str, m.QueueSpec], at: float | None = None
+                     ) -> dict[str, Any]:
+    """How long each leaf queue's waiting jobs would wait now and with some queues changed (``changed``:
+    queue name → its changed spec, a new queue too): the estimator (`LiveInputs.estimate`) run on the
+    shard's live snapshot and on the same snapshot with those queues, the same run times, owners and seed,
+    so the one difference between the two is the change (``at``: as `live_inputs` reads it). Per leaf queue holding a job that waits in
+    either: how many, and the median of their p50 and of their p80 waits in seconds from now, each side
+    (a job the first cycle starts waits 0; None: beyond the estimator's horizon). Deterministic; both sides
+    together within one refresh's ``Budget`` (`whatif_budget`)."""
+    with collector_paused():
+        live = live_inputs(shard, at)
+        queues = tuple(changed.get(q.name, q) for q in live.snapshot.queues)
+        queues += tuple(spec for name, spec in sorted(changed.items()) if name not in {q.name for q in queues})
+        within = whatif_budget()
+        sides = {"current": live.estimate(within=within),
+                 "changed": live.estimate(dataclasses.replace(live.snapshot, queues=queues), within)}
+    waiting = sorted(set().union(*(first.pending for first, _ in sides.values())))
+    queue_of = {j.uid: j.queue for j in live.snapshot.jobs}
+    rows: dict[str, dict[str, Any]] = {}
+    for side, (_, got) in sides.items():
+        waits: dict[str, tuple[list[float], list[float]]] = {}
+        for uid in waiting:
+            e = got.get(uid)
+            p50 = 0.0 if e is None else (math.inf if e.p50 is None else max(0.0, e.p50 - live.now))
+            p80 = 0.0 if e is None else (math.inf if e.p80 is None else max(0.0, e.p80 - live.now))
+            held = waits.setdefault(queue_of[uid], ([], []))
+            held[0].append(p50)
+            held[1].append(p80)
+        for queue, (p50s, p80s) in waits.items():
+            row = rows.setdefault(queue, {"queue": queue, "jobs": len(p50s)})
+            row[side] = {"p50_wait_seconds": _median(p50s), "p80_wait_seconds": _median(p80s)}
+    samples = max((e.samples for _, got in sides.values() for e in got.values()), default=0)
+    return {"now": live.now, "samples": samples, "queues": [rows[q] for q in sorted(rows)]}

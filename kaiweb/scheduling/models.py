@@ -204,7 +204,8 @@ class WaitingLine(models.Model):
     depth = models.JSONField(default=list, blank=True)
     # Start-time estimates (``scheduler_core.eta``), refreshed by a worker every few cycles, not by the cycle:
     # line_key(workload id) -> {"p50", "p80" (epoch seconds or null: not within the horizon), "code", "ahead",
-    # "queue", "pods", "gpus", "per_pod", "whole_node", "frees_at", "node"}
+    # "queue", "pods", "gpus", "per_pod", "whole_node", "frees_at", "node", "said" (the PodGroup's annotation
+    # texts: p50, p80, reason; status_writer.annotation_texts)}
     estimates = models.JSONField(default=dict, blank=True)
     # per leaf queue and priority: {"queue", "priority", "workload" (the next in the engine's order), "p50_wait_seconds",
     # "p80_wait_seconds"} (waits from estimated_at; null: not within the horizon)

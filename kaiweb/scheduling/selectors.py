@@ -4,7 +4,7 @@ latest status and its figures (the tree the API serves), workloads with their cu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -243,7 +243,10 @@ class StartEstimate:
     estimated_at: datetime | None
 
 
-def _estimate(row: dict[str, Any], now: float | None, at: datetime | None, samples: int) -> StartEstimate:
+def estimate_of(row: dict[str, Any], now: float | None, at: datetime | None, samples: int,
+              clock_text: Callable[[datetime], str] | None = None) -> StartEstimate:
+    """A stored estimate row (``WaitingLine.estimates``) as a ``StartEstimate``; the reason's times in
+    ``clock_text`` (default: ``14:20`` in the current time zone)."""
     from django.utils import timezone
 
     from scheduler_core.eta import reason_text
@@ -258,7 +261,9 @@ def _estimate(row: dict[str, Any], now: float | None, at: datetime | None, sampl
 
     def when(epoch: float) -> str:
         got = moment(max(0.0, epoch - base))
-        return timezone.localtime(got).strftime("%H:%M") if got is not None else f"{epoch:.0f}"
+        if got is None:
+            return f"{epoch:.0f}"
+        return clock_text(got) if clock_text is not None else timezone.localtime(got).strftime("%H:%M")
 
     details = {"ahead_in_queue": row.get("ahead"), "queue": row.get("queue"), "pods": row.get("pods"),
                "gpus": row.get("gpus"), "gpus_per_pod": row.get("per_pod"), "whole_node": row.get("whole_node"),
@@ -281,7 +286,7 @@ def start_estimates(workload_ids: Iterable[int]) -> dict[int, StartEstimate]:
             for wid in chunk:
                 got = row[line_key(wid)]
                 if isinstance(got, dict):
-                    out[wid] = _estimate(got, row["estimated_now"], row["estimated_at"], row["estimate_samples"])
+                    out[wid] = estimate_of(got, row["estimated_now"], row["estimated_at"], row["estimate_samples"])
     return out
 
 
@@ -335,5 +340,5 @@ def places_and_estimates(workload_ids: Iterable[int]) -> tuple[dict[int, Place],
                     where[wid] = Place(int(got[0]), int(got[1]), row["cycle_id"], row["recorded_at"])
                 est = row[f"e{line_key(wid)}"]
                 if isinstance(est, dict) and row["estimated_at"] is not None:
-                    when[wid] = _estimate(est, row["estimated_now"], row["estimated_at"], row["estimate_samples"])
+                    when[wid] = estimate_of(est, row["estimated_now"], row["estimated_at"], row["estimate_samples"])
     return where, when

@@ -16,6 +16,15 @@ single-pod group has no PodGroup object and is explained on the pod alone):
 Each write happens only when the status differs from what the PodGroup already says (as the
 mirror keeps it: what the watcher saw, then what was written), and each event once per distinct
 message, so a steady cluster costs no writes.
+
+For ``kubectl`` users, each waiting PodGroup also says where it stands (`line_annotations`): its place
+in the engine's order in its queue and in its shard (``kaiweb.io/queue-position``,
+``kaiweb.io/shard-position``, from the cycle's waiting line) and, once the worker has estimated it, when
+it may start (``kaiweb.io/start-estimate-p50``, ``-p80``: RFC 3339 UTC, to the minute) and why it waits
+(``kaiweb.io/start-estimate-reason``). Annotations rather than status fields: KAI's PodGroup CRD fixes
+its status fields and the API server prunes any other. They go away once the PodGroup no longer waits.
+The write-back writes them with KAI's stamps, one patch per PodGroup, only where they changed and at
+most ``KAI_LINE_WRITES_PER_CYCLE`` PodGroups a cycle, the head of the line first.
 """
 
 from __future__ import annotations
@@ -23,8 +32,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kaiweb.cluster.backends.kubernetes.parsing import stamp_text
+from kaiweb.cluster.backends.types import (
+    LINE_ANNOTATION_MAX,
+    LINE_ANNOTATIONS,
+    QUEUE_POSITION_ANNOTATION,
+    SHARD_POSITION_ANNOTATION,
+    START_P50_ANNOTATION,
+    START_P80_ANNOTATION,
+    START_REASON_ANNOTATION,
+)
 from kaiweb.cluster.errors import ClusterError
 from kaiweb.core import clock
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState
@@ -179,3 +199,83 @@ def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[s
 def _event(gateway: Any, ref: Mapping[str, str], type_: str, reason: str, message: str) -> int:
     gateway.object_event(ref, type_, reason, message)
     return 1
+
+
+# ------------------------------------------------------------------ the place in line, for kubectl
+
+# shard id → (estimated_at of the refresh read, line key → (p50, p80, reason) texts): the estimates change
+# once per refresh, the places every cycle, so a cycle rewords only a refresh it has not read yet.
+_ESTIMATE_TEXTS: dict[int, tuple[datetime, dict[str, tuple[str | None, str | None, str]]]] = {}
+
+
+def _minute_text(at: datetime | None) -> str | None:
+    return None if at is None else stamp_text((at + timedelta(seconds=30)).replace(second=0, microsecond=0))
+
+
+def _utc_clock(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%H:%M UTC")
+
+
+def line_annotations(place: Any, texts: tuple[str | None, str | None, str] | None) -> dict[str, str | None]:
+    """The annotations a PodGroup should hold (key → text, None: none): ``place`` is its [place in the
+    shard, place in its queue] (None: it does not wait, so none), ``texts`` its estimate's p50, p80 and
+    reason as `estimate_texts` words them (None: not estimated yet)."""
+    out: dict[str, str | None] = dict.fromkeys(LINE_ANNOTATIONS)
+    if not isinstance(place, list | tuple) or len(place) != 2:
+        return out
+    out[SHARD_POSITION_ANNOTATION], out[QUEUE_POSITION_ANNOTATION] = str(int(place[0])), str(int(place[1]))
+    if texts is not None:
+        out[START_P50_ANNOTATION], out[START_P80_ANNOTATION], reason = texts
+        out[START_REASON_ANNOTATION] = reason[:LINE_ANNOTATION_MAX]
+    return out
+
+
+def annotation_texts(row: Mapping[str, Any], now: float, at: datetime, samples: int) -> list[str | None]:
+    """An estimate row (``WaitingLine.estimates``) as its PodGroup's annotations say it: p50 and p80 in
+    RFC 3339 UTC to the minute (None: not within the horizon) and the reason, its times in UTC. Worded
+    by the refresh, on its worker, and stored with the row (``"said"``), so no cycle words thousands."""
+    from kaiweb.scheduling.selectors import estimate_of
+
+    e = estimate_of(dict(row), now, at, samples, clock_text=_utc_clock)
+    return [_minute_text(e.p50_at), _minute_text(e.p80_at), e.reason[:LINE_ANNOTATION_MAX]]
+
+
+def estimate_texts(shard_id: int, estimated_at: datetime) -> dict[str, tuple[str | None, str | None, str]]:
+    """A shard's stored estimates' annotation texts (`annotation_texts`), by line key; read once per
+    refresh (kept by shard and ``estimated_at``)."""
+    from kaiweb.scheduling.models import WaitingLine
+
+    held = _ESTIMATE_TEXTS.get(shard_id)
+    if held is not None and held[0] == estimated_at:
+        return held[1]
+    row = WaitingLine.objects.filter(shard_id=shard_id).values("estimates", "estimated_at").first()
+    texts: dict[str, tuple[str | None, str | None, str]] = {}
+    if row is not None and row["estimated_at"] is not None:
+        for key, stored in (row["estimates"] or {}).items():
+            said = stored.get("said") if isinstance(stored, Mapping) else None
+            if isinstance(said, list) and len(said) == 3:
+                texts[key] = (said[0], said[1], str(said[2] or ""))
+        _ESTIMATE_TEXTS[shard_id] = (row["estimated_at"], texts)
+    return texts
+
+
+def waiting_line_annotations(cluster: Any, shard_id: int | None = None,
+                             positions: Mapping[str, Any] | None = None) -> dict[str, dict[str, str | None]]:
+    """Line key (``w<workload id>``) → the annotations its PodGroup should hold (`line_annotations`), for
+    every workload waiting in one of the cluster's shards' lines: ``shard_id``'s as its cycle recorded it
+    (``positions``, from memory), the other shards' as their latest cycles did. One query, one more when the
+    cluster has other shards, and one per shard whose estimates were refreshed since the last read."""
+    from kaiweb.scheduling.models import WaitingLine
+
+    lines = list(WaitingLine.objects.filter(shard__cluster=cluster).order_by("shard_id").values_list(
+        "shard_id", "estimated_at"))
+    places = {sid: positions for sid, _ in lines if sid == shard_id and positions is not None}
+    others = [sid for sid, _ in lines if sid not in places]
+    if others:
+        places.update(WaitingLine.objects.filter(shard_id__in=others).values_list("shard_id", "positions"))
+    out: dict[str, dict[str, str | None]] = {}
+    for sid, estimated_at in lines:
+        texts = estimate_texts(sid, estimated_at) if estimated_at is not None else {}
+        for key, place in (places.get(sid) or {}).items():
+            out[key] = line_annotations(place, texts.get(key))
+    return out

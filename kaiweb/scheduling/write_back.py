@@ -3,12 +3,13 @@
 * `record_actions(applied)` reflects the applied binds and evictions in the mirror at once;
 * `write_back(gateway, cycle, recorded)` writes each queue's status to its CRD and the why-pending
   explanation to each pending pod, only when it changed since it was last written, and KAI's stamps
-  (last start, last eviction, stale since) to each PodGroup whose workload holds a later one, and
-  the PodGroups' status and events (`kaiweb.scheduling.status_writer`).
+  (last start, last eviction, stale since) to each PodGroup whose workload holds a later one, each
+  waiting PodGroup's place in line and start estimate (annotations, `status_writer.line_annotations`),
+  and the PodGroups' status and events (`kaiweb.scheduling.status_writer`).
 
 Both are fed from memory by the cycle: the decisions it applied, and what its record step wrote
-(`adapters.Recorded`: the queue status rows, the why-pending); neither reads back what the cycle has
-just written.
+(`adapters.Recorded`: the queue status rows, the why-pending, the waiting line's places); neither reads
+back what the cycle has just written.
 
 It belongs to scheduling, which owns the cycle and its rows; the mirror (`kaiweb.cluster.mirror`)
 only fills the database from the cluster.
@@ -30,7 +31,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from kaiweb.cluster import stamps
-from kaiweb.cluster.backends.types import PodRef, QueueStatusUpdate, ResourceAmounts
+from kaiweb.cluster.backends.types import (
+    SHARD_POSITION_ANNOTATION,
+    PodRef,
+    QueueStatusUpdate,
+    ResourceAmounts,
+)
 from kaiweb.cluster.errors import ClusterError
 from kaiweb.cluster.mirror import BATCH, IMPLICIT_GROUP_LABEL, lock_pods, mirror_state
 from kaiweb.cluster.models import Cluster, PendingReport, UnreadableObject
@@ -40,7 +46,7 @@ from kaiweb.queues.models import Queue
 from kaiweb.scheduling import status_writer
 from kaiweb.scheduling.adapters import Recorded
 from kaiweb.scheduling.choices import DecisionKind
-from kaiweb.scheduling.models import Decision
+from kaiweb.scheduling.models import Decision, line_key
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, PodState
 from kaiweb.workloads.models import Pod, Workload
 from scheduler_core.units import mb_to_bytes
@@ -54,6 +60,7 @@ class WriteBackReport:
     pending_reports: int = 0
     pod_group_statuses: int = 0
     pod_group_stamps: int = 0
+    pod_group_lines: int = 0  # PodGroups whose place in line or start estimate was written
     errors: list[str] = field(default_factory=list)
 
 
@@ -144,7 +151,7 @@ def write_back(gateway: Any, cycle: Any, recorded: Recorded) -> WriteBackReport:
     """After a cycle: queue status to each Queue CRD, the shard's conditions to its SchedulingShard
     object (`shard_conditions`), the why-pending explanation to each
     pending pod (and to each unreadable one), each only when it changed since last written, and
-    each PodGroup's stamps where its workload holds later ones (`_write_stamps`). The queue status and
+    each PodGroup's stamps where its workload holds later ones and its place in line (`_write_annotations`). The queue status and
     the why-pending are what the cycle recorded (``recorded``), not read back."""
     report = WriteBackReport()
     cluster = cycle.shard.cluster
@@ -205,9 +212,12 @@ def write_back(gateway: Any, cycle: Any, recorded: Recorded) -> WriteBackReport:
         else:
             row.uid, row.reason, row.digest, row.reported_at = uid, reason[:64], digest, now
             update.append(row)
-    # PodGroup status, events and stamps, judged against what each PodGroup says (`_pod_groups_said`).
+    # PodGroup status, events, stamps and place in line, judged against what each PodGroup says
+    # (`_pod_groups_said`).
     listed, times = _pod_groups_said(cluster)
-    _write_stamps(gateway, cluster, listed, times, report, budget=stamp_budget(cycle))
+    line = status_writer.waiting_line_annotations(cluster, cycle.shard_id, recorded.positions)
+    _write_annotations(gateway, cluster, listed, times, line, report, stamps_budget=stamp_budget(cycle),
+                       line_budget=line_budget(cycle))
     # Only a PodGroup with a pod waiting, or with a condition to take away, can need a status or an event.
     waiting = set(Pod.objects.filter(workload__cluster=cluster, state__in=(PodState.PENDING, PodState.GATED))
                   .values_list("workload__namespace", "workload__name").distinct())
@@ -230,21 +240,23 @@ def write_back(gateway: Any, cycle: Any, recorded: Recorded) -> WriteBackReport:
 
 def _pod_groups_said(cluster: Cluster) -> tuple[dict[tuple[str, str], dict[str, Any]],
                                                   dict[tuple[str, str], dict[str, datetime | None]]]:
-    """Each PodGroup of the cluster as far as the write-back reads it (its uid, KAI's stamp annotations,
-    its scheduling conditions), from the mirror: what the watcher saw when it first saw it (or when it
+    """Each PodGroup of the cluster as far as the write-back reads it (its uid, its workload's key in the
+    waiting lines, KAI's stamp annotations and kaiweb's line annotations, its scheduling conditions), from the mirror: what the watcher saw when it first saw it (or when it
     last changed), then what the write-back wrote (`_keep_said`); and its workload's times (stamp field
     → time), from the same query. No listing of every PodGroup per cycle: at 16,000 PodGroups that took
     most of an idle cycle. A change someone else makes to these fields alone is seen at the next full sync."""
     listed: dict[tuple[str, str], dict[str, Any]] = {}
     times: dict[tuple[str, str], dict[str, datetime | None]] = {}
     rows = Workload.objects.filter(cluster=cluster).exclude(uid="").exclude(
-        labels__has_key=IMPLICIT_GROUP_LABEL).values_list("namespace", "name", "uid", "pod_group_said", *stamps.FIELDS)
-    for namespace, name, uid, said, *at in rows:
+        labels__has_key=IMPLICIT_GROUP_LABEL).values_list("pk", "namespace", "name", "uid", "pod_group_said",
+                                                       *stamps.FIELDS)
+    for pk, namespace, name, uid, said, *at in rows:
         said = said if isinstance(said, Mapping) else {}
         listed[(namespace, name)] = {
             "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
             "metadata": {"namespace": namespace, "name": name, "uid": uid,
                          "annotations": dict(said.get("annotations") or {})},
+            "line_key": line_key(pk),
             "status": {"schedulingConditions": list(said.get("conditions") or [])}}
         times[(namespace, name)] = dict(zip(stamps.FIELDS, at, strict=True))
     return listed, times
@@ -269,39 +281,72 @@ def _keep_said(cluster: Cluster, written: Mapping[tuple[str, str], Mapping[str, 
     update_rows(Workload, rows, ["pod_group_said"])
 
 
+def _per_cycle(cycle: Any, budget: int) -> int:
+    """``budget`` after a cycle that neither bound nor evicted, a tenth of it (at least 1) after one that
+    did, so a fill or a reclaim is not followed by thousands of patches before the next cycle can start."""
+    acted = (getattr(cycle, "binds", 0) or 0) + (getattr(cycle, "evictions", 0) or 0)
+    return max(1, budget // 10) if acted else max(1, budget)
+
+
 def stamp_budget(cycle: Any) -> int:
     """How many PodGroups' stamps a cycle's write-back writes at most: ``KAI_STAMP_WRITES_PER_CYCLE``
-    after a cycle that neither bound nor evicted, a tenth of it (at least 1) after one that did, so a
-    fill or a reclaim is not followed by thousands of patches before the next cycle can start. The
-    stamps are for a move between schedulers: the database holds the times the engine reads."""
-    budget = max(1, int(getattr(settings, "KAI_STAMP_WRITES_PER_CYCLE", 50)))
-    acted = (getattr(cycle, "binds", 0) or 0) + (getattr(cycle, "evictions", 0) or 0)
-    return max(1, budget // 10) if acted else budget
+    (`_per_cycle`). The stamps are for a move between schedulers: the database holds the times the
+    engine reads."""
+    return _per_cycle(cycle, int(getattr(settings, "KAI_STAMP_WRITES_PER_CYCLE", 50)))
 
 
-def _write_stamps(gateway: Any, cluster: Cluster, listed: Mapping[tuple[str, str], Mapping[str, Any]],
-                  times: Mapping[tuple[str, str], Mapping[str, datetime | None]], report: WriteBackReport, *,
-                  budget: int) -> None:
-    """Each PodGroup's stamps from its workload's ``times`` where they are later than what the PodGroup
-    says (`stamps.annotations_wanted`), judged against what the mirror keeps of the PodGroup
-    (``listed``): a steady cluster costs no writes. At most ``budget`` PodGroups (`stamp_budget`), the
-    first by name; the others stay different and are written by the next cycles."""
-    changes = []
+def line_budget(cycle: Any) -> int:
+    """How many PodGroups' place in line and start estimate a cycle's write-back writes at most:
+    ``KAI_LINE_WRITES_PER_CYCLE`` (`_per_cycle`). A start at the head of a long line moves every place
+    behind it: the rest follow in the next cycles, the head of the line first."""
+    return _per_cycle(cycle, int(getattr(settings, "KAI_LINE_WRITES_PER_CYCLE", 100)))
+
+
+def _write_annotations(gateway: Any, cluster: Cluster, listed: Mapping[tuple[str, str], Mapping[str, Any]],
+                       times: Mapping[tuple[str, str], Mapping[str, datetime | None]],
+                       line: Mapping[str, Mapping[str, str | None]], report: WriteBackReport, *,
+                       stamps_budget: int, line_budget: int) -> None:
+    """Each PodGroup's annotations, judged against what the mirror keeps of the PodGroup (``listed``), so
+    a steady cluster costs no writes:
+
+    * its stamps from its workload's ``times`` where they are later than what it says
+      (`stamps.annotations_wanted`); at most ``stamps_budget`` PodGroups (`stamp_budget`), the first by name;
+    * its place in line and start estimate (``line``: line key → `status_writer.line_annotations`; none
+      for a PodGroup that does not wait) where they differ from what it says; at most ``line_budget``
+      PodGroups (`line_budget`): those that stopped waiting first, then in the shard's order.
+
+    A PodGroup with both gets one patch. What is left over is still different next cycle and written then."""
+    stamp_changes: dict[tuple[str, str], dict[str, str | None]] = {}
+    line_changes: list[tuple[tuple[int, int], tuple[str, str], dict[str, str | None]]] = []
+    nothing = status_writer.line_annotations(None, None)
     for key, raw in listed.items():
-        meta = raw.get("metadata") or {}
-        wanted = stamps.annotations_wanted(times.get(key) or {}, meta.get("annotations") or {})
+        said = (raw.get("metadata") or {}).get("annotations") or {}
+        wanted = stamps.annotations_wanted(times.get(key) or {}, said)
         if wanted:
-            changes.append((key[0], key[1], str(meta.get("uid") or ""), wanted))
-    if not changes:
+            stamp_changes[key] = wanted
+        should = line.get(str(raw.get("line_key") or "")) or nothing
+        diff = {k: v for k, v in should.items() if said.get(k) != v}
+        if diff:
+            place = should[SHARD_POSITION_ANNOTATION]
+            line_changes.append(((0, 0) if place is None else (1, int(place)), key, diff))
+    stamped = set(sorted(stamp_changes)[:stamps_budget])
+    merged = {key: dict(stamp_changes[key]) for key in stamped}
+    lined = set()
+    for _, key, diff in sorted(line_changes)[:line_budget]:
+        merged[key] = {**merged.get(key, {}), **diff}
+        lined.add(key)
+    if not merged:
         return
-    # Bounded per cycle, in name order: what is left is still different next cycle and written then.
-    changes = sorted(changes)[:budget]
+    changes = [(ns, name, str((listed[(ns, name)].get("metadata") or {}).get("uid") or ""), merged[(ns, name)])
+               for ns, name in sorted(merged)]
     written: dict[tuple[str, str], dict[str, Any]] = {}
     for (namespace, name, _, wanted), error in zip(changes, gateway.annotate_pod_groups(changes), strict=True):
+        key = (namespace, name)
         if error is None:
-            report.pod_group_stamps += 1
-            written[(namespace, name)] = {"annotations": dict(wanted)}
+            report.pod_group_stamps += int(key in stamped)
+            report.pod_group_lines += int(key in lined)
+            written[key] = {"annotations": dict(wanted)}
         else:
             report.errors.append(str(error))
-            log.warning("PodGroup %s/%s: stamps not written: %s", namespace, name, error)
+            log.warning("PodGroup %s/%s: annotations not written: %s", namespace, name, error)
     _keep_said(cluster, written)

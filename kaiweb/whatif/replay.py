@@ -529,6 +529,36 @@ def _ancestors_hit(leaf: str | None, names: set[str], specs: Mapping[str, m.Queu
     return False
 
 
+START_ESTIMATES_NOTE = (
+    "The waiting jobs of each queue, now: the median of their p50 and of their p80 waits from the start-time "
+    "estimator run on the live cluster under the current tree and under the changed one (the same run times and "
+    "seed). New arrivals are not guessed.")
+
+
+def start_waits(shard: Any, current: tuple[m.QueueSpec, ...], proposed: tuple[m.QueueSpec, ...],
+                edits: list[dict[str, Any]], at: datetime) -> dict[str, Any] | None:
+    """The live side of a what-if: per leaf queue with waiting jobs, their p50 and p80 waits at ``at`` (the
+    window's end) and with the change (`kaiweb.scheduling.estimates.queue_waits_with`, the start-time
+    estimator on the shard's live snapshot); None without a shard."""
+    from kaiweb.scheduling.estimates import queue_waits_with
+
+    if shard is None:
+        return None
+    before = {q.name: q for q in current}
+    changed = {q.name: q for q in proposed if before.get(q.name) != q}
+    got = queue_waits_with(shard, changed, at.timestamp())
+    edited = {e["queue"] for e in edits}
+    parents = {q.name: q.parent for q in proposed}
+    for row in got["queues"]:
+        chain, name = set(), row["queue"]
+        while name is not None and name not in chain and len(chain) < 64:
+            chain.add(name)
+            name = parents.get(name)
+        row["edited"] = bool(chain & edited)  # the queue or one above it was changed
+        row["differs"] = row.get("current") != row.get("changed")
+    return {**got, "at": datetime.fromtimestamp(got["now"], tz=UTC).isoformat(), "note": START_ESTIMATES_NOTE}
+
+
 def run_whatif(
     changes: Mapping[str, Any] | None = None, window: timedelta = DEFAULT_WINDOW, shard: Any = None, *,
     yaml_text: str | None = None, now: datetime | None = None, max_jobs: int = DEFAULT_MAX_JOBS,
@@ -593,7 +623,9 @@ def run_whatif(
         },
     }
     if not rec.jobs:
-        return {**base, "empty": True, "queues": [], "summary": {}, "timeline": {}, "truncated": {}, "notes": []}
+        waits = None if check_only else start_waits(shard, current, proposed, edits, rec.end)
+        return {**base, "empty": True, "queues": [], "summary": {}, "timeline": {}, "truncated": {}, "notes": [],
+                "start_estimates": waits}
     actions = tuple(a for a in m.ACTIONS if consolidation or a != m.CONSOLIDATION)
     cycle = m.CycleConfig(
         actions=actions,
@@ -642,6 +674,7 @@ def run_whatif(
     return {
         **base,
         "empty": False,
+        "start_estimates": start_waits(shard, current, proposed, edits, rec.end),
         "queues": queues,
         "summary": summary,
         "timeline": {"current": _thin(ra.cycles, ra.queues), "changed": _thin(rb.cycles, rb.queues)},

@@ -166,7 +166,29 @@ def present(result: dict[str, Any]) -> dict[str, Any]:
     order = [q["queue"] for q in result["queues"]]
     durations = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in result["jobs"]["durations"].items())
     return {"rows": rows, "summary": summary, "columns": [c[1] for c in COLUMNS], "durations_text": durations,
-            "chart": charts.whatif_allocation(result.get("timeline") or {}, order)}
+            "chart": charts.whatif_allocation(result.get("timeline") or {}, order),
+            "waits": _waits(result.get("start_estimates"))}
+
+
+def _waits(estimated: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Display rows of the live side of a what-if: each queue's waiting jobs' p50 and p80 waits, now → changed
+    (shorter is better; "–": beyond the estimator's horizon)."""
+    if not estimated:
+        return None
+    rows = []
+    for q in estimated.get("queues") or []:
+        a, b = q.get("current") or {}, q.get("changed") or {}
+        cells = []
+        for key in ("p50_wait_seconds", "p80_wait_seconds"):
+            now, new = a.get(key), b.get(key)
+            cell = _cell(now, new, None if now is None or new is None else new - now, "seconds", -1)
+            if (now is None) != (new is None):  # one side starts within the horizon, the other not
+                cell.update(tone="worse" if new is None else "better",
+                            delta="beyond the horizon" if new is None else "within the horizon")
+            cells.append(cell)
+        rows.append({"queue": q["queue"], "edited": q.get("edited"), "jobs": q.get("jobs"), "cells": cells})
+    return {"rows": rows, "note": estimated.get("note", ""), "samples": estimated.get("samples", 0),
+            "at": estimated.get("at")}
 
 
 def page(request: HttpRequest) -> HttpResponse:

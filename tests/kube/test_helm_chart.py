@@ -26,7 +26,7 @@ SECRETS = ["django.secretKey.existingSecret=kaiweb-django", "database.existingSe
            "redis.existingSecret=kaiweb-redis"]
 INLINE_URLS = ["django.secretKey.existingSecret=kaiweb-django", "database.url=postgres://kaiweb:pw@db:5432/kaiweb",
                "redis.url=redis://redis:6379/0"]
-COMPONENTS = ("web", "worker", "beat", "watcher")
+COMPONENTS = ("web", "worker", "whatif", "beat", "watcher")
 
 pytestmark = pytest.mark.kube
 
@@ -135,15 +135,38 @@ def test_web_probes_healthz_and_readyz(helm: str) -> None:
     assert f"{name('web')}.{NAMESPACE}.svc" in hosts
 
 
-def test_worker_probe_pings_the_workers_own_node_name(helm: str) -> None:
-    worker = by_kind(render(helm, SECRETS), "Deployment")[name("worker")]
+@pytest.mark.parametrize(("component", "queue"), [("worker", "celery"), ("whatif", "whatif")])
+def test_each_worker_probe_pings_the_workers_own_node_name(helm: str, component: str, queue: str) -> None:
+    worker = by_kind(render(helm, SECRETS), "Deployment")[name(component)]
     container = worker["spec"]["template"]["spec"]["containers"][0]
     command = container["command"]
-    assert command[command.index("--hostname") + 1] == "celery@$(POD_NAME)"
-    assert command[command.index("-Q") + 1] == "celery,whatif"  # cycles and what-ifs, each on its own queue
+    assert command[command.index("--hostname") + 1] == f"{queue}@$(POD_NAME)"
+    assert command[command.index("-Q") + 1] == queue
     probe = " ".join(container["livenessProbe"]["exec"]["command"])
     assert "celery -A kaiweb inspect ping" in probe
-    assert '--destination "celery@$POD_NAME"' in probe
+    assert f'--destination "{queue}@$POD_NAME"' in probe
+
+
+def consumed_queues(docs: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """The Celery queues each rendered worker consumes, by component."""
+    out = {}
+    for component, template_ in pod_templates(docs).items():
+        command = template_["spec"]["containers"][0].get("command") or []
+        if command[:4] == ["celery", "-A", "kaiweb", "worker"]:
+            out[component] = set(command[command.index("-Q") + 1].split(","))
+    return out
+
+
+def test_the_cycles_have_a_worker_that_serves_no_whatif_and_every_task_has_a_worker(helm: str) -> None:
+    from kaiweb.celery import app
+
+    queues = consumed_queues(render(helm, SECRETS))
+    # The cycle's queue is served by a worker that takes no what-if or estimate: neither waits in front of it.
+    assert queues == {"worker": {"celery"}, "whatif": {"whatif"}}
+    app.loader.import_default_modules()
+    served = set().union(*queues.values())
+    for task in sorted(t for t in app.tasks if not t.startswith("celery.")):
+        assert app.amqp.router.route({}, task)["queue"].name in served, task
 
 
 @pytest.mark.parametrize("component", ["beat", "watcher"])
@@ -433,7 +456,7 @@ def test_api_server_admits_every_pod_under_the_restricted_pod_security_standard(
         except DynamicApiError as exc:
             refusals.append(f"{component}: {exc.status} {exc.summary()}")
     assert refusals == []
-    assert sorted(pods) == ["beat", "migrate", "watcher", "web", "worker"]
+    assert sorted(pods) == ["beat", "migrate", "watcher", "web", "whatif", "worker"]
 
 
 def can(kube: Any, component: str, verb: str, resource: str, *, group: str = "", subresource: str = "",

@@ -104,12 +104,17 @@ class SimulatedGateway:
 
     # ------------------------------------------------------------------ clock
 
+    @property
+    def on_wall_clock(self) -> bool:
+        """Whether the cluster's clock is the wall clock: a real one, or a simulated one not started yet."""
+        sim = simulation_settings(self.cluster)
+        return sim["clock"] == "real" or sim["now"] is None
+
     def now(self) -> float:
         """The cluster's clock in epoch seconds."""
-        sim = simulation_settings(self.cluster)
-        if sim["clock"] == "real" or sim["now"] is None:
+        if self.on_wall_clock:
             return datetime.now(tz=UTC).timestamp()
-        return float(sim["now"])
+        return float(simulation_settings(self.cluster)["now"])
 
     def now_datetime(self) -> datetime:
         return datetime.fromtimestamp(self.now(), tz=UTC)

@@ -54,6 +54,19 @@ STALE_SINCE_ANNOTATION = "kai.scheduler/stale-podgroup-timestamp"
 MAX_SCHEDULING_CONDITIONS = 32
 POD_GROUP_STAMPS = (("last_start_at", LAST_START_ANNOTATION), ("last_eviction_at", LAST_EVICTION_ANNOTATION),
                     ("stale_since", STALE_SINCE_ANNOTATION))
+# Written by kaiweb on a waiting PodGroup, for kubectl users: its place in the engine's order (in its
+# queue, in its shard) and, once estimated, when it may start (p50 and p80, RFC 3339 UTC to the minute)
+# and why it waits. Annotations, not status fields: KAI's PodGroup CRD fixes the fields of its status
+# and the API server prunes any other. Taken away once the PodGroup no longer waits.
+QUEUE_POSITION_ANNOTATION = "kaiweb.io/queue-position"
+SHARD_POSITION_ANNOTATION = "kaiweb.io/shard-position"
+START_P50_ANNOTATION = "kaiweb.io/start-estimate-p50"
+START_P80_ANNOTATION = "kaiweb.io/start-estimate-p80"
+START_REASON_ANNOTATION = "kaiweb.io/start-estimate-reason"
+LINE_ANNOTATIONS = (QUEUE_POSITION_ANNOTATION, SHARD_POSITION_ANNOTATION, START_P50_ANNOTATION,
+                    START_P80_ANNOTATION, START_REASON_ANNOTATION)
+# The longest text kaiweb writes in one of them (the reason is cut there).
+LINE_ANNOTATION_MAX = 240
 # A request header that marks reads made by an observer of the cluster (the invariant checks), not by
 # the product: the fake API server neither logs them nor answers them with its injected faults.
 OBSERVER_HEADER = "X-Kaiweb-Observer"

@@ -75,6 +75,29 @@ class _Change(serializers.Serializer):
     changed = serializers.JSONField(allow_null=True)
 
 
+class _Waits(serializers.Serializer):
+    p50_wait_seconds = serializers.FloatField(allow_null=True, help_text="median of the jobs' p50 waits from now "
+                                                                          "(null: beyond the estimator's horizon)")
+    p80_wait_seconds = serializers.FloatField(allow_null=True, help_text="median of the jobs' p80 waits from now")
+
+
+class _QueueWaits(serializers.Serializer):
+    queue = serializers.CharField()
+    jobs = serializers.IntegerField(help_text="jobs of the queue waiting now (in either tree)")
+    edited = serializers.BooleanField(help_text="the queue or one above it is changed")
+    differs = serializers.BooleanField(help_text="the waits differ between the two trees")
+    current = _Waits()
+    changed = _Waits()
+
+
+class _StartEstimates(serializers.Serializer):
+    now = serializers.FloatField(help_text="the live snapshot's clock (epoch seconds)")
+    at = serializers.CharField(help_text="the same, ISO 8601 UTC")
+    samples = serializers.IntegerField(help_text="samples the estimator drew per job")
+    queues = _QueueWaits(many=True)
+    note = serializers.CharField()
+
+
 class WhatIfResultSerializer(serializers.Serializer):
     shard = serializers.CharField(allow_null=True)
     window = serializers.DictField(help_text="start, end (ISO 8601, UTC) and hours")
@@ -89,6 +112,9 @@ class WhatIfResultSerializer(serializers.Serializer):
                                                "(allocated GPUs per leaf queue per cycle)")
     truncated = serializers.DictField(help_text="jobs_left_out, horizon_reached, max_jobs, max_horizon_s")
     notes = serializers.ListField(child=serializers.CharField())
+    start_estimates = _StartEstimates(allow_null=True, help_text=(
+        "The jobs waiting now, per leaf queue: their p50/p80 waits under the current tree and the changed one, "
+        "from the start-time estimator on the shard's live snapshot (the same run times and seed)"))
 
 
 class WhatIfRunSerializer(serializers.Serializer):

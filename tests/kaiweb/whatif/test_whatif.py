@@ -189,7 +189,8 @@ spec:
 
 def test_a_successful_run_writes_nothing(contended, django_assert_max_num_queries):
     before = list(Queue.objects.order_by("name").values())
-    with django_assert_max_num_queries(10) as ctx:
+    # 10 for the replay, 7 for the live snapshot the start-time estimator runs on (as a refresh reads it)
+    with django_assert_max_num_queries(17) as ctx:
         whatif.run_whatif({"alpha": {"gpu_quota": 8, "priority": 150}}, now=NOW)
     assert not [q for q in ctx.captured_queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
     assert list(Queue.objects.order_by("name").values()) == before
@@ -211,8 +212,9 @@ def test_every_role_may_run_a_whatif(request, client, contended, persona, django
     page = client.get(reverse("whatif:page") + "?queue=alpha")
     assert page.status_code == 200
     assert b'value="4"' in page.content  # the chosen queue's current quota prefills the form
-    # the check, the run stored, kept to the last few and run inline (eager) with its result stored
-    with django_assert_max_num_queries(24):
+    # the check, the run stored, kept to the last few and run inline (eager) with its result stored (with the
+    # live snapshot's 7 reads for the start-time estimates beside the replay)
+    with django_assert_max_num_queries(33):
         response = client.post(reverse("whatif:page"), {"queue": "alpha", "gpu_quota": "8", "window_hours": "72"},
                                HTTP_HX_REQUEST="true")
     body = response.content.decode()
@@ -286,6 +288,37 @@ def test_api_returns_the_comparison(viewer_api, contended):
     assert alpha["difference"]["queueing_delay_mean_s"] < 0
     assert set(data["summary"]) == {"current", "changed", "difference"}
     assert "jain_fairness" in data["summary"]["current"]
+
+
+def test_api_gives_each_queues_waits_now_and_with_the_change_from_the_start_estimator(viewer_api, contended):
+    response = viewer_api.post("/api/v1/what-if/", {"changes": {"alpha": {"gpu_quota": 8}}}, format="json")
+    assert response.status_code == 202, response.content
+    data = viewer_api.get(f"/api/v1/what-if/{response.json()['id']}/").json()["result"]
+    waits = {row["queue"]: row for row in data["start_estimates"]["queues"]}
+    assert set(waits) == {"alpha", "beta"}
+    assert data["start_estimates"]["samples"] >= 1
+    assert "arrivals are not guessed" in data["start_estimates"]["note"]
+    # The node holds 8 of the 24 waiting jobs: with alpha's quota raised to the whole node, alpha's
+    # waiting jobs start sooner and beta's later.
+    alpha, beta = waits["alpha"], waits["beta"]
+    assert (alpha["edited"], beta["edited"]) == (True, False)
+    assert alpha["changed"]["p50_wait_seconds"] < alpha["current"]["p50_wait_seconds"]
+    assert beta["changed"]["p50_wait_seconds"] > beta["current"]["p50_wait_seconds"]
+    for row in (alpha, beta):
+        for side in ("current", "changed"):
+            assert row[side]["p50_wait_seconds"] <= row[side]["p80_wait_seconds"]
+
+
+def test_the_waits_differ_only_by_the_change_on_the_same_snapshot_and_seed(contended):
+    from kaiweb.cluster.models import SchedulingShard
+    from kaiweb.scheduling import estimates
+
+    shard = SchedulingShard.objects.default()
+    unchanged = estimates.queue_waits_with(shard, {})
+    assert unchanged["queues"]
+    for row in unchanged["queues"]:
+        assert row["current"] == row["changed"]
+        assert row["current"]["p50_wait_seconds"] is not None
 
 
 def test_api_errors_name_the_field(viewer_api, contended):
@@ -426,15 +459,25 @@ def test_each_user_keeps_only_the_last_runs(viewer, contended, settings):
     assert sorted(WhatIfRun.objects.filter(user=viewer).values_list("pk", flat=True)) == sorted(ids[-3:])
 
 
-def test_whatifs_have_a_queue_of_their_own_that_every_worker_consumes():
+def test_whatifs_and_estimates_have_a_queue_and_a_make_run_worker_of_their_own():
+    import importlib.util
     from pathlib import Path
 
     from kaiweb.celery import app
 
-    assert app.amqp.router.route({}, "whatif.run")["queue"].name == "whatif"
-    assert app.amqp.router.route({}, "scheduling.run_cycle")["queue"].name == "celery"
-    run_dev = (Path(__file__).resolve().parents[3] / "deploy" / "run_dev.py").read_text()
-    assert '"-Q", "celery,whatif"' in run_dev
+    route = {task: app.amqp.router.route({}, task)["queue"].name
+             for task in ("whatif.run", "scheduling.estimate_starts", "scheduling.run_cycle",
+                          "scheduling.dispatch_cycles", "scheduling.dispatch_estimates")}
+    assert route == {"whatif.run": "whatif", "scheduling.estimate_starts": "whatif", "scheduling.run_cycle": "celery",
+                     "scheduling.dispatch_cycles": "celery", "scheduling.dispatch_estimates": "celery"}
+    spec = importlib.util.spec_from_file_location("run_dev", Path(__file__).resolve().parents[3] / "deploy" / "run_dev.py")
+    assert spec is not None
+    assert spec.loader is not None
+    run_dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_dev)
+    consumed = {name: cmd[cmd.index("-Q") + 1] for name, cmd in run_dev.services().items() if "-Q" in cmd}
+    # The cycles' worker takes no what-if and no estimate, so neither ever waits in front of a cycle.
+    assert consumed == {"worker": "celery", "whatif": "whatif"}
 
 
 def test_simulate_from_the_edit_page_shows_the_window_it_ran(client, platform_admin, contended):
@@ -446,6 +489,21 @@ def test_simulate_from_the_edit_page_shows_the_window_it_ran(client, platform_ad
     selected = body[body.index('name="window_hours"'):body.index("</select>", body.index('name="window_hours"'))]
     assert 'value="24" selected' in selected or 'value="24.0" selected' in selected
     assert "window 24.0 h" in body or "window 24 h" in body
+
+
+def test_the_page_shows_each_queues_waits_now_and_with_the_change(client, platform_admin, contended):
+    client.force_login(platform_admin)
+    data = {"display_name": "", "priority": "100", "gpu_quota": "8", "gpu_limit": "-1", "gpu_over_quota_weight": "1",
+            "cpu_quota": "-1", "cpu_limit": "-1", "cpu_over_quota_weight": "1", "memory_quota": "-1",
+            "memory_limit": "-1", "memory_over_quota_weight": "1", "window_hours": "24"}
+    body = client.post(reverse("whatif:page") + "?queue=alpha", data).content.decode()
+    table = body[body.index('id="whatif-waits-table"'):body.index("</table>", body.index('id="whatif-waits-table"'))]
+    alpha = table[table.index('data-queue="alpha"'):table.index("</tr>", table.index('data-queue="alpha"'))]
+    assert "edited" in alpha
+    # alpha's waiting jobs start sooner with the whole node as quota: its p50 difference is "better".
+    assert 'class="delta-up"' in alpha.split("</td>")[2] + alpha.split("</td>")[3]
+    assert 'data-queue="beta"' in table
+    assert "arrivals are not guessed" in body
 
 
 def test_the_result_names_the_limit_that_binds_before_a_raised_gpu_figure(contended):

@@ -33,6 +33,8 @@ from kaiweb.cluster.backends.types import (
     GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
+    LINE_ANNOTATION_MAX,
+    LINE_ANNOTATIONS,
     MAX_SCHEDULING_CONDITIONS,
     MIG_ENABLED_LABEL,
     MIG_RESOURCE_PREFIX,
@@ -517,12 +519,14 @@ def parse_pod_group(raw: Mapping[str, Any]) -> ObservedPodGroup | Unreadable:
 
 
 def pod_group_said(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """What a PodGroup says of what kaiweb writes on it: ``annotations`` (KAI's stamps, key → text)
-    and ``conditions`` (status.schedulingConditions, the first `MAX_SCHEDULING_CONDITIONS` mappings)."""
+    """What a PodGroup says of what kaiweb writes on it: ``annotations`` (KAI's stamps and kaiweb's place
+    in line and start estimate, key → text) and ``conditions`` (status.schedulingConditions, the first
+    `MAX_SCHEDULING_CONDITIONS` mappings)."""
     annotations = _meta(raw).get("annotations") or {}
     status = raw.get("status") if isinstance(raw.get("status"), Mapping) else {}
     conditions = status.get("schedulingConditions") if isinstance(status, Mapping) else None
-    return {"annotations": {key: str(annotations[key])[:64] for _, key in POD_GROUP_STAMPS
+    kept = {key: 64 for _, key in POD_GROUP_STAMPS} | dict.fromkeys(LINE_ANNOTATIONS, LINE_ANNOTATION_MAX)
+    return {"annotations": {key: str(annotations[key])[:longest] for key, longest in kept.items()
                             if isinstance(annotations, Mapping) and annotations.get(key)},
             "conditions": [dict(c) for c in (conditions if isinstance(conditions, list) else [])
                            if isinstance(c, Mapping)][:MAX_SCHEDULING_CONDITIONS]}
