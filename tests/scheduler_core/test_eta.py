@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scheduler_core import model as m
-from scheduler_core.eta import Budget, Declared, Run, RuntimeHistory, estimate_starts, reason_text, size_class
+from scheduler_core.eta import (
+    Budget,
+    Declared,
+    Run,
+    RuntimeHistory,
+    _Ends,
+    estimate_starts,
+    job_class,
+    reason_text,
+    size_class,
+)
 from tests.scheduler_core.engine_builders import NOW, gpu_task, node, queue
+from tests.scheduler_core.test_shortcut_properties import crowded
 
 HOUR = 3600.0
 
@@ -136,3 +149,67 @@ def test_a_budget_below_one_sample_or_with_a_bad_horizon_is_refused():
         Budget(samples=0)
     with pytest.raises(ValueError, match="horizon_s"):
         Budget(horizon_s=0)
+    with pytest.raises(ValueError, match="max_pending"):
+        Budget(max_pending=0)
+
+
+def _line(names_by_creation: list[str]) -> m.ClusterSnapshot:
+    """One 8-GPU node held by a runner; pending 8-GPU jobs of one queue, created in the given order."""
+    jobs = [m.JobSpec("run", "q", (gpu_task("run-0", 8, m.RUNNING, "n0"),), creation=NOW - 60, last_start=NOW - 60)]
+    jobs += [m.JobSpec(name, "q", (gpu_task(f"{name}-0", 8),), creation=NOW - 30 + i)
+             for i, name in enumerate(names_by_creation)]
+    return m.ClusterSnapshot(nodes=(node("n0", 8),), queues=(queue("q", gpu_quota=8),), jobs=tuple(jobs), now=NOW)
+
+
+def test_the_run_forward_takes_the_first_jobs_in_the_engines_order_and_says_the_rest_are_further_back():
+    # created in the order z, y, x, w (the engine's order), the reverse of their names
+    names = ["z", "y", "x", "w"]
+    snap = _line(names)
+    declared = {uid: Declared(runtime_s=HOUR) for uid in ["run", *names]}
+    full = estimate_starts(snap, history=_history([HOUR] * 10), declared=declared, seed=4)
+    bounded = estimate_starts(snap, history=_history([HOUR] * 10), declared=declared, seed=4,
+                              budget=Budget(max_pending=2))
+    assert [full[n].p50 for n in names] == [NOW + (i + 1) * HOUR - 60 for i in range(4)]
+    # the two first in line are estimated as without the bound (the ones behind them take nothing of theirs)
+    for n in ("z", "y"):
+        assert bounded[n] == full[n]
+    for n in ("x", "w"):
+        e = bounded[n]
+        assert (e.p50, e.p80, e.started) == (None, None, 0)
+        assert e.reason.code == "beyond-bound"
+        # the room frees for the jobs ahead until the last of them starts
+        assert e.reason.details["after"] == full["y"].p50
+        assert "further back in line than the estimate runs forward" in e.reason.message
+    assert bounded["w"].reason.details["ahead_in_queue"] == 3
+    text = reason_text("beyond-bound", {**bounded["w"].reason.details, "after": None}, lambda t: "14:20")
+    assert text.endswith("further back in line than the estimate runs forward")
+
+
+PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(crowded(fractions=False), st.integers(0, 2**16), st.sampled_from([1, 3, 2000]))
+def test_the_memo_shared_by_the_samples_changes_no_estimate(snap, seed, max_pending):
+    # every simulated cycle of every sample runs with one memo (job states and node tables handed from
+    # cycle to cycle, across samples too); the plain config builds every cycle from nothing
+    history = RuntimeHistory.from_runs(Run(f"q{k % 3}", "", "single", size_class(g), 600.0 * (1 + k % 7))
+                                       for k, g in enumerate([1, 2, 4, 8] * 6))
+    budget = Budget(samples=4, min_samples=4, max_cycles=8, max_pending=max_pending)
+    fast = estimate_starts(snap, history=history, seed=seed, budget=budget)
+    plain = estimate_starts(snap, m.CycleConfig(shortcuts=False), history, seed=seed, budget=budget)
+    assert fast == plain
+
+
+@PROPERTY
+@given(st.lists(st.floats(1.0, 1e5), min_size=0, max_size=30), st.lists(st.floats(1.0, 1e5), max_size=10),
+       st.lists(st.tuples(st.floats(0.0, 2e5), st.floats(1e-6, 1 - 1e-6)), min_size=1, max_size=20))
+def test_the_ends_drawn_with_the_curves_looked_up_once_are_the_histories_own(finished, running, draws):
+    history = RuntimeHistory.from_runs([Run("q", "", "single", "1", s) for s in finished],
+                                       running=[Run("q", "", "single", "1", s) for s in running])
+    job = m.JobSpec("j", "q", (gpu_task("j-0", 1, m.RUNNING, "n0"),))
+    ends = _Ends(history, {}, {"j": job_class(job)}, {"j": 0})
+    for _ in range(2):  # the second pass finds every curve looked up already
+        for ran, u in draws:
+            start = NOW - ran
+            assert ends.end("j", start, NOW, [u]) == NOW + history.remaining(job_class(job), NOW - start, u)
