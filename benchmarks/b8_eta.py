@@ -13,7 +13,8 @@ The naive baseline at the same moments: the GPUs asked for by the pending jobs s
 the job (and by itself) × the mean run time of the jobs finished so far ÷ the cluster's GPUs (the
 capacity that frees as runs end; the free capacity is nil whenever a job waits).
 
-Printed per job class (its GPUs: ``shared``, ``1``, ``2``, ``4``, ``8``) and overall, for each moment
+Printed per job class (its GPUs, ``eta.size_class``: ``shared-1/4``, ``shared-1/2``, ``shared-1``, ``1``, ``2``,
+``4``, ``8``) and overall, for each moment
 (``at_submission``, ``after_10_min``): how many, the p80 coverage (share of starts no later than
 the p80 estimate), the median absolute error of the p50 in minutes and as a share of the real wait,
 and the baseline's median absolute error; first for every estimate, then for waits over 10 minutes.

@@ -4,12 +4,18 @@ For every pending job of a snapshot, when it may start: a p50 and a p80 (epoch s
 reason it waits. The estimate is the engine's own answer, not a re-implementation of its rules:
 ``run_cycle`` is run on the snapshot, the running jobs end at sampled times, the cycle is run again
 on what is left, and so on; a job's start in a sample is the moment the cycle that binds it has
-the room it needed. Several samples give the percentiles.
+the room it needed. Several samples give the percentiles. The cycles are spaced wider than many
+runs (see Bounded): a run that begins in one simulated cycle and ends before the next frees its
+room at its end, and the job that takes the room in the next cycle starts then (never before the
+snapshot, or before the simulation evicted it); so a line of short jobs drains at the pace of
+their runs, not of the cycles.
 
 * **Run times.** A running job ends at its declared end when it has one (``Declared``: a run time
   from its start, or a deadline), else at a remaining time drawn from the recorded run times of
   jobs like it (``RuntimeHistory``: by queue, owner, kind and size, backing off to broader classes
-  when a class has few records), conditioned on the time it has already run: only records longer
+  when a class has few records; the size of a job on a share of a GPU is that share rounded up to a
+  power of two, as whole GPUs are, since a half-GPU notebook and a tenth-GPU inference server run
+  for unlike times, and such a class backs off to every shared-GPU job before every job), conditioned on the time it has already run: only records longer
   than that count, and the draw is what is left of one of them (Kaplan–Meier, with the runs still
   going as lower bounds). Past the longest finished run the survival falls as a Pareto tail.
   Jobs that start during the simulation run for a drawn run time of their class.
@@ -83,12 +89,15 @@ _RETRY_S = 1.0
 
 
 def size_class(gpus: float) -> str:
-    """A job's size as a class name: ``cpu``, ``shared`` (under one GPU), or the power of two of
-    its GPUs rounded up (``1``, ``2``, ``4``, ``8``, ``16``, …)."""
+    """A job's size as a class name: ``cpu``; under one GPU, its share of a GPU rounded up to a power
+    of two (``shared-1``: over a half, ``shared-1/2``: over a quarter, ``shared-1/4``, … ``shared-1/64``);
+    else the power of two of its GPUs rounded up (``1``, ``2``, ``4``, ``8``, ``16``, …)."""
     if gpus <= 0:
         return "cpu"
     if gpus < 1:
-        return "shared"
+        # the share of one GPU rounded up to a power of two: 1/2 (over a quarter), 1/4, 1/8, at least 1/64
+        k = min(6, math.floor(math.log2(1.0 / gpus) + 1e-9))
+        return "shared-1" if k == 0 else f"shared-1/{2 ** k}"
     return str(2 ** math.ceil(math.log2(gpus - 1e-9)) if gpus > 1 else 1)
 
 
@@ -121,9 +130,11 @@ class Run:
 
 
 #: the keys a class backs off to, most specific first: (queue, owner, kind, size), (queue, kind,
-#: size), (kind, size), (size), everything
+#: size), (kind, size), (size), every shared-GPU job for a share of a GPU, everything
 def _levels(cls: tuple[str, str, str, str]) -> tuple[tuple[str, ...], ...]:
     queue, owner, kind, size = cls
+    if size.startswith("shared-"):
+        return ((queue, owner, kind, size), ("q", queue, kind, size), ("k", kind, size), ("s", size), ("s", "shared"), ())
     return ((queue, owner, kind, size), ("q", queue, kind, size), ("k", kind, size), ("s", size), ())
 
 
@@ -334,6 +345,8 @@ class _Sim:
 
     jobs: dict[str, m.JobSpec]
     ends: dict[str, float]  # running job uid -> end time
+    now: float = 0.0
+    evicted: dict[str, float] = field(default_factory=dict)  # job uid -> when the simulation last evicted it
     starts: dict[str, float] = field(default_factory=dict)  # waiting job uid -> start time
     frees: dict[str, float] = field(default_factory=dict)  # waiting job uid -> when its node freed
     node_of: dict[str, str] = field(default_factory=dict)
@@ -478,13 +491,13 @@ def _simulate(snapshot: m.ClusterSnapshot, config: m.CycleConfig, first: m.Cycle
               runs: Sequence[tuple[str, tuple[float | None, _Curve | None, float, int]]], u: Sequence[float],
               budget: Budget, cycles: int, growth: float, memo: CycleMemo) -> _Sim:
     now = snapshot.now
-    sim = _Sim(jobs={j.uid: j for j in snapshot.jobs}, ends={uid: ends.drawn(plan, now, u) for uid, plan in runs})
+    sim = _Sim(jobs={j.uid: j for j in snapshot.jobs}, ends={uid: ends.drawn(plan, now, u) for uid, plan in runs}, now=now)
     waiting = {uid for uid in first.pending if uid in sim.jobs}
     horizon = now + budget.horizon_s
     result = first
-    t = t_prev = now
+    t = now
     freed: dict[str, float] = {}  # node -> the latest end of a run on it since the last cycle
-    _apply(sim, first, t, t_prev, freed, waiting, ends, u)
+    _apply(sim, first, t, freed, waiting, ends, u)
     for step in range(cycles):
         if not waiting:
             break
@@ -496,11 +509,13 @@ def _simulate(snapshot: m.ClusterSnapshot, config: m.CycleConfig, first: m.Cycle
             t_next = min(t_next, t + budget.period_s)
         if t_next > horizon or (math.isinf(nxt) and not pending_retry and not result.binds):
             break
-        t_prev, t = t, t_next
+        t = t_next
+        # the room of the runs that ended since the last cycle, freed at their ends (a run that began in
+        # the last cycle may have ended before it: not clamped to it)
         freed = {}
         for uid in sorted(uid for uid, end in sim.ends.items() if end <= t):
             job = sim.jobs.pop(uid)
-            end = max(t_prev, sim.ends.pop(uid))
+            end = sim.ends.pop(uid)
             for n in {tk.node for tk in job.tasks if tk.node is not None and tk.state in _HOLDING}:
                 freed[n] = max(end, freed.get(n, end))
         # tasks on their way out are gone by the second cycle
@@ -512,7 +527,7 @@ def _simulate(snapshot: m.ClusterSnapshot, config: m.CycleConfig, first: m.Cycle
                         if tk.state in _LEAVING else tk for tk in job.tasks))
         snap = dataclasses.replace(snapshot, jobs=tuple(sim.jobs[uid] for uid in _order(snapshot, sim)), now=t)
         result = run_cycle(snap, config, memo)
-        _apply(sim, result, t, t_prev, freed, waiting, ends, u)
+        _apply(sim, result, t, freed, waiting, ends, u)
     return sim
 
 
@@ -520,7 +535,7 @@ def _order(snapshot: m.ClusterSnapshot, sim: _Sim) -> list[str]:
     return [j.uid for j in snapshot.jobs if j.uid in sim.jobs]
 
 
-def _apply(sim: _Sim, result: m.CycleResult, t: float, t_prev: float, freed: Mapping[str, float],
+def _apply(sim: _Sim, result: m.CycleResult, t: float, freed: Mapping[str, float],
            waiting: set[str], ends: _Ends, u: Sequence[float]) -> None:
     """A simulated cycle's decisions applied: bound pods run, evicted pods wait again (their job
     loses its run), and a waiting job whose gang is complete starts."""
@@ -542,6 +557,7 @@ def _apply(sim: _Sim, result: m.CycleResult, t: float, t_prev: float, freed: Map
             for tk in job.tasks))
         if _active(sim.jobs[uid]) < _needs(sim.jobs[uid]):
             sim.ends.pop(uid, None)
+            sim.evicted[uid] = t
     for uid in sorted(bound):
         job = sim.jobs.get(uid)
         if job is None:
@@ -551,10 +567,11 @@ def _apply(sim: _Sim, result: m.CycleResult, t: float, t_prev: float, freed: Map
                                           gpu_groups=binds[tk.name].gpu_groups) if tk.name in binds else tk
                       for tk in job.tasks)
         if sum(1 for tk in tasks if tk.state in m.ACTIVE_ALLOCATED_STATES) >= _needs(job) and uid not in sim.ends:
-            # the room it took freed at the latest end of a run on its nodes since the last cycle
+            # the room it took freed at the latest end of a run on its nodes since the last cycle; a run
+            # that began in the last cycle may have ended before this one: the room was free from then
             nodes = {b.node for b in binds.values()}
             at = max((freed[n] for n in nodes if n in freed), default=t)
-            start = min(t, max(t_prev, at))
+            start = min(t, max(sim.evicted.get(uid, sim.now), at))
             sim.jobs[uid] = dataclasses.replace(job, tasks=tasks, last_start=start)
             sim.ends[uid] = ends.end(uid, start, start, u)
             if uid in waiting:

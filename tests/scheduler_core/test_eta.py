@@ -140,8 +140,31 @@ def test_the_history_backs_off_to_a_broader_class_when_a_class_has_few_records()
     assert rich.remaining(("a", "u1", "single", "1"), 0.0, 0.5) == pytest.approx(100.0)
 
 
-def test_size_classes_round_up_to_powers_of_two():
-    assert [size_class(g) for g in (0, 0.5, 1, 2, 3, 8, 9)] == ["cpu", "shared", "1", "2", "4", "8", "16"]
+def test_size_classes_round_up_to_powers_of_two_of_gpus_and_of_shares_of_one():
+    assert [size_class(g) for g in (0, 0.5, 1, 2, 3, 8, 9)] == ["cpu", "shared-1/2", "1", "2", "4", "8", "16"]
+    assert [size_class(g) for g in (0.81, 0.51, 0.26, 0.25, 0.2, 0.001)] == [
+        "shared-1", "shared-1", "shared-1/2", "shared-1/4", "shared-1/4", "shared-1/64"]
+
+
+def test_a_share_of_a_gpu_with_few_records_backs_off_to_every_shared_job_before_every_job():
+    runs = ([Run("q", "", "single", "shared-1/4", 60.0)] * 3 + [Run("q", "", "single", "shared-1", 120.0)] * 10
+            + [Run("q", "", "single", "1", 10_000.0)] * 40)
+    history = RuntimeHistory.from_runs(runs)
+    # 3 records of quarter-GPU jobs: too few; the 13 shared-GPU jobs (mostly 120 s) come before all 53 jobs
+    assert history.remaining(("q", "", "single", "shared-1/4"), 0.0, 0.5) == pytest.approx(120.0)
+    assert history.remaining(("q", "", "single", "shared-1"), 0.0, 0.5) == pytest.approx(120.0)
+
+
+def test_a_run_that_began_and_ended_between_two_simulated_cycles_frees_its_room_at_its_end():
+    # one node; the runner ends at +100 s, then three jobs of 100 s each in line: the cycles are spaced
+    # far wider than the runs (two cycles per day), yet each job starts when the one before it ends
+    names = ["a", "b", "c"]
+    snap = _line(names)
+    declared = {uid: Declared(runtime_s=100.0) for uid in names} | {"run": Declared(deadline=NOW + 100.0)}
+    est = estimate_starts(snap, history=_history([HOUR] * 10), declared=declared, seed=1,
+                          budget=Budget(horizon_s=24 * HOUR, max_cycles=4, samples=4))
+    assert [est[n].p50 for n in names] == [NOW + 100.0, NOW + 200.0, NOW + 300.0]
+    assert [est[n].p80 for n in names] == [NOW + 100.0, NOW + 200.0, NOW + 300.0]
 
 
 def test_a_budget_below_one_sample_or_with_a_bad_horizon_is_refused():
