@@ -25,6 +25,17 @@ and the baseline's median absolute error; first for every estimate, then for wai
     .venv/bin/python benchmarks/b8_eta.py --budget-only --json   # the estimator's cost at 2,000 nodes / 16,000 pending
 
 Needs ``../shared/traces`` (or ``--traces``) for the replay; exits with a message when it is absent.
+
+The documented run (150 jobs, 8 samples, 20 simulated cycles), waits over 10 minutes: at submission
+p80 coverage 77.5 %, median absolute error 0.365 of the wait against the baseline's 0.764; 10 minutes
+later 84.6 %, 0.121 against 0.55 (goal: coverage 75–90 %, error at most half the baseline's). With
+``--seed 1`` (other draws) 71.3 % and 0.350 against 0.764, then 96.2 % and 0.157 against 0.55: with 8
+samples, and one line of jobs whose starts hang together, the coverage moves by ten points with the
+seed, the error hardly. The same run from ``--since 11500000`` (another window of the trace, not used to calibrate) misses the
+coverage goal, with estimates too early rather than too late: 58.7 % and 0.405 against 0.769 at
+submission, 73.0 % and 0.289 against 0.672 ten minutes later.
+``--budget-only``: 2,000 of the 16,000 pending jobs run forward in 4 samples, about 1.2 s of process
+CPU besides the first cycle's 0.5 s (1.6 s for the refresh, on the reference machine, alone).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from scheduler_core.eta import (
     size_class,
 )
 from tests.scheduler_core.engine_builders import NOW, gpu_task, node, queue
+from tests.scheduler_core.test_invariants import clusters
 from tests.scheduler_core.test_shortcut_properties import crowded
 
 HOUR = 3600.0
@@ -212,12 +213,12 @@ PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 
 
 @PROPERTY
-@given(crowded(fractions=False), st.integers(0, 2**16), st.sampled_from([1, 3, 2000]))
+@given(st.one_of(crowded(), crowded(fractions=False), clusters()), st.integers(0, 2**16), st.sampled_from([1, 3, 2000]))
 def test_the_memo_shared_by_the_samples_changes_no_estimate(snap, seed, max_pending):
     # every simulated cycle of every sample runs with one memo (job states and node tables handed from
     # cycle to cycle, across samples too); the plain config builds every cycle from nothing
     history = RuntimeHistory.from_runs(Run(f"q{k % 3}", "", "single", size_class(g), 600.0 * (1 + k % 7))
-                                       for k, g in enumerate([1, 2, 4, 8] * 6))
+                                       for k, g in enumerate([1, 2, 4, 8, 0.5] * 6))
     budget = Budget(samples=4, min_samples=4, max_cycles=8, max_pending=max_pending)
     fast = estimate_starts(snap, history=history, seed=seed, budget=budget)
     plain = estimate_starts(snap, m.CycleConfig(shortcuts=False), history, seed=seed, budget=budget)
