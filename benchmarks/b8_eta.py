@@ -13,7 +13,8 @@ The naive baseline at the same moments: the GPUs asked for by the pending jobs s
 the job (and by itself) × the mean run time of the jobs finished so far ÷ the cluster's GPUs (the
 capacity that frees as runs end; the free capacity is nil whenever a job waits).
 
-Printed per job class (its GPUs: ``shared``, ``1``, ``2``, ``4``, ``8``) and overall, for each moment
+Printed per job class (its GPUs, ``eta.size_class``: ``shared-1/4``, ``shared-1/2``, ``shared-1``, ``1``, ``2``,
+``4``, ``8``) and overall, for each moment
 (``at_submission``, ``after_10_min``): how many, the p80 coverage (share of starts no later than
 the p80 estimate), the median absolute error of the p50 in minutes and as a share of the real wait,
 and the baseline's median absolute error; first for every estimate, then for waits over 10 minutes.
@@ -24,6 +25,17 @@ and the baseline's median absolute error; first for every estimate, then for wai
     .venv/bin/python benchmarks/b8_eta.py --budget-only --json   # the estimator's cost at 2,000 nodes / 16,000 pending
 
 Needs ``../shared/traces`` (or ``--traces``) for the replay; exits with a message when it is absent.
+
+The documented run (150 jobs, 8 samples, 20 simulated cycles), waits over 10 minutes: at submission
+p80 coverage 77.5 %, median absolute error 0.365 of the wait against the baseline's 0.764; 10 minutes
+later 84.6 %, 0.121 against 0.55 (goal: coverage 75–90 %, error at most half the baseline's). With
+``--seed 1`` (other draws) 71.3 % and 0.350 against 0.764, then 96.2 % and 0.157 against 0.55: with 8
+samples, and one line of jobs whose starts hang together, the coverage moves by ten points with the
+seed, the error hardly. The same run from ``--since 11500000`` (another window of the trace, not used to calibrate) misses the
+coverage goal, with estimates too early rather than too late: 58.7 % and 0.405 against 0.769 at
+submission, 73.0 % and 0.289 against 0.672 ten minutes later.
+``--budget-only``: 2,000 of the 16,000 pending jobs run forward in 4 samples, about 1.2 s of process
+CPU besides the first cycle's 0.5 s (1.6 s for the refresh, on the reference machine, alone).
 """
 
 from __future__ import annotations
@@ -215,9 +227,10 @@ def score(states: list[_State], horizon_s: float, long_only: bool) -> dict[str, 
 
 
 def budget_figure(nodes: int = 2000, pending: int = 16000, seed: int = 0, budget: Budget | None = None) -> dict[str, Any]:
-    """The estimator's worker time at ``nodes`` × 8 GPUs all running 1-GPU jobs and ``pending``
-    pending 1-GPU jobs (B6's saturated snapshot), with ``budget`` (default: the default budget) and a
-    history of 1,000 runs."""
+    """The estimator's worker time (process CPU seconds) at ``nodes`` × 8 GPUs all running 1-GPU jobs
+    and ``pending`` pending 1-GPU jobs (B6's saturated snapshot), with ``budget`` (default: the default
+    budget) and a history of 1,000 runs; and a refresh's (the first cycle, which the worker runs too,
+    and the estimator)."""
     budget = budget or Budget()
     from b6_steady_state import build
 
@@ -233,8 +246,11 @@ def budget_figure(nodes: int = 2000, pending: int = 16000, seed: int = 0, budget
     sample = next(iter(got.values()))
     return {"nodes": nodes, "pending": pending, "estimated_jobs": len(got), "samples": sample.samples,
             "with_p50": sum(1 for e in got.values() if e.p50 is not None),
+            "beyond_bound": sum(1 for e in got.values() if e.reason.code == "beyond-bound"),
             "estimator_cpu_seconds": round(seconds, 2), "live_cycle_cpu_seconds": round(cycle_s, 2),
-            "budget": {k: getattr(budget, k) for k in ("samples", "min_samples", "horizon_s", "max_cycles", "max_work")}}
+            "refresh_cpu_seconds": round(seconds + cycle_s, 2),
+            "budget": {k: getattr(budget, k) for k in ("samples", "min_samples", "horizon_s", "max_cycles", "max_work",
+                                                        "max_pending")}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,20 +269,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-work", type=int, default=Budget().max_work,
                         help="the estimator's work bound per refresh (jobs + nodes of every simulated cycle)")
     parser.add_argument("--min-samples", type=int, default=4, help="the estimator's fewest samples")
+    parser.add_argument("--max-pending", type=int, default=Budget().max_pending,
+                        help="the estimator's pending jobs run forward (the first in the engine's order)")
     parser.add_argument("--budget-only", action="store_true",
                         help="only the estimator's cost at 2,000 nodes / 16,000 pending (no trace needed)")
     parser.add_argument("--json", action="store_true", help="one JSON object")
     args = parser.parse_args(argv)
+    for name in ("samples", "max_pending", "max_work"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: must be at least 1")
     if args.budget_only:
         fig = budget_figure(budget=Budget(samples=args.samples, min_samples=min(args.min_samples, args.samples),
-                                          max_work=args.max_work))
+                                          max_work=args.max_work, max_pending=args.max_pending))
         print(json.dumps({"benchmark": "B8-budget", **fig}, indent=None if args.json else 2))
         return 0
     path = Path(args.traces) / "alibaba_gpu_v2023_openb" / args.pods
     if not path.is_file():
         print(json.dumps({"skipped": f"no trace at {path}"}))
         return 0
-    for name in ("jobs", "samples", "max_cycles"):
+    for name in ("jobs", "max_cycles"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: must be at least 1")
     if not args.arrival_speedup > 0:
@@ -279,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = size_cluster(jobs, args.load)
     cluster = ReplayCluster(nodes=cluster.nodes, cpu_millis_per_node=NODE_CPU_MILLIS, memory_gib_per_node=NODE_MEMORY_GIB)
     budget = Budget(samples=args.samples, min_samples=min(args.min_samples, args.samples), max_cycles=args.max_cycles,
-                    max_work=args.max_work,
+                    max_work=args.max_work, max_pending=args.max_pending,
                     horizon_s=args.horizon_hours * 3600, period_s=args.period)
     t = time.process_time()
     states, figures = replay_with_estimates(jobs, cluster, args.period, budget, seed=args.seed)

@@ -315,9 +315,11 @@ KAI_ETA_SAMPLES = env.int("KAI_ETA_SAMPLES", default=16)
 KAI_ETA_HORIZON_HOURS = env.float("KAI_ETA_HORIZON_HOURS", default=7 * 24.0)
 KAI_ETA_MAX_CYCLES = env.int("KAI_ETA_MAX_CYCLES", default=200)
 KAI_ETA_MAX_WORK = env.int("KAI_ETA_MAX_WORK", default=350_000)
+# How many pending jobs, in the engine's order, are run forward; those behind are "beyond-bound".
+KAI_ETA_MAX_PENDING = env.int("KAI_ETA_MAX_PENDING", default=2000)
 KAI_ETA_HISTORY_DAYS = env.float("KAI_ETA_HISTORY_DAYS", default=14.0)
 KAI_ETA_HISTORY_ROWS = env.int("KAI_ETA_HISTORY_ROWS", default=5000)
-for _name in ("KAI_ETA_SAMPLES", "KAI_ETA_MAX_CYCLES", "KAI_ETA_MAX_WORK", "KAI_ETA_HISTORY_ROWS"):
+for _name in ("KAI_ETA_SAMPLES", "KAI_ETA_MAX_CYCLES", "KAI_ETA_MAX_WORK", "KAI_ETA_MAX_PENDING", "KAI_ETA_HISTORY_ROWS"):
     if globals()[_name] < 1:
         raise ImproperlyConfigured(f"{_name} must be at least 1, not {globals()[_name]}")
 for _name in ("KAI_ETA_SECONDS", "KAI_ETA_HORIZON_HOURS", "KAI_ETA_HISTORY_DAYS"):

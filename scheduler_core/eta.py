@@ -4,12 +4,18 @@ For every pending job of a snapshot, when it may start: a p50 and a p80 (epoch s
 reason it waits. The estimate is the engine's own answer, not a re-implementation of its rules:
 ``run_cycle`` is run on the snapshot, the running jobs end at sampled times, the cycle is run again
 on what is left, and so on; a job's start in a sample is the moment the cycle that binds it has
-the room it needed. Several samples give the percentiles.
+the room it needed. Several samples give the percentiles. The cycles are spaced wider than many
+runs (see Bounded): a run that begins in one simulated cycle and ends before the next frees its
+room at its end, and the job that takes the room in the next cycle starts then (never before the
+snapshot, or before the simulation evicted it); so a line of short jobs drains at the pace of
+their runs, not of the cycles.
 
 * **Run times.** A running job ends at its declared end when it has one (``Declared``: a run time
   from its start, or a deadline), else at a remaining time drawn from the recorded run times of
   jobs like it (``RuntimeHistory``: by queue, owner, kind and size, backing off to broader classes
-  when a class has few records), conditioned on the time it has already run: only records longer
+  when a class has few records; the size of a job on a share of a GPU is that share rounded up to a
+  power of two, as whole GPUs are, since a half-GPU notebook and a tenth-GPU inference server run
+  for unlike times, and such a class backs off to every shared-GPU job before every job), conditioned on the time it has already run: only records longer
   than that count, and the draw is what is left of one of them (Kaplan–Meier, with the runs still
   going as lower bounds). Past the longest finished run the survival falls as a Pareto tail.
   Jobs that start during the simulation run for a drawn run time of their class.
@@ -19,13 +25,24 @@ the room it needed. Several samples give the percentiles.
   estimates: the draws come from a seeded generator, one column per job in uid order (Latin
   hypercube over the samples, so few samples still cover the distribution), and the engine is
   deterministic.
-* **Bounded.** ``Budget``: at most ``samples`` samples, each simulating at most ``horizon_s``
-  seconds ahead in at most ``max_cycles`` cycles; all cycles together at most ``max_work`` units of
-  work, a unit being one job or node of a simulated cycle's snapshot (what a cycle's cost follows);
-  the simulated cycles after the first bound their victim search (``victim_scenarios``).
-  A large snapshot gets fewer samples (at least ``min_samples``) and coarser steps: the simulated
-  cycles are spaced at the next end of a run, but no closer than a step that grows geometrically
-  from ``period_s`` so that the horizon is reached within the cycles allowed.
+* **Bounded.** ``Budget``: the run forward takes the first ``max_pending`` pending jobs in the
+  engine's order (``engine_order``: the order the first cycle's allocate tried them); the jobs
+  behind them are left out of it (they would only take room that frees after the ones ahead took
+  theirs, unless they fit where those do not) and get no p50 or p80 but the code ``beyond-bound``
+  and, in ``details["after"]``, the moment the room freeing for the jobs ahead has all been taken
+  (the median over the samples of the last start among them): a lower bound for a job that needs
+  what they need. At most ``samples`` samples, each simulating at most ``horizon_s`` seconds ahead in
+  at most ``max_cycles`` cycles; all cycles together at most ``max_work`` units of work, a unit being
+  one job or node of a simulated cycle's snapshot (what a cycle's cost follows); the simulated
+  cycles after the first bound their victim search (``victim_scenarios``). A large snapshot gets
+  fewer samples (at least ``min_samples``) and coarser steps: the simulated cycles are spaced at the
+  next end of a run, but no closer than a step that grows geometrically from ``period_s`` so that
+  the horizon is reached within the cycles allowed. Every simulated cycle of every sample runs
+  with one ``CycleMemo``: a cycle takes back the job states and node tables the last one handed
+  over (most job specs are the same objects from one sample to the next); the memo never changes a
+  decision (``memo.py``), and ``CycleConfig(shortcuts=False)`` gives the same estimates from plain
+  cycles. At 2,000 nodes and 16,000 pending (B8's ``--budget-only``) a refresh with the default
+  budget runs 2,000 jobs forward in 4 samples.
 
 A job that has not started by the end of a sample counts as starting after the horizon: its
 percentile is ``None`` when the percentile falls there ("not within the horizon").
@@ -43,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from scheduler_core import model as m
-from scheduler_core.cycle import run_cycle
+from scheduler_core.cycle import collector_paused, run_cycle
 from scheduler_core.memo import CycleMemo
 
 __all__ = [
@@ -52,6 +69,7 @@ __all__ = [
     "Estimate",
     "Run",
     "RuntimeHistory",
+    "engine_order",
     "estimate_starts",
     "job_class",
     "reason_text",
@@ -71,12 +89,15 @@ _RETRY_S = 1.0
 
 
 def size_class(gpus: float) -> str:
-    """A job's size as a class name: ``cpu``, ``shared`` (under one GPU), or the power of two of
-    its GPUs rounded up (``1``, ``2``, ``4``, ``8``, ``16``, …)."""
+    """A job's size as a class name: ``cpu``; under one GPU, its share of a GPU rounded up to a power
+    of two (``shared-1``: over a half, ``shared-1/2``: over a quarter, ``shared-1/4``, … ``shared-1/64``);
+    else the power of two of its GPUs rounded up (``1``, ``2``, ``4``, ``8``, ``16``, …)."""
     if gpus <= 0:
         return "cpu"
     if gpus < 1:
-        return "shared"
+        # the share of one GPU rounded up to a power of two: 1/2 (over a quarter), 1/4, 1/8, at least 1/64
+        k = min(6, math.floor(math.log2(1.0 / gpus) + 1e-9))
+        return "shared-1" if k == 0 else f"shared-1/{2 ** k}"
     return str(2 ** math.ceil(math.log2(gpus - 1e-9)) if gpus > 1 else 1)
 
 
@@ -109,9 +130,11 @@ class Run:
 
 
 #: the keys a class backs off to, most specific first: (queue, owner, kind, size), (queue, kind,
-#: size), (kind, size), (size), everything
+#: size), (kind, size), (size), every shared-GPU job for a share of a GPU, everything
 def _levels(cls: tuple[str, str, str, str]) -> tuple[tuple[str, ...], ...]:
     queue, owner, kind, size = cls
+    if size.startswith("shared-"):
+        return ((queue, owner, kind, size), ("q", queue, kind, size), ("k", kind, size), ("s", size), ("s", "shared"), ())
     return ((queue, owner, kind, size), ("q", queue, kind, size), ("k", kind, size), ("s", size), ())
 
 
@@ -218,20 +241,27 @@ class RuntimeHistory:
         observations longer than ``elapsed``, else of the broadest class with any, else a Pareto tail
         of index ``tail_index`` past the time it has run (``default_s`` in the median when it has not run)."""
         elapsed = max(0.0, elapsed)
+        return self.draw(self.curve_for(cls, elapsed), elapsed, u)
+
+    def curve_for(self, cls: tuple[str, str, str, str], elapsed: float) -> _Curve | None:
+        """The survival curve ``remaining`` draws from for a job of class ``cls`` that has run ``elapsed``
+        seconds (None: the Pareto tail)."""
         fallback: _Curve | None = None
         for key in _levels(cls):
             curve = self.curves.get(key)
             if curve is None:
                 continue
             n = curve.at_risk(elapsed)
-            if n >= self.min_records:
-                end = curve.end(elapsed, u, self.tail_index)
-                if end is not None:
-                    return max(0.0, end - elapsed)
+            if n >= self.min_records and curve.survives(elapsed) > 0:
+                return curve
             if n and fallback is None:
                 fallback = curve
-        if fallback is not None:
-            end = fallback.end(elapsed, u, self.tail_index)
+        return fallback if fallback is not None and fallback.survives(elapsed) > 0 else None
+
+    def draw(self, curve: _Curve | None, elapsed: float, u: float) -> float:
+        """The ``u``-quantile of the time left after ``elapsed`` seconds, from ``curve`` (``curve_for``)."""
+        if curve is not None:
+            end = curve.end(elapsed, u, self.tail_index)
             if end is not None:
                 return max(0.0, end - elapsed)
         if elapsed > 0:
@@ -280,10 +310,12 @@ class Budget:
     period_s: float = 60.0
     # the victim search (consolidation, reclaim, preempt) of a simulated cycle after the first tries at
     # most this many victim sets per pending job (``CycleConfig.max_victim_scenarios``)
-    victim_scenarios: int = 32
+    victim_scenarios: int = 8
+    # the run forward takes at most this many pending jobs, the first in the engine's order
+    max_pending: int = 2000
 
     def __post_init__(self) -> None:
-        for name in ("samples", "min_samples", "max_cycles", "max_work", "victim_scenarios"):
+        for name in ("samples", "min_samples", "max_cycles", "max_work", "victim_scenarios", "max_pending"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
         if self.min_samples > self.samples:
@@ -296,8 +328,9 @@ class Budget:
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """When a pending job may start: ``p50`` and ``p80`` in epoch seconds (None: not within the
-    horizon in that share of the samples), how many samples it started in, and why it waits
-    (``reason``: a code, a sentence, and the figures; ``reason_text`` words them with a time format)."""
+    horizon in that share of the samples, or not run forward: code ``beyond-bound``), how many samples
+    it started in, and why it waits (``reason``: a code, ``starts-now``, ``waits``, ``beyond-horizon`` or
+    ``beyond-bound``, a sentence, and the figures; ``reason_text`` words them with a time format)."""
 
     p50: float | None
     p80: float | None
@@ -312,6 +345,8 @@ class _Sim:
 
     jobs: dict[str, m.JobSpec]
     ends: dict[str, float]  # running job uid -> end time
+    now: float = 0.0
+    evicted: dict[str, float] = field(default_factory=dict)  # job uid -> when the simulation last evicted it
     starts: dict[str, float] = field(default_factory=dict)  # waiting job uid -> start time
     frees: dict[str, float] = field(default_factory=dict)  # waiting job uid -> when its node freed
     node_of: dict[str, str] = field(default_factory=dict)
@@ -354,64 +389,116 @@ def estimate_starts(
     declared = declared or {}
     owners = owners or {}
     budget = budget or Budget()
-    now = snapshot.now
     first = first if first is not None else run_cycle(snapshot, config)
-    waiting = sorted(first.pending)
-    if not waiting:
+    if not first.pending:
         return {}
-    size = len(snapshot.jobs) + len(snapshot.nodes)
+    with collector_paused():
+        return _estimate_all(snapshot, config, history, declared, owners, seed, budget, first)
+
+
+def engine_order(first: m.CycleResult) -> list[str]:
+    """The jobs ``first`` leaves pending in the order its allocate tried them (``positions``), then
+    those it did not try, by uid."""
+    return sorted(first.pending, key=lambda uid: (first.positions[uid][0] if uid in first.positions else math.inf,
+                                                  uid))
+
+
+def _estimate_all(snapshot: m.ClusterSnapshot, config: m.CycleConfig, history: RuntimeHistory,
+                  declared: Mapping[str, Declared], owners: Mapping[str, str], seed: int, budget: Budget,
+                  first: m.CycleResult) -> dict[str, Estimate]:
+    now = snapshot.now
+    order = engine_order(first)
+    # the run forward takes the first ``max_pending`` of them; the rest are left out of it
+    left_out = frozenset(order[budget.max_pending:])
+    base = dataclasses.replace(snapshot, jobs=tuple(j for j in snapshot.jobs if j.uid not in left_out)) \
+        if left_out else snapshot
+    size = len(base.jobs) + len(base.nodes)
     # the first cycle is shared by every sample; the rest of the work is split between them
     work_left = max(0, budget.max_work - size)
     samples = max(budget.min_samples, min(budget.samples, work_left // max(1, size * 4)))
     cycles = max(1, min(budget.max_cycles, work_left // max(1, size * samples)))
-    growth = (budget.horizon_s / budget.period_s) ** (1.0 / cycles) if cycles > 1 else budget.horizon_s
-    uids = sorted(j.uid for j in snapshot.jobs)
+    growth = (budget.horizon_s / budget.period_s) ** (1.0 / cycles)
+    uids = sorted(j.uid for j in base.jobs)
     column = {uid: i for i, uid in enumerate(uids)}
     rng = np.random.default_rng(seed)
     # Latin hypercube: in each job's column, one draw in each of the ``samples`` strata, in a random order
     width = max(1, len(uids))
     strata = rng.random((samples, width)).argsort(axis=0)
     draws = np.clip((strata + rng.random((samples, width))) / samples, 1e-6, 1 - 1e-6)
-    classes = {j.uid: job_class(j, owners.get(j.uid)) for j in snapshot.jobs}
+    classes = {j.uid: job_class(j, owners.get(j.uid)) for j in base.jobs}
     ahead = dataclasses.replace(config, max_victim_scenarios=min(config.max_victim_scenarios, budget.victim_scenarios))
-    outcomes: list[_Sim] = []
-    for k in range(samples):
-        u = draws[k]
-        outcomes.append(_simulate(snapshot, ahead, first, history, declared, classes, column, u, budget,
-                                  cycles, growth))
+    ends = _Ends(history, declared, classes, column)
+    # the runs going on after the first cycle, with their starts (the same in every sample)
+    runs = [(j.uid, ends.plan(j.uid, j.last_start if j.last_start is not None else now, now)) for j in base.jobs
+            if j.uid not in first.pending and _holds(j)]
+    # one memo for every simulated cycle: a cycle takes back the job states and node tables the last one
+    # handed over (most specs are the same objects from sample to sample); it never changes a decision
+    memo = CycleMemo()
+    outcomes = [_simulate(base, ahead, first, ends, runs, draws[k].tolist(), budget, cycles, growth, memo)
+                for k in range(samples)]
     by_uid = {j.uid: j for j in snapshot.jobs}
     smallest = min((n.whole_gpus for n in snapshot.nodes if n.whole_gpus > 0), default=0)
-    return {uid: _estimate(by_uid[uid], snapshot, first, outcomes, now + budget.horizon_s, smallest)
-            for uid in waiting}
-
-
-def _end_of(uid: str, start: float, now: float, cls: tuple[str, str, str, str], history: RuntimeHistory,
-            declared: Mapping[str, Declared], u: float) -> float:
-    """When a run that began at ``start`` ends, seen at ``now``."""
-    said = declared.get(uid)
-    end = said.end(start) if said is not None else None
-    if end is not None:
-        return max(end, now)
-    return now + history.remaining(cls, now - start, u)
-
-
-def _simulate(snapshot: m.ClusterSnapshot, config: m.CycleConfig, first: m.CycleResult, history: RuntimeHistory,
-              declared: Mapping[str, Declared], classes: Mapping[str, tuple[str, str, str, str]],
-              column: Mapping[str, int], u: Any, budget: Budget, cycles: int, growth: float) -> _Sim:
-    now = snapshot.now
-    sim = _Sim(jobs={j.uid: j for j in snapshot.jobs}, ends={})
-    for j in snapshot.jobs:
-        if _holds(j) and j.uid not in first.pending:
-            start = j.last_start if j.last_start is not None else now
-            sim.ends[j.uid] = _end_of(j.uid, start, now, classes[j.uid], history, declared, float(u[column[j.uid]]))
-    waiting = set(first.pending)
     horizon = now + budget.horizon_s
-    memo = CycleMemo()
+    after: float | None = None
+    if left_out:
+        # the left-out jobs are behind every simulated one, which take the room that frees first: until
+        # the last of them has started (the median over the samples; None: not all within the horizon)
+        run = len(order) - len(left_out)
+        last = _percentile([max(o.starts.values(), default=now) if len(o.starts) == run else math.inf
+                            for o in outcomes], 0.5)
+        after = None if math.isinf(last) else last
+    return {uid: _left_out(by_uid[uid], snapshot, first, len(outcomes), horizon, smallest, after)
+            if uid in left_out else _estimate(by_uid[uid], snapshot, first, outcomes, horizon, smallest)
+            for uid in sorted(first.pending)}
+
+
+class _Ends:
+    """When runs end: a declared end first, else a draw from the history. What is the same in every
+    sample (the declared end, the curve a class and a time run draw from) is found once (``plan``)."""
+
+    def __init__(self, history: RuntimeHistory, declared: Mapping[str, Declared],
+                 classes: Mapping[str, tuple[str, str, str, str]], column: Mapping[str, int]) -> None:
+        self.history = history
+        self.declared = declared
+        self.classes = classes
+        self.column = column
+        self._curves: dict[tuple[tuple[str, str, str, str], float], _Curve | None] = {}
+
+    def plan(self, uid: str, start: float, now: float) -> tuple[float | None, _Curve | None, float, int]:
+        """For the run of ``uid`` that began at ``start``, seen at ``now``: its declared end (at least
+        ``now``; None: none), else the curve its draw comes from, the time it has run and its column."""
+        said = self.declared.get(uid)
+        end = said.end(start) if said is not None else None
+        if end is not None:
+            return max(end, now), None, 0.0, 0
+        elapsed = max(0.0, now - start)
+        key = (self.classes[uid], elapsed)
+        curve = self._curves[key] if key in self._curves else self._curves.setdefault(
+            key, self.history.curve_for(*key))
+        return None, curve, elapsed, self.column[uid]
+
+    def drawn(self, plan: tuple[float | None, _Curve | None, float, int], now: float, u: Sequence[float]) -> float:
+        """The end ``plan`` gives in the sample of draws ``u`` (one per column)."""
+        fixed, curve, elapsed, col = plan
+        return fixed if fixed is not None else now + self.history.draw(curve, elapsed, u[col])
+
+    def end(self, uid: str, start: float, now: float, u: Sequence[float]) -> float:
+        """When the run of ``uid`` that began at ``start`` ends, seen at ``now``, in the sample of draws ``u``."""
+        return self.drawn(self.plan(uid, start, now), now, u)
+
+
+def _simulate(snapshot: m.ClusterSnapshot, config: m.CycleConfig, first: m.CycleResult, ends: _Ends,
+              runs: Sequence[tuple[str, tuple[float | None, _Curve | None, float, int]]], u: Sequence[float],
+              budget: Budget, cycles: int, growth: float, memo: CycleMemo) -> _Sim:
+    now = snapshot.now
+    sim = _Sim(jobs={j.uid: j for j in snapshot.jobs}, ends={uid: ends.drawn(plan, now, u) for uid, plan in runs}, now=now)
+    waiting = {uid for uid in first.pending if uid in sim.jobs}
+    horizon = now + budget.horizon_s
     result = first
-    t = t_prev = now
-    freed: list[tuple[float, str]] = []  # (time, node) of room freed since the last cycle
+    t = now
+    freed: dict[str, float] = {}  # node -> the latest end of a run on it since the last cycle
+    _apply(sim, first, t, freed, waiting, ends, u)
     for step in range(cycles):
-        _apply(sim, result, t, t_prev, freed, waiting, classes, history, declared, column, u)
         if not waiting:
             break
         pending_retry = bool(result.evictions)
@@ -422,13 +509,15 @@ def _simulate(snapshot: m.ClusterSnapshot, config: m.CycleConfig, first: m.Cycle
             t_next = min(t_next, t + budget.period_s)
         if t_next > horizon or (math.isinf(nxt) and not pending_retry and not result.binds):
             break
-        t_prev, t = t, t_next
-        freed = []
+        t = t_next
+        # the room of the runs that ended since the last cycle, freed at their ends (a run that began in
+        # the last cycle may have ended before it: not clamped to it)
+        freed = {}
         for uid in sorted(uid for uid, end in sim.ends.items() if end <= t):
             job = sim.jobs.pop(uid)
-            end = max(t_prev, sim.ends.pop(uid))
-            freed.extend((end, n) for n in sorted({tk.node for tk in job.tasks
-                                                   if tk.node is not None and tk.state in _HOLDING}))
+            end = sim.ends.pop(uid)
+            for n in {tk.node for tk in job.tasks if tk.node is not None and tk.state in _HOLDING}:
+                freed[n] = max(end, freed.get(n, end))
         # tasks on their way out are gone by the second cycle
         if step == 0:
             for uid, job in list(sim.jobs.items()):
@@ -438,6 +527,7 @@ def _simulate(snapshot: m.ClusterSnapshot, config: m.CycleConfig, first: m.Cycle
                         if tk.state in _LEAVING else tk for tk in job.tasks))
         snap = dataclasses.replace(snapshot, jobs=tuple(sim.jobs[uid] for uid in _order(snapshot, sim)), now=t)
         result = run_cycle(snap, config, memo)
+        _apply(sim, result, t, freed, waiting, ends, u)
     return sim
 
 
@@ -445,9 +535,8 @@ def _order(snapshot: m.ClusterSnapshot, sim: _Sim) -> list[str]:
     return [j.uid for j in snapshot.jobs if j.uid in sim.jobs]
 
 
-def _apply(sim: _Sim, result: m.CycleResult, t: float, t_prev: float, freed: list[tuple[float, str]],
-           waiting: set[str], classes: Mapping[str, tuple[str, str, str, str]], history: RuntimeHistory,
-           declared: Mapping[str, Declared], column: Mapping[str, int], u: Any) -> None:
+def _apply(sim: _Sim, result: m.CycleResult, t: float, freed: Mapping[str, float],
+           waiting: set[str], ends: _Ends, u: Sequence[float]) -> None:
     """A simulated cycle's decisions applied: bound pods run, evicted pods wait again (their job
     loses its run), and a waiting job whose gang is complete starts."""
     # a pipelined pod waits for room being released; here the release is immediate (the evicted
@@ -468,6 +557,7 @@ def _apply(sim: _Sim, result: m.CycleResult, t: float, t_prev: float, freed: lis
             for tk in job.tasks))
         if _active(sim.jobs[uid]) < _needs(sim.jobs[uid]):
             sim.ends.pop(uid, None)
+            sim.evicted[uid] = t
     for uid in sorted(bound):
         job = sim.jobs.get(uid)
         if job is None:
@@ -476,20 +566,21 @@ def _apply(sim: _Sim, result: m.CycleResult, t: float, t_prev: float, freed: lis
         tasks = tuple(dataclasses.replace(tk, state=m.RUNNING, node=binds[tk.name].node,
                                           gpu_groups=binds[tk.name].gpu_groups) if tk.name in binds else tk
                       for tk in job.tasks)
-        job = dataclasses.replace(job, tasks=tasks)
-        if _active(job) >= _needs(job) and uid not in sim.ends:
-            # the room it took freed at the latest end of a run on its nodes since the last cycle
+        if sum(1 for tk in tasks if tk.state in m.ACTIVE_ALLOCATED_STATES) >= _needs(job) and uid not in sim.ends:
+            # the room it took freed at the latest end of a run on its nodes since the last cycle; a run
+            # that began in the last cycle may have ended before this one: the room was free from then
             nodes = {b.node for b in binds.values()}
-            at = max((when for when, n in freed if n in nodes), default=t)
-            start = min(t, max(t_prev, at))
-            job = dataclasses.replace(job, last_start=start)
-            sim.ends[uid] = _end_of(uid, start, start, classes[uid], history, declared, float(u[column[uid]]))
+            at = max((freed[n] for n in nodes if n in freed), default=t)
+            start = min(t, max(sim.evicted.get(uid, sim.now), at))
+            sim.jobs[uid] = dataclasses.replace(job, tasks=tasks, last_start=start)
+            sim.ends[uid] = ends.end(uid, start, start, u)
             if uid in waiting:
                 waiting.discard(uid)
                 sim.starts[uid] = start
                 sim.node_of[uid] = min(nodes)
                 sim.frees[uid] = at if at != t else start
-        sim.jobs[uid] = job
+        else:
+            sim.jobs[uid] = dataclasses.replace(job, tasks=tasks)
 
 
 # --------------------------------------------------------------------------- percentiles and reasons
@@ -508,19 +599,12 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return lo + (x - i) * (hi - lo)
 
 
-def _estimate(job: m.JobSpec, snapshot: m.ClusterSnapshot, first: m.CycleResult, outcomes: list[_Sim],
-              horizon: float, smallest_node: int) -> Estimate:
-    uid = job.uid
-    starts = [o.starts.get(uid, math.inf) for o in outcomes]
-    p50, p80 = _percentile(starts, 0.5), _percentile(starts, 0.8)
-    started = sum(1 for s in starts if math.isfinite(s))
-    place = first.positions.get(uid)
+def _details(job: m.JobSpec, snapshot: m.ClusterSnapshot, first: m.CycleResult, horizon: float,
+             smallest_node: int) -> dict[str, Any]:
+    place = first.positions.get(job.uid)
     pending = [t for t in job.tasks if t.state == m.PENDING]
     per_pod = max((t.request.gpu_required for t in pending), default=0.0)
-    # the sample whose start is the median one: its node and the moment that node's room freed
-    ranked = sorted(range(len(outcomes)), key=lambda k: starts[k])
-    mid = outcomes[ranked[len(ranked) // 2]]
-    details: dict[str, Any] = {
+    return {
         "queue": job.queue,
         "ahead_in_queue": (place[1] - 1) if place else None,
         "ahead_in_shard": (place[0] - 1) if place else None,
@@ -528,17 +612,41 @@ def _estimate(job: m.JobSpec, snapshot: m.ClusterSnapshot, first: m.CycleResult,
         "gpus": round(sum(t.request.gpu_required for t in pending), 4),
         "gpus_per_pod": round(per_pod, 4),
         "whole_node": bool(per_pod) and bool(smallest_node) and per_pod >= smallest_node,
-        "frees_at": mid.frees.get(uid),
-        "node": mid.node_of.get(uid),
+        "frees_at": None,
+        "node": None,
         "horizon": horizon,
         "now": snapshot.now,
-        "why": first.pending[uid].code,
+        "why": first.pending[job.uid].code,
     }
+
+
+def _estimate(job: m.JobSpec, snapshot: m.ClusterSnapshot, first: m.CycleResult, outcomes: list[_Sim],
+              horizon: float, smallest_node: int) -> Estimate:
+    uid = job.uid
+    starts = [o.starts.get(uid, math.inf) for o in outcomes]
+    p50, p80 = _percentile(starts, 0.5), _percentile(starts, 0.8)
+    started = sum(1 for s in starts if math.isfinite(s))
+    # the sample whose start is the median one: its node and the moment that node's room freed
+    ranked = sorted(range(len(outcomes)), key=lambda k: starts[k])
+    mid = outcomes[ranked[len(ranked) // 2]]
+    details = _details(job, snapshot, first, horizon, smallest_node)
+    details.update(frees_at=mid.frees.get(uid), node=mid.node_of.get(uid))
     code = "starts-now" if math.isfinite(p50) and p50 <= snapshot.now else (
         "beyond-horizon" if not math.isfinite(p50) else "waits")
     reason = m.Reason(code, reason_text(code, details, _epoch_text), details)
     return Estimate(None if math.isinf(p50) else p50, None if math.isinf(p80) else p80, started, len(outcomes),
                     reason)
+
+
+def _left_out(job: m.JobSpec, snapshot: m.ClusterSnapshot, first: m.CycleResult, samples: int, horizon: float,
+              smallest_node: int, after: float | None) -> Estimate:
+    """The estimate of a job beyond ``Budget.max_pending`` in the engine's order: no p50 or p80; its
+    reason says the jobs ahead of it take the room that frees until ``after`` (a lower bound for it
+    when it needs what they need)."""
+    details = _details(job, snapshot, first, horizon, smallest_node)
+    details["after"] = after
+    return Estimate(None, None, 0, samples, m.Reason("beyond-bound", reason_text("beyond-bound", details, _epoch_text),
+                                                      details))
 
 
 def _epoch_text(at: float) -> str:
@@ -565,6 +673,11 @@ def reason_text(code: str, details: Mapping[str, Any], when: Callable[[float], s
     frees = details.get("frees_at")
     if code == "starts-now":
         parts.append("room is free now")
+    elif code == "beyond-bound":
+        after = details.get("after")
+        parts.append("further back in line than the estimate runs forward"
+                     + (f": the jobs ahead of it take the room that frees until ~{when(float(after))}"
+                        if after is not None else ""))
     elif code == "beyond-horizon":
         parts.append(f"no room frees for it before {when(float(details.get('horizon') or 0))} "
                      "with the jobs known now")

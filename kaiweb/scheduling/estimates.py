@@ -54,7 +54,8 @@ def budget() -> Budget:
     """The estimator's budget from the settings (``KAI_ETA_*``)."""
     return Budget(samples=settings.KAI_ETA_SAMPLES, min_samples=min(4, settings.KAI_ETA_SAMPLES),
                   horizon_s=settings.KAI_ETA_HORIZON_HOURS * 3600.0, max_cycles=settings.KAI_ETA_MAX_CYCLES,
-                  max_work=settings.KAI_ETA_MAX_WORK, period_s=max(1.0, float(settings.KAI_CYCLE_SECONDS)))
+                  max_work=settings.KAI_ETA_MAX_WORK, max_pending=settings.KAI_ETA_MAX_PENDING,
+                  period_s=max(1.0, float(settings.KAI_CYCLE_SECONDS)))
 
 
 def whatif_budget() -> Budget:
@@ -149,7 +150,7 @@ def _row(e: Estimate) -> dict[str, Any]:
     return {"p50": e.p50, "p80": e.p80, "code": e.reason.code, "ahead": d.get("ahead_in_queue"), "queue": d.get("queue"),
             "pods": d.get("pods"), "gpus": d.get("gpus"), "per_pod": d.get("gpus_per_pod"),
             "whole_node": d.get("whole_node"), "frees_at": d.get("frees_at"), "node": d.get("node"),
-            "horizon": d.get("horizon")}
+            "horizon": d.get("horizon"), "after": d.get("after")}
 
 
 def refresh(shard: SchedulingShard | int) -> int | None:

@@ -267,7 +267,8 @@ def estimate_of(row: dict[str, Any], now: float | None, at: datetime | None, sam
 
     details = {"ahead_in_queue": row.get("ahead"), "queue": row.get("queue"), "pods": row.get("pods"),
                "gpus": row.get("gpus"), "gpus_per_pod": row.get("per_pod"), "whole_node": row.get("whole_node"),
-               "frees_at": row.get("frees_at"), "node": row.get("node"), "horizon": row.get("horizon")}
+               "frees_at": row.get("frees_at"), "node": row.get("node"), "horizon": row.get("horizon"),
+               "after": row.get("after")}
     code = str(row.get("code") or "waits")
     p50, p80 = wait(row.get("p50")), wait(row.get("p80"))
     return StartEstimate(p50, p80, moment(p50), moment(p80), code, reason_text(code, details, when), samples, at)

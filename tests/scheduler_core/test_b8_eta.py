@@ -39,3 +39,11 @@ def test_every_job_that_waited_is_estimated_at_submission_and_scored_against_its
     assert overall["jobs"] == 4
     assert 0.0 <= overall["p80_coverage"] <= 1.0
     assert overall["median_abs_error_ratio"] >= 0
+
+
+def test_the_budget_figure_estimates_every_pending_job_and_runs_forward_only_the_first_in_line():
+    fig = b8_eta.budget_figure(nodes=2, pending=24, budget=Budget(samples=4, min_samples=4, max_pending=5))
+    assert fig["estimated_jobs"] == 24
+    assert fig["beyond_bound"] == 24 - 5
+    assert fig["with_p50"] <= 5
+    assert fig["budget"]["max_pending"] == 5

@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scheduler_core import model as m
-from scheduler_core.eta import Budget, Declared, Run, RuntimeHistory, estimate_starts, reason_text, size_class
+from scheduler_core.eta import (
+    Budget,
+    Declared,
+    Run,
+    RuntimeHistory,
+    _Ends,
+    estimate_starts,
+    job_class,
+    reason_text,
+    size_class,
+)
 from tests.scheduler_core.engine_builders import NOW, gpu_task, node, queue
+from tests.scheduler_core.test_invariants import clusters
+from tests.scheduler_core.test_shortcut_properties import crowded
 
 HOUR = 3600.0
 
@@ -127,8 +141,31 @@ def test_the_history_backs_off_to_a_broader_class_when_a_class_has_few_records()
     assert rich.remaining(("a", "u1", "single", "1"), 0.0, 0.5) == pytest.approx(100.0)
 
 
-def test_size_classes_round_up_to_powers_of_two():
-    assert [size_class(g) for g in (0, 0.5, 1, 2, 3, 8, 9)] == ["cpu", "shared", "1", "2", "4", "8", "16"]
+def test_size_classes_round_up_to_powers_of_two_of_gpus_and_of_shares_of_one():
+    assert [size_class(g) for g in (0, 0.5, 1, 2, 3, 8, 9)] == ["cpu", "shared-1/2", "1", "2", "4", "8", "16"]
+    assert [size_class(g) for g in (0.81, 0.51, 0.26, 0.25, 0.2, 0.001)] == [
+        "shared-1", "shared-1", "shared-1/2", "shared-1/4", "shared-1/4", "shared-1/64"]
+
+
+def test_a_share_of_a_gpu_with_few_records_backs_off_to_every_shared_job_before_every_job():
+    runs = ([Run("q", "", "single", "shared-1/4", 60.0)] * 3 + [Run("q", "", "single", "shared-1", 120.0)] * 10
+            + [Run("q", "", "single", "1", 10_000.0)] * 40)
+    history = RuntimeHistory.from_runs(runs)
+    # 3 records of quarter-GPU jobs: too few; the 13 shared-GPU jobs (mostly 120 s) come before all 53 jobs
+    assert history.remaining(("q", "", "single", "shared-1/4"), 0.0, 0.5) == pytest.approx(120.0)
+    assert history.remaining(("q", "", "single", "shared-1"), 0.0, 0.5) == pytest.approx(120.0)
+
+
+def test_a_run_that_began_and_ended_between_two_simulated_cycles_frees_its_room_at_its_end():
+    # one node; the runner ends at +100 s, then three jobs of 100 s each in line: the cycles are spaced
+    # far wider than the runs (two cycles per day), yet each job starts when the one before it ends
+    names = ["a", "b", "c"]
+    snap = _line(names)
+    declared = {uid: Declared(runtime_s=100.0) for uid in names} | {"run": Declared(deadline=NOW + 100.0)}
+    est = estimate_starts(snap, history=_history([HOUR] * 10), declared=declared, seed=1,
+                          budget=Budget(horizon_s=24 * HOUR, max_cycles=4, samples=4))
+    assert [est[n].p50 for n in names] == [NOW + 100.0, NOW + 200.0, NOW + 300.0]
+    assert [est[n].p80 for n in names] == [NOW + 100.0, NOW + 200.0, NOW + 300.0]
 
 
 def test_a_budget_below_one_sample_or_with_a_bad_horizon_is_refused():
@@ -136,3 +173,67 @@ def test_a_budget_below_one_sample_or_with_a_bad_horizon_is_refused():
         Budget(samples=0)
     with pytest.raises(ValueError, match="horizon_s"):
         Budget(horizon_s=0)
+    with pytest.raises(ValueError, match="max_pending"):
+        Budget(max_pending=0)
+
+
+def _line(names_by_creation: list[str]) -> m.ClusterSnapshot:
+    """One 8-GPU node held by a runner; pending 8-GPU jobs of one queue, created in the given order."""
+    jobs = [m.JobSpec("run", "q", (gpu_task("run-0", 8, m.RUNNING, "n0"),), creation=NOW - 60, last_start=NOW - 60)]
+    jobs += [m.JobSpec(name, "q", (gpu_task(f"{name}-0", 8),), creation=NOW - 30 + i)
+             for i, name in enumerate(names_by_creation)]
+    return m.ClusterSnapshot(nodes=(node("n0", 8),), queues=(queue("q", gpu_quota=8),), jobs=tuple(jobs), now=NOW)
+
+
+def test_the_run_forward_takes_the_first_jobs_in_the_engines_order_and_says_the_rest_are_further_back():
+    # created in the order z, y, x, w (the engine's order), the reverse of their names
+    names = ["z", "y", "x", "w"]
+    snap = _line(names)
+    declared = {uid: Declared(runtime_s=HOUR) for uid in ["run", *names]}
+    full = estimate_starts(snap, history=_history([HOUR] * 10), declared=declared, seed=4)
+    bounded = estimate_starts(snap, history=_history([HOUR] * 10), declared=declared, seed=4,
+                              budget=Budget(max_pending=2))
+    assert [full[n].p50 for n in names] == [NOW + (i + 1) * HOUR - 60 for i in range(4)]
+    # the two first in line are estimated as without the bound (the ones behind them take nothing of theirs)
+    for n in ("z", "y"):
+        assert bounded[n] == full[n]
+    for n in ("x", "w"):
+        e = bounded[n]
+        assert (e.p50, e.p80, e.started) == (None, None, 0)
+        assert e.reason.code == "beyond-bound"
+        # the room frees for the jobs ahead until the last of them starts
+        assert e.reason.details["after"] == full["y"].p50
+        assert "further back in line than the estimate runs forward" in e.reason.message
+    assert bounded["w"].reason.details["ahead_in_queue"] == 3
+    text = reason_text("beyond-bound", {**bounded["w"].reason.details, "after": None}, lambda t: "14:20")
+    assert text.endswith("further back in line than the estimate runs forward")
+
+
+PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(st.one_of(crowded(), crowded(fractions=False), clusters()), st.integers(0, 2**16), st.sampled_from([1, 3, 2000]))
+def test_the_memo_shared_by_the_samples_changes_no_estimate(snap, seed, max_pending):
+    # every simulated cycle of every sample runs with one memo (job states and node tables handed from
+    # cycle to cycle, across samples too); the plain config builds every cycle from nothing
+    history = RuntimeHistory.from_runs(Run(f"q{k % 3}", "", "single", size_class(g), 600.0 * (1 + k % 7))
+                                       for k, g in enumerate([1, 2, 4, 8, 0.5] * 6))
+    budget = Budget(samples=4, min_samples=4, max_cycles=8, max_pending=max_pending)
+    fast = estimate_starts(snap, history=history, seed=seed, budget=budget)
+    plain = estimate_starts(snap, m.CycleConfig(shortcuts=False), history, seed=seed, budget=budget)
+    assert fast == plain
+
+
+@PROPERTY
+@given(st.lists(st.floats(1.0, 1e5), min_size=0, max_size=30), st.lists(st.floats(1.0, 1e5), max_size=10),
+       st.lists(st.tuples(st.floats(0.0, 2e5), st.floats(1e-6, 1 - 1e-6)), min_size=1, max_size=20))
+def test_the_ends_drawn_with_the_curves_looked_up_once_are_the_histories_own(finished, running, draws):
+    history = RuntimeHistory.from_runs([Run("q", "", "single", "1", s) for s in finished],
+                                       running=[Run("q", "", "single", "1", s) for s in running])
+    job = m.JobSpec("j", "q", (gpu_task("j-0", 1, m.RUNNING, "n0"),))
+    ends = _Ends(history, {}, {"j": job_class(job)}, {"j": 0})
+    for _ in range(2):  # the second pass finds every curve looked up already
+        for ran, u in draws:
+            start = NOW - ran
+            assert ends.end("j", start, NOW, [u]) == NOW + history.remaining(job_class(job), NOW - start, u)

@@ -60,9 +60,11 @@ class StartEstimateSerializer(serializers.Serializer):
     p80_wait_seconds = serializers.FloatField(allow_null=True, min_value=0)
     p50_at = serializers.DateTimeField(allow_null=True)
     p80_at = serializers.DateTimeField(allow_null=True)
-    code = serializers.ChoiceField(choices=("starts-now", "waits", "beyond-horizon"),
+    code = serializers.ChoiceField(choices=("starts-now", "waits", "beyond-horizon", "beyond-bound"),
                                    help_text="starts-now: room is free; waits: room frees within the horizon; "
-                                             "beyond-horizon: not within it with the jobs known now.")
+                                             "beyond-horizon: not within it with the jobs known now; "
+                                             "beyond-bound: further back in line than the estimate runs forward "
+                                             "(no p50/p80; the reason says when the jobs ahead have taken the room).")
     reason = serializers.CharField(help_text="Why it waits, in plain words.")
     samples = serializers.IntegerField(min_value=0)
     estimated_at = serializers.DateTimeField(allow_null=True)
