@@ -25,7 +25,7 @@ urlpatterns = [
     path("api/v1/", include((router.urls, "api-v1"))),
     path("queues/", include("kaiweb.queues.urls")),
     path("workloads/", include("kaiweb.workloads.urls")),
-    path("nodes/", include("kaiweb.cluster.urls")),
+    path("nodes/", include("kaiweb.ui.node_urls")),
     path("usage/", include("kaiweb.usage.urls")),
     path("reports/", include("kaiweb.reports.urls")),
     path("audit/", include("kaiweb.audit.urls")),

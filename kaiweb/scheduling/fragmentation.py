@@ -121,7 +121,7 @@ class FragmentationCollector(Collector):
 
 
 def annotate_rows(rows: list[dict[str, Any]], shards: list[SchedulingShard]) -> float:
-    """Set ``stranded`` (GPUs) on the node map's rows (``cluster.views.build_map``: the free share of
+    """Set ``stranded`` (GPUs) on the node map's rows (``ui.nodes.build_map``: the free share of
     each healthy, non-MIG device is what its parts leave); return their total."""
     free = {r["node"].pk: [max(0.0, 1.0 - sum(p["fraction"] for p in d["parts"]))
                            for d in r["devices"] if d["healthy"] and not d["mig"]] for r in rows}

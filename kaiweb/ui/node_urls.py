@@ -1,10 +1,10 @@
-"""HTML routes of the cluster app (mounted at /nodes/)."""
+"""HTML routes of the node pages (mounted at /nodes/, named in the ``cluster`` namespace)."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from kaiweb.cluster import views
+from kaiweb.ui import nodes as views
 
 app_name = "cluster"
 urlpatterns = [
