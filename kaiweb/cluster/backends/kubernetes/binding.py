@@ -53,10 +53,11 @@ logger = logging.getLogger(__name__)
 # --resource-reservation-allocation-timeout, whose default is 40 s); 0 binds without waiting, which
 # the default reservation image (pause, reporting no device) needs.
 DEFAULT_RESERVATION_TIMEOUT = 0.0
-# While binds may wait for device reports: at most this many threads beyond the API calls' bound, a
-# thread per device waiting (a wait holds a thread, not an API call), so that every reservation pod of
-# a fill is made before the first report comes back.
-MAX_WAITING_THREADS = 1024
+# While binds may wait for device reports: a thread per device waiting (a wait holds a thread, not an
+# API call), at most this many per allowed API call beyond them. More devices in flight than the node
+# agents report within the timeout fail their binds (a fill of 1,400 devices with all of them in flight
+# timed out 822 on KWOK); fewer leave the agents idle.
+WAITING_DEVICES_PER_CALL = 8
 
 # How an action has its event written: at once (`bind`, `evict`) or queued behind the actions (`apply`).
 _Later = Callable[[Callable[[], None]], None]
@@ -117,7 +118,8 @@ class Binding:
         sharing = any(b.gpu_groups for b in binds)
         waits = sharing and self.reservation_timeout > 0
         devices = len({(b.node, b.gpu_groups) for b in binds if b.gpu_groups}) if waits else 0
-        workers = min(self.bind_concurrency + min(devices, MAX_WAITING_THREADS), max(len(binds), len(evicts)))
+        workers = min(self.bind_concurrency + min(devices, WAITING_DEVICES_PER_CALL * self.bind_concurrency),
+                      max(len(binds), len(evicts)))
         self._holders = {}
         self._held = self._reservations_held() if sharing else None
         self._gate = threading.BoundedSemaphore(self.bind_concurrency) if waits else None
