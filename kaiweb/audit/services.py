@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import models
+from django.db import models, transaction
 
 from kaiweb.audit.choices import AuditAction, AuditSource
 from kaiweb.audit.models import AuditEntry
+from kaiweb.core.services import Change, reject_unknown_fields
+
+S = TypeVar("S", bound=models.Model)
 
 
 def _jsonable(value: Any) -> Any:
@@ -58,3 +62,24 @@ def record(
         before=before,
         after=after,
     )
+
+
+def update_singleton(model: type[S], data: Mapping[str, Any], allowed: frozenset[str], check: Callable[[S], None], *,
+                     actor: AbstractBaseUser | AnonymousUser | None, source: str) -> Change[S]:
+    """Change fields of a settings row (``model.load()``, the one row with pk 1): only ``allowed`` fields,
+    the model's own validation, then ``check`` (raising ``ValidationError`` names the field), saved and
+    audited in one transaction; an unchanged row writes no audit entry."""
+    reject_unknown_fields(dict(data), allowed)
+    with transaction.atomic():
+        model.load()  # type: ignore[attr-defined]  # every settings model has load(), which makes its one row
+        obj = model._default_manager.select_for_update().get(pk=1)
+        before = snapshot(obj)
+        for key, value in data.items():
+            setattr(obj, key, value)
+        obj.full_clean(validate_constraints=False)
+        check(obj)
+        obj.save()
+        after = snapshot(obj)
+        if after != before:
+            record(obj, AuditAction.UPDATE, actor=actor, source=source, before=before, after=after)
+        return Change(obj)

@@ -234,23 +234,14 @@ BOUNDS_FIELDS = frozenset({"max_priority", "max_gpu_quota", "max_gpu_limit", "ma
 
 def update_bounds(data: Mapping[str, Any], *, actor: Actor = None, source: str = AuditSource.SYSTEM) -> Change[QueueBounds]:
     """Change what queue admins may set (platform admins only: the admin and callers check the role)."""
-    reject_unknown_fields(dict(data), BOUNDS_FIELDS)
-    with transaction.atomic():
-        QueueBounds.load()
-        obj = QueueBounds.objects.select_for_update().get(pk=1)
-        before = audit.snapshot(obj)
-        for key, value in data.items():
-            setattr(obj, key, value)
-        obj.full_clean(validate_constraints=False)
-        for field in BOUNDS_FIELDS:
-            value = getattr(obj, field)
-            if value is not None and not math.isfinite(float(value)):
-                raise ValidationError({field: "must be a finite number"})
-        obj.save()
-        after = audit.snapshot(obj)
-        if after != before:
-            audit.record(obj, AuditAction.UPDATE, actor=actor, source=source, before=before, after=after)
-        return Change(obj)
+    return audit.update_singleton(QueueBounds, data, BOUNDS_FIELDS, _check_bounds, actor=actor, source=source)
+
+
+def _check_bounds(obj: QueueBounds) -> None:
+    for field in BOUNDS_FIELDS:
+        value = getattr(obj, field)
+        if value is not None and not math.isfinite(float(value)):
+            raise ValidationError({field: "must be a finite number"})
 
 
 def create_queue(data: Mapping[str, Any], *, actor: Actor = None, source: str = AuditSource.SYSTEM) -> Change[Queue]:
