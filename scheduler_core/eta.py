@@ -310,7 +310,7 @@ class Budget:
     period_s: float = 60.0
     # the victim search (consolidation, reclaim, preempt) of a simulated cycle after the first tries at
     # most this many victim sets per pending job (``CycleConfig.max_victim_scenarios``)
-    victim_scenarios: int = 8
+    victim_scenarios: int = 32
     # the run forward takes at most this many pending jobs, the first in the engine's order
     max_pending: int = 2000
 
