@@ -88,6 +88,12 @@ _RETRY_S = 1.0
 # --------------------------------------------------------------------------- classes of jobs
 
 
+# What an estimate's reason says (``Estimate.reason.code``): room is free now; room frees within the
+# horizon; not within it with the jobs known now; further back in line than the run forward goes.
+STARTS_NOW, WAITS, BEYOND_HORIZON, BEYOND_BOUND = "starts-now", "waits", "beyond-horizon", "beyond-bound"
+ESTIMATE_CODES = (STARTS_NOW, WAITS, BEYOND_HORIZON, BEYOND_BOUND)
+
+
 def size_class(gpus: float) -> str:
     """A job's size as a class name: ``cpu``; under one GPU, its share of a GPU rounded up to a power
     of two (``shared-1``: over a half, ``shared-1/2``: over a quarter, ``shared-1/4``, … ``shared-1/64``);
@@ -631,8 +637,8 @@ def _estimate(job: m.JobSpec, snapshot: m.ClusterSnapshot, first: m.CycleResult,
     mid = outcomes[ranked[len(ranked) // 2]]
     details = _details(job, snapshot, first, horizon, smallest_node)
     details.update(frees_at=mid.frees.get(uid), node=mid.node_of.get(uid))
-    code = "starts-now" if math.isfinite(p50) and p50 <= snapshot.now else (
-        "beyond-horizon" if not math.isfinite(p50) else "waits")
+    code = STARTS_NOW if math.isfinite(p50) and p50 <= snapshot.now else (
+        BEYOND_HORIZON if not math.isfinite(p50) else WAITS)
     reason = m.Reason(code, reason_text(code, details, _epoch_text), details)
     return Estimate(None if math.isinf(p50) else p50, None if math.isinf(p80) else p80, started, len(outcomes),
                     reason)
@@ -645,7 +651,7 @@ def _left_out(job: m.JobSpec, snapshot: m.ClusterSnapshot, first: m.CycleResult,
     when it needs what they need)."""
     details = _details(job, snapshot, first, horizon, smallest_node)
     details["after"] = after
-    return Estimate(None, None, 0, samples, m.Reason("beyond-bound", reason_text("beyond-bound", details, _epoch_text),
+    return Estimate(None, None, 0, samples, m.Reason(BEYOND_BOUND, reason_text(BEYOND_BOUND, details, _epoch_text),
                                                       details))
 
 
@@ -671,14 +677,14 @@ def reason_text(code: str, details: Mapping[str, Any], when: Callable[[float], s
         else:
             parts.append(f"needs {amount} on one node")
     frees = details.get("frees_at")
-    if code == "starts-now":
+    if code == STARTS_NOW:
         parts.append("room is free now")
-    elif code == "beyond-bound":
+    elif code == BEYOND_BOUND:
         after = details.get("after")
         parts.append("further back in line than the estimate runs forward"
                      + (f": the jobs ahead of it take the room that frees until ~{when(float(after))}"
                         if after is not None else ""))
-    elif code == "beyond-horizon":
+    elif code == BEYOND_HORIZON:
         parts.append(f"no room frees for it before {when(float(details.get('horizon') or 0))} "
                      "with the jobs known now")
     elif frees is not None:

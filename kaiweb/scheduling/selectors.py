@@ -249,7 +249,7 @@ def estimate_of(row: dict[str, Any], now: float | None, at: datetime | None, sam
     ``clock_text`` (default: ``14:20`` in the current time zone)."""
     from django.utils import timezone
 
-    from scheduler_core.eta import reason_text
+    from scheduler_core.eta import WAITS, reason_text
 
     base = now if now is not None else 0.0
 
@@ -269,7 +269,7 @@ def estimate_of(row: dict[str, Any], now: float | None, at: datetime | None, sam
                "gpus": row.get("gpus"), "gpus_per_pod": row.get("per_pod"), "whole_node": row.get("whole_node"),
                "frees_at": row.get("frees_at"), "node": row.get("node"), "horizon": row.get("horizon"),
                "after": row.get("after")}
-    code = str(row.get("code") or "waits")
+    code = str(row.get("code") or WAITS)
     p50, p80 = wait(row.get("p50")), wait(row.get("p80"))
     return StartEstimate(p50, p80, moment(p50), moment(p80), code, reason_text(code, details, when), samples, at)
 

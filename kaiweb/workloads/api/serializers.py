@@ -13,6 +13,7 @@ from kaiweb.scheduling.models import PendingReason
 from kaiweb.scheduling.selectors import places_and_estimates
 from kaiweb.workloads.choices import WorkloadState
 from kaiweb.workloads.models import Pod, Workload
+from scheduler_core.eta import ESTIMATE_CODES
 
 
 class PendingReasonSerializer(serializers.ModelSerializer):
@@ -60,7 +61,7 @@ class StartEstimateSerializer(serializers.Serializer):
     p80_wait_seconds = serializers.FloatField(allow_null=True, min_value=0)
     p50_at = serializers.DateTimeField(allow_null=True)
     p80_at = serializers.DateTimeField(allow_null=True)
-    code = serializers.ChoiceField(choices=("starts-now", "waits", "beyond-horizon", "beyond-bound"),
+    code = serializers.ChoiceField(choices=ESTIMATE_CODES,
                                    help_text="starts-now: room is free; waits: room frees within the horizon; "
                                              "beyond-horizon: not within it with the jobs known now; "
                                              "beyond-bound: further back in line than the estimate runs forward "
