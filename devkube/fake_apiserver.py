@@ -253,7 +253,24 @@ def pod_manifest(
             "spec": spec}
 
 
-class FakeKubeApiServer:
+class ObjectHelpers:
+    """The test objects both the fake and the real API server's helpers make, through their ``put``."""
+
+    def put(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def add_queue(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.put("queues", {"metadata": {"name": name}, "spec": spec})
+
+    def add_pod_group(self, name: str, spec: dict[str, Any], *, namespace: str = "default") -> dict[str, Any]:
+        return self.put("podgroups", {"metadata": {"name": name, "namespace": namespace}, "spec": spec})
+
+    def add_priority_class(self, name: str, value: int, *, global_default: bool = False) -> dict[str, Any]:
+        return self.put("priorityclasses", {"metadata": {"name": name}, "value": value,
+                                            "globalDefault": global_default})
+
+
+class FakeKubeApiServer(ObjectHelpers):
     """The fake server. Start with ``start()`` (or as a context manager); stop with ``stop()``."""
 
     def __init__(self, *, watch_timeout_cap: float = 0.2) -> None:
@@ -499,16 +516,6 @@ class FakeKubeApiServer:
     def add_pod(self, name: str, *, phase: str = "Pending", **fields: Any) -> dict[str, Any]:
         """A pod as `pod_manifest` writes it, in ``phase``."""
         return self.put("pods", {**pod_manifest(name, **fields), "status": {"phase": phase}})
-
-    def add_queue(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-        return self.put("queues", {"metadata": {"name": name}, "spec": spec})
-
-    def add_pod_group(self, name: str, spec: dict[str, Any], *, namespace: str = "default") -> dict[str, Any]:
-        return self.put("podgroups", {"metadata": {"name": name, "namespace": namespace}, "spec": spec})
-
-    def add_priority_class(self, name: str, value: int, *, global_default: bool = False) -> dict[str, Any]:
-        return self.put("priorityclasses", {"metadata": {"name": name}, "value": value,
-                                            "globalDefault": global_default})
 
     # -- request handling (called from handler threads) ----------------------------------------
 

@@ -25,7 +25,7 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from devkube.fake_apiserver import pod_manifest
+from devkube.fake_apiserver import ObjectHelpers, pod_manifest
 from devkube.localkube import LocalKube
 from tests.fakes.kube_apiserver import FakeKubeApiServer
 
@@ -92,7 +92,7 @@ class FakeServer:
         """The fake has no admission: a pod's overhead is taken as written, so nothing to declare."""
 
 
-class RealServer:
+class RealServer(ObjectHelpers):
     """A real kube-apiserver (a started `LocalKube`), emptied by `wipe` before each test."""
 
     kind = "real"
@@ -272,16 +272,6 @@ class RealServer:
         if phase != "Pending":
             pod["status"] = {"phase": phase}
         return self.put("pods", pod)
-
-    def add_queue(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-        return self.put("queues", {"metadata": {"name": name}, "spec": spec})
-
-    def add_pod_group(self, name: str, spec: dict[str, Any], *, namespace: str = "default") -> dict[str, Any]:
-        return self.put("podgroups", {"metadata": {"name": name, "namespace": namespace}, "spec": spec})
-
-    def add_priority_class(self, name: str, value: int, *, global_default: bool = False) -> dict[str, Any]:
-        return self.put("priorityclasses", {"metadata": {"name": name}, "value": value,
-                                            "globalDefault": global_default})
 
     def add_runtime_class(self, name: str, overhead: dict[str, str]) -> dict[str, Any]:
         """A RuntimeClass whose fixed overhead admission copies into the pods that name it."""
