@@ -69,7 +69,8 @@ def recreate_database(name: str, template: str | None = None) -> str:
     try:
         for db in (name, template):
             if db:  # a template being copied must have no sessions either
-                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (db,))
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                              "AND backend_type = 'client backend'", (db,))
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
         admin.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     finally:
@@ -81,7 +82,8 @@ def drop_database(name: str) -> None:
     """Drop the Postgres database `name`, ending its sessions first."""
     admin = postgres_admin()
     try:
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                      "AND backend_type = 'client backend'", (name,))
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
     finally:
         admin.close()

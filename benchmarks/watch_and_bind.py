@@ -61,7 +61,8 @@ def prepare_database(tmp: Path) -> str:
         admin = psycopg.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 5432,
                                 user=parts.username or "postgres", password=parts.password, dbname="postgres",
                                 autocommit=True)
-        admin.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{SCRATCH}'")
+        admin.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{SCRATCH}' "
+                      "AND backend_type = 'client backend'")
         admin.execute(f"DROP DATABASE IF EXISTS {SCRATCH}")
         admin.execute(f"CREATE DATABASE {SCRATCH}")
         admin.close()

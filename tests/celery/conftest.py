@@ -42,6 +42,16 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str, interva
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+def cut_other_connections(cursor) -> None:
+    """End every other client connection this test's role holds to the test database.
+
+    Only the role's own client backends: an autovacuum worker or another role's session on the same
+    database is not ours to end (and ending it needs a superuser)."""
+    cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                   "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                   "AND usename = current_user AND backend_type = 'client backend'")
+
+
 @dataclass
 class Worker:
     """A `celery -A kaiweb worker` subprocess in its own process group."""
@@ -178,5 +188,4 @@ def celery_harness(transactional_db, tmp_path) -> Iterator[CeleryHarness]:
         client.flushdb()
         # Connections of killed workers must be gone before the test database is flushed.
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            cut_other_connections(cursor)

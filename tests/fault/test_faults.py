@@ -24,7 +24,7 @@ from kaiweb.scheduling.models import Decision, SchedulingCycle
 from kaiweb.workloads.choices import PodState
 from kaiweb.workloads.models import Pod
 from tests.celery.builders import running_pods, small_cluster, submit
-from tests.celery.conftest import ROOT, database_url, wait_for
+from tests.celery.conftest import ROOT, cut_other_connections, database_url, wait_for
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(120)]
 
@@ -176,8 +176,7 @@ def test_postgres_unavailable_during_a_cycle(celery_harness):
     # No new connections, and the worker's are cut: the database is gone for that worker.
     admin.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false')
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        cut_other_connections(cursor)
     try:
         assert _readiness_in_a_fresh_process() == {"ok": False, "detail": "database unreachable"}
         worker.resume()
