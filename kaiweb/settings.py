@@ -115,6 +115,7 @@ INSTALLED_APPS = [
     "kaiweb.queues",
     "kaiweb.cluster",
     "kaiweb.workloads",
+    "kaiweb.org",
     "kaiweb.scheduling",
     "kaiweb.usage",
     "kaiweb.reports",

@@ -30,7 +30,7 @@ def test_scheduler_core_imports_no_framework():
 # pyproject.toml, `lint-imports` in `make lint`); these tests run them, check that they say what the
 # table says, and hold the two rules the contracts do not express.
 
-APPS = ("core", "cluster", "queues", "workloads", "scheduling", "admission", "usage", "reports", "whatif",
+APPS = ("core", "cluster", "queues", "workloads", "org", "scheduling", "admission", "usage", "reports", "whatif",
         "audit", "accounts", "ui")
 DOMAIN_APPS = ("cluster", "queues", "workloads", "admission", "audit", "accounts")
 

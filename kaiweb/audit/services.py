@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -24,6 +25,8 @@ def _jsonable(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, Decimal):
         return float(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
     return value
 
 
