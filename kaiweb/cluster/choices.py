@@ -41,3 +41,7 @@ class EvictionMode(models.TextChoices):
 
 # KAI's default node-pool label: a shard sees the nodes, queues and jobs whose label equals its value.
 DEFAULT_PARTITION_LABEL = "kai.scheduler/node-pool"
+# KAI Resource Management's (KRM) org objects: group, version and each kind's plural, in the order an
+# import applies them (pools, then the departments projects name).
+KRM_GROUP, KRM_VERSION = "kai.resources", "v1alpha1"
+KRM_PLURALS = {"NodePool": "nodepools", "Department": "departments", "Project": "projects"}

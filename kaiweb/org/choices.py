@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from django.db import models
 
-from kaiweb.cluster.choices import DEFAULT_PARTITION_LABEL
+from kaiweb.cluster.choices import DEFAULT_PARTITION_LABEL, KRM_GROUP, KRM_VERSION  # noqa: F401 - the org's names
 
 # A node's, queue's and PodGroup's node pool; absent means the default pool (as in KRM).
 NODE_POOL_LABEL = DEFAULT_PARTITION_LABEL
 DEFAULT_POOL = "default"
 # On a PodGroup whose pool is not chosen yet: absence already means the default pool.
 UNASSIGNED_POOL = "kai-unexisting-node-pool"
+# On a node cordoned to drain before it moves to another pool (cleared when it moves).
+NODE_UNSCHEDULABLE_LABEL = "kai.scheduler/unschedulable"
 # The pod annotation naming node pools, space-separated, in preference order.
 NODE_POOLS_ANNOTATION = "kai.scheduler/node-pools"
 # Queue labels.
@@ -23,9 +25,6 @@ ENFORCE_SCHEDULER_ANNOTATION = "kai.resources/enforce-scheduler-name"
 NAMESPACE_PREFIX = "kai-"
 # An object so labelled is left alone by the org layer: not updated, not deleted.
 MANUAL_OVERRIDE_LABEL = "kai.resources/resource-manual-override"
-# KRM's API group for NodePool, Department and Project.
-KRM_GROUP = "kai.resources"
-KRM_VERSION = "v1alpha1"
 # Queue names are Kubernetes label values here (the PodGroup's queue label): at most 63 characters.
 MAX_QUEUE_NAME = 63
 DEFAULT_QUEUE_PRIORITY = 100

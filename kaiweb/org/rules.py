@@ -184,6 +184,18 @@ def pool_of(labels: Mapping[str, Any] | None, pools: Iterable[PoolSpec]) -> str:
     return DEFAULT_POOL
 
 
+def node_move(labels: Mapping[str, Any] | None, pools: Iterable[PoolSpec], busy: bool) -> tuple[str, bool]:
+    """The pool a node's ``kai.scheduler/node-pool`` label should name now, and whether the node is held:
+    its labels choose another pool (`pool_of`) while pods admitted in its current pool still run on it,
+    so it keeps its current pool, cordoned, until they end (KRM's drain before the move)."""
+    labels = labels or {}
+    want = pool_of(labels, pools)
+    have = str(labels.get(NODE_POOL_LABEL) or DEFAULT_POOL)
+    if want != have and busy:
+        return have, True
+    return want, False
+
+
 def pool_phase(nodes: Iterable[tuple[str, bool]], deleting: bool = False) -> tuple[str, str]:
     """A pool's phase and why, from its nodes as (name, ready and schedulable)."""
     nodes = list(nodes)

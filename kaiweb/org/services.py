@@ -156,11 +156,11 @@ def sync_nodes(cluster: Cluster) -> list[str]:
                .values_list("node_id", flat=True).distinct())
     for node in Node.objects.filter(cluster=cluster).order_by("name"):
         labels = dict(node.labels or {})
-        want = rules.pool_of(labels, specs)
+        want, hold = rules.node_move(labels, specs, node.pk in busy)
         have = labels.get(NODE_POOL_LABEL, DEFAULT_POOL) or DEFAULT_POOL
-        if want == have:
+        if want == have and not hold:
             continue
-        if node.pk in busy:
+        if hold:
             held.append(node.name)
             if not node.unschedulable:
                 node.unschedulable = True

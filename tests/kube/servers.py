@@ -42,6 +42,9 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "podgroups": ("scheduling.run.ai/v2alpha2", "PodGroup", True),
     "topologies": ("kai.scheduler/v1alpha1", "Topology", False),
     "schedulingshards": ("kai.scheduler/v1", "SchedulingShard", False),
+    "nodepools": ("kai.resources/v1alpha1", "NodePool", False),
+    "departments": ("kai.resources/v1alpha1", "Department", False),
+    "projects": ("kai.resources/v1alpha1", "Project", False),
 }
 # What a wipe empties between tests (namespaces stay: deleting one takes the namespace controller).
 WIPED = ("pods", "events", "poddisruptionbudgets", "podgroups", "nodes", "queues", "priorityclasses",

@@ -27,6 +27,7 @@ from kubernetes.client.rest import ApiException
 
 from kaiweb.cluster.backends.kubernetes.binding import DEFAULT_RESERVATION_TIMEOUT, Binding, _uid_refused
 from kaiweb.cluster.backends.kubernetes.device_reports import DeviceReports
+from kaiweb.cluster.backends.kubernetes.org_objects import OrgObjects
 from kaiweb.cluster.backends.kubernetes.parsing import (
     KAI_GROUP,
     PODGROUP_GROUP,
@@ -84,7 +85,7 @@ logger = logging.getLogger(__name__)
 PAGE_SIZE = 500
 
 
-class KubernetesGateway(Binding):
+class KubernetesGateway(Binding, OrgObjects):
     """`ClusterGateway` on a Kubernetes API server (see the module docstring)."""
 
     capabilities = frozenset({Capability.MIRRORED, Capability.RECONCILES, Capability.BULK_APPLY})
