@@ -358,6 +358,9 @@ KAI_WATCH_HEARTBEAT_SECONDS = env.float("KAI_WATCH_HEARTBEAT_SECONDS", default=3
 # object and its old version; etcd keeps objects up to 1.5 MiB each). 413 above it.
 KAI_ADMISSION_MAX_BYTES = env.int("KAI_ADMISSION_MAX_BYTES", default=4 * 1024 * 1024)
 KAI_USAGE_DB_CHECK_SECONDS = env.float("KAI_USAGE_DB_CHECK_SECONDS", default=15.0)
+# Kubernetes: how often the org (node pools, departments, projects) is written to the cluster: the pools'
+# SchedulingShards, the derived queues' labels, project namespaces, node pool labels, KRM objects' status.
+KAI_ORG_PUBLISH_SECONDS = env.float("KAI_ORG_PUBLISH_SECONDS", default=30.0)
 # Periodic work, seeded into django-celery-beat's tables (editable at runtime in the admin):
 # one cycle per enabled shard every KAI_CYCLE_SECONDS, usage accounting, daily roll-up.
 CELERY_BEAT_SCHEDULE = {
@@ -373,6 +376,8 @@ CELERY_BEAT_SCHEDULE = {
     # fetchInterval has passed (checked this often; the queries have their own time limit).
     "usage-database": {"task": "usage.fetch_usage_db", "schedule": KAI_USAGE_DB_CHECK_SECONDS,
                        "options": {"expires": KAI_USAGE_DB_CHECK_SECONDS * 2}},
+    "org-publish": {"task": "org.publish", "schedule": KAI_ORG_PUBLISH_SECONDS,
+                    "options": {"expires": KAI_ORG_PUBLISH_SECONDS * 2}},
 }
 
 # What-if (replay of recorded history): the largest run one request may ask for. Work is counted as

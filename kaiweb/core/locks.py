@@ -31,6 +31,7 @@ LOCK_KEYS: dict[str, int] = {
     "usage-retention": 7300,
     "seed-demo": 7400,
     "usage-database": 7500,
+    "org-publish": 7600,
 }
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from celery import current_app
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from kaiweb.audit import services as audit
 from kaiweb.audit.choices import AuditAction, AuditSource
+from kaiweb.cluster.choices import BackendKind
 from kaiweb.cluster.models import Cluster, Node, SchedulingShard
 from kaiweb.core.choices import RESOURCES
 from kaiweb.core.services import Change, already_exists, reject_unknown_fields
@@ -39,6 +41,7 @@ PROJECT_FIELDS = frozenset({"name", "display_name", "department", "namespace", "
 ENTRY_FIELDS = frozenset({"pool", "name", "priority", *RESOURCES})
 AMOUNT_FIELDS = frozenset({"deserved", "limit", "over_quota_weight"})
 MAX_ENTRIES = 64
+PUBLISH_TASK = "org.publish"
 
 
 # ------------------------------------------------------------------------------------------ reading specs
@@ -245,6 +248,10 @@ def sync(*, actor: Actor = None, source: str = AuditSource.SYSTEM) -> list[str]:
     sync_queues(actor=actor, source=source)
     held = sync_nodes(cluster)
     sync_phases(cluster)
+    if cluster.backend == BackendKind.KUBERNETES:
+        # The cluster follows the database once the change is committed (`kaiweb.org.tasks.publish_task`,
+        # named here: the task's module imports these services).
+        transaction.on_commit(lambda: current_app.send_task(PUBLISH_TASK))
     return held
 
 

@@ -163,3 +163,58 @@ def test_export_to_the_cluster_then_import_gives_the_same_org(server: RealServer
 
     assert krm_sync.export_objects() == exported
     assert {o["metadata"]["name"] for o in server.list("projects")} == {"vision", "speech"}
+
+
+def test_a_relabelled_node_is_held_cordoned_while_its_pods_run_then_moves(
+        server: RealServer, kube_shard: SchedulingShard, gateway: KubernetesGateway) -> None:
+    _put(server, *EXAMPLES)
+    server.add_node("c2", gpus=0)
+    mirror.sync_full(gateway, kube_shard.cluster)
+    krm_sync.import_from_cluster(gateway)
+    server.add_pod("train", phase="Running", node="c2", queue="research", namespace="kai-research",
+                   requests={"cpu": "2"})
+    server.put("nodes", {**server.get("nodes", "c2"), "metadata": {
+        **server.get("nodes", "c2")["metadata"], "labels": {GPU_PRODUCT: "H100"}}})
+    mirror.sync_full(gateway, kube_shard.cluster)
+
+    report = krm_sync.publish(gateway, kube_shard.cluster)
+
+    node = server.get("nodes", "c2")
+    assert report.held == ["c2"]
+    assert "kai.scheduler/node-pool" not in node["metadata"]["labels"]
+    assert node["metadata"]["labels"]["kai.scheduler/unschedulable"] == "true"
+    assert node["spec"]["unschedulable"] is True
+    # Its pod is still charged where it was admitted: the project's default-pool queue.
+    statuses = {s["nodePoolName"]: s["queueStatus"] for s in
+                server.get("projects", "research")["status"]["nodePoolsQuotaStatuses"]}
+    assert statuses["default"]["allocated"]["cpu"] == 2000
+    assert statuses["h100"]["allocated"]["cpu"] == 0
+
+    server.remove("pods", "train", "kai-research")
+    mirror.sync_full(gateway, kube_shard.cluster)
+    report = krm_sync.publish(gateway, kube_shard.cluster)
+
+    node = server.get("nodes", "c2")
+    assert report.held == []
+    assert node["metadata"]["labels"]["kai.scheduler/node-pool"] == "h100"
+    assert "kai.scheduler/unschedulable" not in node["metadata"]["labels"]
+    assert not node["spec"].get("unschedulable")
+    assert [n["name"] for n in server.get("nodepools", "h100")["status"]["nodes"]] == ["c2", "h1"]
+
+
+def test_the_publish_task_writes_the_org_after_a_change_on_kubernetes(
+        server: RealServer, kube_shard: SchedulingShard, gateway: KubernetesGateway,
+        django_capture_on_commit_callbacks: Any) -> None:
+    from kaiweb.org.tasks import publish_task
+
+    mirror.sync_full(gateway, kube_shard.cluster)
+    with django_capture_on_commit_callbacks() as callbacks:
+        services.create_project({"name": "solo", "queues": [{"pool": "default"}]})
+    assert callbacks  # the publish is queued for when the change commits
+    assert server.get("namespaces", "kai-solo") is None
+
+    assert publish_task() == 0
+
+    assert server.get("namespaces", "kai-solo")["metadata"]["labels"]["kai/project"] == "solo"
+    assert server.get("queues", "solo")["metadata"]["labels"] == {"project": "solo", "kai.resources/project-id": str(
+        Project.objects.get(name="solo").uid)}

@@ -4,10 +4,13 @@ the org services on the database (the cluster's side is `tests/kube/test_krm_exa
 from __future__ import annotations
 
 import copy
+import io
 from datetime import timedelta
 
 import pytest
+import yaml
 from django.core.exceptions import ValidationError
+from django.core.management import CommandError, call_command
 
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.org import krm, krm_sync, services
@@ -138,3 +141,35 @@ def test_export_then_import_gives_the_same_org(cluster):
     krm_sync.import_objects(exported)
     assert krm_sync.export_objects() == exported
     assert all(krm.read(o) for o in exported)  # what kaiweb writes, kaiweb reads
+
+
+def test_the_commands_import_a_file_and_print_the_org_as_yaml(cluster, tmp_path):
+    path = tmp_path / "org.yaml"
+    path.write_text(yaml.safe_dump_all(EXAMPLES))
+    out = io.StringIO()
+    call_command("import_krm", str(path), stdout=out)
+    assert "3 KRM object(s) imported" in out.getvalue()
+    out = io.StringIO()
+    call_command("export_krm", stdout=out)
+    printed = list(yaml.safe_load_all(out.getvalue()))
+    assert printed == krm_sync.export_objects()
+    assert printed[-1]["spec"]["queues"][1]["name"] == "research-h100"
+
+
+def test_the_import_command_names_the_field_and_imports_nothing(cluster, tmp_path):
+    bad = copy.deepcopy(DEPARTMENT)
+    bad["spec"]["queues"][1]["resources"]["gpu"]["limit"] = 4  # below deserved 8
+    path = tmp_path / "org.yaml"
+    path.write_text(yaml.safe_dump_all([NODEPOOL, bad]))
+    err = io.StringIO()
+    with pytest.raises(CommandError, match="nothing imported"):
+        call_command("import_krm", str(path), stderr=err)
+    assert "Department engineering: spec.queues: h100: gpu limit 4 is below deserved 8" in err.getvalue()
+    assert not NodePool.objects.filter(name="h100").exists()
+
+
+def test_the_publish_task_leaves_a_simulated_cluster_to_the_services(cluster):
+    from kaiweb.org.tasks import publish_task
+
+    krm_sync.import_objects(EXAMPLES)
+    assert publish_task() == -1
