@@ -64,10 +64,11 @@ def _mapping(value: Any, path: str) -> Mapping[str, Any]:
 
 
 def _known(value: Mapping[str, Any], allowed: Iterable[str], path: str) -> None:
-    unknown = sorted(set(value) - set(allowed))
+    """Refuse the first unknown field (by name), naming its path and the fields known there."""
+    unknown = sorted(set(value) - set(allowed), key=str)
     if unknown:
-        raise _refuse(f"{path}.{unknown[0]}", f"is not a field of KRM's {path.split('.')[0]} "
-                                               f"(known: {', '.join(sorted(allowed))})")
+        field = f"{path}.{unknown[0]}" if path else str(unknown[0])
+        raise _refuse(field, f"is not a field KRM's objects have here (known: {', '.join(sorted(allowed))})")
 
 
 def _string(value: Any, path: str, *, required: bool = False, max_length: int = MAX_NAME) -> str:
@@ -110,8 +111,8 @@ def _name(obj: Mapping[str, Any]) -> str:
     return _string(metadata.get("name"), "metadata.name", required=True, max_length=63)
 
 
-def _spec(obj: Mapping[str, Any], kind: str, allowed: Iterable[str]) -> Mapping[str, Any]:
-    _known(obj, ("apiVersion", "kind", "metadata", "spec", "status"), kind)
+def _spec(obj: Mapping[str, Any], allowed: Iterable[str]) -> Mapping[str, Any]:
+    _known(obj, ("apiVersion", "kind", "metadata", "spec", "status"), "")
     spec = _mapping(obj.get("spec"), "spec")
     _known(spec, allowed, "spec")
     return spec
@@ -127,7 +128,7 @@ def read(obj: Any) -> tuple[str, dict[str, Any]]:
 def read_nodepool(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A NodePool → ``{name, label_key, label_value, preferred_topology, gpu_placement, cpu_placement,
     preempt_min_runtime, reclaim_min_runtime}`` (only what the object sets beyond the name and pair)."""
-    spec = _spec(obj, NODEPOOL, ("labelKey", "labelValue", "preferredNetworkTopologyName", "schedulingShardConfig"))
+    spec = _spec(obj, ("labelKey", "labelValue", "preferredNetworkTopologyName", "schedulingShardConfig"))
     data: dict[str, Any] = {"name": _name(obj), "label_key": _string(spec.get("labelKey"), "spec.labelKey"),
                             "label_value": _string(spec.get("labelValue"), "spec.labelValue", max_length=63)}
     topology = _string(spec.get("preferredNetworkTopologyName"), "spec.preferredNetworkTopologyName")
@@ -195,14 +196,14 @@ def _entries(value: Any) -> list[dict[str, Any]]:
 
 def read_department(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A Department → ``{name, queues}``."""
-    spec = _spec(obj, DEPARTMENT, ("queues",))
+    spec = _spec(obj, ("queues",))
     return {"name": _name(obj), "queues": _entries(spec.get("queues"))}
 
 
 def read_project(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A Project → ``{name, department, namespace, enforce_kai_scheduler, default_node_pools, queues}``.
     ``deletionType`` is read and not kept: kaiweb always refuses to delete a project whose workloads run."""
-    spec = _spec(obj, PROJECT, ("queues", "parent", "defaultNodePools", "namespace", "enforceKaiScheduler",
+    spec = _spec(obj, ("queues", "parent", "defaultNodePools", "namespace", "enforceKaiScheduler",
                                 "deletionType"))
     enforce = spec.get("enforceKaiScheduler", False)
     if not isinstance(enforce, bool):

@@ -218,3 +218,28 @@ def test_the_publish_task_writes_the_org_after_a_change_on_kubernetes(
     assert server.get("namespaces", "kai-solo")["metadata"]["labels"]["kai/project"] == "solo"
     assert server.get("queues", "solo")["metadata"]["labels"] == {"project": "solo", "kai.resources/project-id": str(
         Project.objects.get(name="solo").uid)}
+
+
+def test_the_commands_import_from_publish_to_and_export_to_the_cluster(
+        server: RealServer, kube_shard: SchedulingShard, gateway: KubernetesGateway) -> None:
+    import io
+
+    from django.core.management import call_command
+
+    _put(server, NODEPOOL, DEPARTMENT)
+    mirror.sync_full(gateway, kube_shard.cluster)
+    out = io.StringIO()
+    call_command("import_krm", stdout=out)
+    assert "2 KRM object(s) imported" in out.getvalue()
+    services.create_project({"name": "vision", "department": "engineering",
+                             "queues": [{"pool": "h100", "gpu": {"deserved": 2, "limit": 4}}]})
+    call_command("publish_org", stdout=io.StringIO())
+    call_command("export_krm", "--apply", stdout=io.StringIO())
+
+    assert server.get("queues", "vision-h100")["spec"]["parentQueue"] == "engineering-h100"
+    assert server.get("namespaces", "kai-vision") is not None
+    assert server.get("projects", "vision")["spec"]["queues"] == [
+        {"name": "vision-h100", "nodepool": "h100", "priority": 100, "resources": {
+            "gpu": {"deserved": 2, "limit": 4, "overQuotaWeight": 0},
+            "cpu": {"deserved": 0, "limit": 0, "overQuotaWeight": 0},
+            "memory": {"deserved": 0, "limit": 0, "overQuotaWeight": 0}}}]

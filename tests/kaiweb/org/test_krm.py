@@ -55,6 +55,8 @@ def test_a_pools_shard_config_reads_and_writes_back():
     (lambda o: o["spec"]["queues"][0].update(priority=2**40), "spec.queues[0].priority"),
     (lambda o: o["metadata"].pop("name"), "metadata.name"),
     (lambda o: o.update(apiVersion="kai.resources/v1"), "apiVersion"),
+    (lambda o: o.update(extra={}), "extra"),
+    (lambda o: o["spec"].update(nodeSelector={}), "spec.nodeSelector"),
 ])
 def test_a_bad_object_is_refused_with_the_field_named(change, path):
     obj = copy.deepcopy(PROJECT)
