@@ -243,3 +243,30 @@ def test_the_commands_import_from_publish_to_and_export_to_the_cluster(
             "gpu": {"deserved": 2, "limit": 4, "overQuotaWeight": 0},
             "cpu": {"deserved": 0, "limit": 0, "overQuotaWeight": 0},
             "memory": {"deserved": 0, "limit": 0, "overQuotaWeight": 0}}}]
+
+
+def test_an_overridden_namespace_is_left_alone_and_a_missing_adopted_one_is_reported(
+        server: RealServer, kube_shard: SchedulingShard, gateway: KubernetesGateway) -> None:
+    server.put("namespaces", {"metadata": {"name": "kai-research",
+                                           "labels": {"kai.resources/resource-manual-override": "true"}}})
+    try:
+        _overridden_and_adopted(server, kube_shard, gateway)
+    finally:  # namespaces outlive a test here (`wipe` keeps them)
+        server.put("namespaces", {"metadata": {"name": "kai-research"}})
+
+
+def _overridden_and_adopted(server: RealServer, kube_shard: SchedulingShard, gateway: KubernetesGateway) -> None:
+    adopting = {**PROJECT, "metadata": {"name": "adopter"}, "spec": {
+        "namespace": "team-ns", "queues": [{"name": "adopter", "nodepool": "default"}]}}
+    _put(server, *EXAMPLES, adopting)
+    mirror.sync_full(gateway, kube_shard.cluster)
+    krm_sync.import_from_cluster(gateway)
+
+    report = krm_sync.publish(gateway, kube_shard.cluster)
+
+    assert "kai/project" not in server.get("namespaces", "kai-research")["metadata"]["labels"]
+    assert server.get("namespaces", "team-ns") is None  # an adopted namespace is not made
+    assert report.problems == ["Project adopter: namespace team-ns does not exist; an adopted namespace must be "
+                               "made first"]
+    status = server.get("projects", "adopter")["status"]
+    assert (status["phase"], status["namespace"]) == ("NotReady", "team-ns")
