@@ -13,6 +13,8 @@ DEFAULT_POOL = "default"
 UNASSIGNED_POOL = "kai-unexisting-node-pool"
 # On a node cordoned to drain before it moves to another pool (cleared when it moves).
 NODE_UNSCHEDULABLE_LABEL = "kai.scheduler/unschedulable"
+# On a SchedulingShard the org wrote for a node pool: the pool's name (a shard without it is never deleted).
+SHARD_POOL_LABEL = "kaiweb.io/node-pool"
 # The pod annotation naming node pools, space-separated, in preference order.
 NODE_POOLS_ANNOTATION = "kai.scheduler/node-pools"
 # Queue labels.

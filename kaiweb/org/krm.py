@@ -41,7 +41,10 @@ MAX_OBJECTS = 5000
 MAX_NAME = 253
 # What KRM's shard leaves unset means the scheduler's default; kaiweb's shard rows hold these values then.
 DEFAULT_PLACEMENT = "binpack"
-SHARD_API_VERSION = "kai.scheduler/v1"
+# The shard settings a node pool models (the shard row's fields), and the SchedulingShard spec fields they
+# are written to: the pool rewrites these, a shard's other fields stay the cluster's.
+SHARD_CONFIG_FIELDS = ("gpu_placement", "cpu_placement", "preempt_min_runtime", "reclaim_min_runtime")
+SHARD_MODELLED = ("placementStrategy", "minRuntime")
 # KRM's own fields of an object that carry no org meaning; kept out of the comparison and the import.
 _METADATA_IGNORED = frozenset({"labels", "annotations", "uid", "resourceVersion", "generation", "creationTimestamp",
                                "managedFields", "finalizers", "ownerReferences", "deletionTimestamp",

@@ -38,6 +38,7 @@ from kaiweb.org.choices import (
     NODE_UNSCHEDULABLE_LABEL,
     PROJECT_ID_LABEL,
     PROJECT_LABEL,
+    SHARD_POOL_LABEL,
 )
 from kaiweb.org.models import Department, NodePool, OwnerQueue, Project
 from kaiweb.queues.choices import Preemptibility
@@ -58,7 +59,6 @@ _PATHS = {
                   "namespace": "spec.namespace", "default_node_pools": "spec.defaultNodePools",
                   "enforce_kai_scheduler": "spec.enforceKaiScheduler", "project": "metadata.name"},
 }
-_SHARD_CONFIG = ("gpu_placement", "cpu_placement", "preempt_min_runtime", "reclaim_min_runtime")
 
 
 # ------------------------------------------------------------------------------------------ import / export
@@ -147,7 +147,7 @@ def _pool_data(pool: NodePool) -> dict[str, Any]:
     data: dict[str, Any] = {"name": pool.name, "label_key": pool.label_key, "label_value": pool.label_value,
                             "preferred_topology": pool.preferred_topology}
     if pool.shard is not None:
-        data.update({f: getattr(pool.shard, f) for f in _SHARD_CONFIG})
+        data.update({f: getattr(pool.shard, f) for f in krm.SHARD_CONFIG_FIELDS})
     return data
 
 
@@ -189,12 +189,17 @@ class PublishReport:
 
 
 def _publish_shards(gateway: Any, cluster: Cluster, report: PublishReport) -> None:
-    for pool in NodePool.objects.filter(cluster=cluster).select_related("shard").order_by("name"):
-        if pool.shard is None:
-            continue
-        spec = krm.shard_spec(pool.name, {f: getattr(pool.shard, f) for f in _SHARD_CONFIG})
-        gateway.upsert_shard(pool.shard.name, spec, unset=("placementStrategy", "minRuntime"))
-        report.messages.append(f"SchedulingShard {pool.shard.name}: partition {spec['partitionLabelValue'] or '(none)'}")
+    """Each pool's SchedulingShard (`services.write_pool_shard`), and the shards the org wrote for pools
+    that are gone deleted (a shard it did not write is never deleted)."""
+    pools = list(NodePool.objects.filter(cluster=cluster).select_related("shard", "cluster").order_by("name"))
+    for pool in pools:
+        if pool.shard is not None:
+            services.write_pool_shard(pool, gateway)
+    owned = {p.shard.name for p in pools if p.shard is not None}
+    for name, pool_name in sorted(gateway.shards_labelled(SHARD_POOL_LABEL).items()):
+        if name not in owned:
+            gateway.delete_shard(name)
+            report.messages.append(f"SchedulingShard {name}: deleted (node pool {pool_name} is gone)")
 
 
 def _publish_queue_labels(gateway: Any, report: PublishReport) -> None:

@@ -19,11 +19,13 @@ from django.db import transaction
 from kaiweb.audit import services as audit
 from kaiweb.audit.choices import AuditAction, AuditSource
 from kaiweb.cluster.choices import BackendKind
+from kaiweb.cluster.errors import ClusterError
+from kaiweb.cluster.gateway import get_gateway
 from kaiweb.cluster.models import Cluster, Node, SchedulingShard
 from kaiweb.core.choices import RESOURCES
 from kaiweb.core.services import Change, already_exists, reject_unknown_fields
-from kaiweb.org import rules
-from kaiweb.org.choices import DEFAULT_POOL, NODE_POOL_LABEL, OwnerKind
+from kaiweb.org import krm, rules
+from kaiweb.org.choices import DEFAULT_POOL, NODE_POOL_LABEL, SHARD_POOL_LABEL, OwnerKind
 from kaiweb.org.models import Department, NodePool, OwnerQueue, Project
 from kaiweb.queues.models import Queue
 from kaiweb.queues.validators import validate_queue_fields
@@ -286,6 +288,25 @@ def _apply_pool(pool: NodePool, data: Mapping[str, Any]) -> dict[str, Any]:
     return shard_values
 
 
+def write_pool_shard(pool: NodePool, gateway: Any = None) -> None:
+    """On a Kubernetes cluster, the pool's SchedulingShard as the pool sets it (`krm.shard_spec`), written
+    at once: each cycle reads the cluster's shards into the database, so a pool's change must be there
+    first. Raises the gateway's `ClusterError`."""
+    if pool.cluster.backend != BackendKind.KUBERNETES or pool.shard is None:
+        return
+    gateway = gateway or get_gateway(pool.cluster)
+    spec = krm.shard_spec(pool.name, {f: getattr(pool.shard, f) for f in krm.SHARD_CONFIG_FIELDS})
+    gateway.upsert_shard(pool.shard.name, spec, unset=krm.SHARD_MODELLED, labels={SHARD_POOL_LABEL: pool.name})
+
+
+def _write_pool_shard_now(pool: NodePool) -> None:
+    try:
+        write_pool_shard(pool)
+    except ClusterError as exc:
+        raise ValidationError({"cluster": f"the node pool's SchedulingShard could not be written to the cluster "
+                                          f"({exc}); nothing was saved"}) from exc
+
+
 def _apply_shard(pool: NodePool, values: Mapping[str, Any]) -> None:
     shard = pool.shard
     if shard is None:
@@ -316,6 +337,7 @@ def create_node_pool(data: Mapping[str, Any], *, actor: Actor = None,
         raise already_exists("name", f"shard {pool.name!r} exists and no node pool owns it; the pool would take it")
     pool.save()
     _apply_shard(pool, shard_values)
+    _write_pool_shard_now(pool)
     audit.record(pool, AuditAction.CREATE, actor=actor, source=source, after=audit.snapshot(pool))
     sync(actor=actor, source=source)
     pool.refresh_from_db()
@@ -332,6 +354,7 @@ def update_node_pool(pool: NodePool, data: Mapping[str, Any], *, actor: Actor = 
     _check_pool(pool, before)
     pool.save()
     _apply_shard(pool, shard_values)
+    _write_pool_shard_now(pool)
     after = audit.snapshot(pool)
     if after != before or shard_values:
         audit.record(pool, AuditAction.UPDATE, actor=actor, source=source, before=before,
@@ -362,6 +385,15 @@ def delete_node_pool(pool: NodePool, *, actor: Actor = None, source: str = Audit
     if problems:
         raise ValidationError({"node_pool": problems})
     before, pk, shard = audit.snapshot(pool), pool.pk, pool.shard
+    if shard is not None and pool.cluster.backend == BackendKind.KUBERNETES:
+        # The shard the org wrote for this pool goes with it (one it did not write stays).
+        try:
+            gateway = get_gateway(pool.cluster)
+            if gateway.shards_labelled(SHARD_POOL_LABEL).get(shard.name) == pool.name:
+                gateway.delete_shard(shard.name)
+        except ClusterError as exc:
+            raise ValidationError({"cluster": f"the node pool's SchedulingShard could not be deleted from the "
+                                              f"cluster ({exc}); nothing was deleted"}) from exc
     pool.delete()
     if shard is not None:
         shard.delete()

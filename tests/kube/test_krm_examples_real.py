@@ -270,3 +270,25 @@ def _overridden_and_adopted(server: RealServer, kube_shard: SchedulingShard, gat
                                "made first"]
     status = server.get("projects", "adopter")["status"]
     assert (status["phase"], status["namespace"]) == ("NotReady", "team-ns")
+
+
+def test_a_pools_shard_reaches_the_cluster_with_the_save_and_goes_with_the_pool(
+        server: RealServer, kube_shard: SchedulingShard, gateway: KubernetesGateway) -> None:
+    server.put("schedulingshards", {"metadata": {"name": "legacy"}, "spec": {"partitionLabelValue": "legacy"}})
+    mirror.sync_full(gateway, kube_shard.cluster)
+    pool = services.create_node_pool({"name": "h100", "label_key": GPU_PRODUCT, "label_value": "H100"}).obj
+    assert server.get("schedulingshards", "h100")["spec"] == {"partitionLabelValue": "h100"}
+
+    services.update_node_pool(pool, {"gpu_placement": "spread"})
+    assert server.get("schedulingshards", "h100")["spec"]["placementStrategy"] == {"gpu": "spread"}
+    # The cycle reads the cluster's shards into the database: the pool's change is already there.
+    mirror.sync_full(gateway, kube_shard.cluster)
+    assert SchedulingShard.objects.get(name="h100").gpu_placement == "spread"
+
+    services.update_node_pool(NodePool.objects.get(name="h100"), {"gpu_placement": "binpack"})
+    assert "placementStrategy" not in server.get("schedulingshards", "h100")["spec"]
+
+    services.delete_node_pool(NodePool.objects.get(name="h100"))
+    assert server.get("schedulingshards", "h100") is None
+    krm_sync.publish(gateway, kube_shard.cluster)
+    assert server.get("schedulingshards", "legacy") is not None  # a shard the org did not write stays

@@ -84,24 +84,55 @@ class OrgObjects:
 
     # -- what the org gives the cluster -----------------------------------------------------------
 
-    def upsert_shard(self, name: str, spec: Mapping[str, Any], unset: tuple[str, ...] = ()) -> dict[str, Any]:
-        """Create the SchedulingShard with ``spec``, or set these fields of its spec (``unset``: fields the
-        pool no longer sets, removed); the shard's other fields are left as they are."""
+    def upsert_shard(self, name: str, spec: Mapping[str, Any], unset: tuple[str, ...] = (),
+                     labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """Create the SchedulingShard with ``spec`` and ``labels``, or set these fields of its spec
+        (``unset``: fields no longer set, removed) and these labels; its other fields and labels are left
+        as they are. Written only when something differs."""
         operation = f"write SchedulingShard {name}"
         current = self._get(operation, self.custom.get_cluster_custom_object, KAI_GROUP, SHARD_VERSION, SHARD_PLURAL,
                             name)
         if current is None:
             body = {"apiVersion": f"{KAI_GROUP}/{SHARD_VERSION}", "kind": "SchedulingShard",
-                    "metadata": {"name": name}, "spec": dict(spec)}
+                    "metadata": {"name": name, "labels": dict(labels or {})}, "spec": dict(spec)}
             return self._json(operation, self.custom.create_cluster_custom_object, KAI_GROUP, SHARD_VERSION,
                               SHARD_PLURAL, body)
         have = current.get("spec") if isinstance(current.get("spec"), dict) else {}
-        patch: dict[str, Any] = {k: v for k, v in spec.items() if have.get(k) != v}
-        patch.update({k: None for k in unset if k in have and k not in spec})
+        patch: dict[str, Any] = {}
+        spec_patch = {k: v for k, v in spec.items() if have.get(k) != v}
+        spec_patch.update({k: None for k in unset if k in have and k not in spec})
+        if spec_patch:
+            patch["spec"] = spec_patch
+        have_labels = _meta(current).get("labels") or {}
+        if any(have_labels.get(k) != v for k, v in (labels or {}).items()):
+            patch["metadata"] = {"labels": dict(labels or {})}
         if not patch:
             return current
         return self._json(operation, self.custom.patch_cluster_custom_object, KAI_GROUP, SHARD_VERSION, SHARD_PLURAL,
-                          name, {"spec": patch}, _content_type=MERGE_PATCH)
+                          name, patch, _content_type=MERGE_PATCH)
+
+    def delete_shard(self, name: str) -> bool:
+        """Delete the SchedulingShard; False when it did not exist."""
+        try:
+            self._json(f"delete SchedulingShard {name}", self.custom.delete_cluster_custom_object, KAI_GROUP,
+                       SHARD_VERSION, SHARD_PLURAL, name)
+        except ClusterRejected as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def shards_labelled(self, key: str) -> dict[str, str]:
+        """The SchedulingShards carrying label ``key``: name → its value (none when the CRD is not served)."""
+        try:
+            raws, _ = self.list_raw("list SchedulingShards", self.custom.list_cluster_custom_object, KAI_GROUP,
+                                    SHARD_VERSION, SHARD_PLURAL, label_selector=key)
+        except ClusterRejected as err:
+            if err.status == 404:
+                return {}
+            raise
+        return {str(_meta(r).get("name")): str((_meta(r).get("labels") or {}).get(key, ""))
+                for r in raws if isinstance(r, dict)}
 
     def read_namespace(self, name: str) -> dict[str, Any] | None:
         return self._get(f"read namespace {name}", self.core.read_namespace, name)
