@@ -7,11 +7,13 @@ bad KRM object is refused with the field named and nothing imported; export then
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from kubernetes.dynamic.exceptions import UnprocessibleEntityError
 
 from kaiweb.cluster import mirror
 from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
@@ -120,6 +122,13 @@ def test_a_hand_made_queue_holding_a_derived_name_is_left_alone(server: RealServ
     assert suffixed[0].startswith("research-h100-")
     assert queues[suffixed[0]]["parent"] == "engineering-h100"
     assert queues[suffixed[0]]["resources"]["gpu"] == {"quota": 4, "limit": 8, "overQuotaWeight": 2}
+
+
+def test_the_crd_refuses_a_quantity_string_where_krm_takes_a_plain_number(server: RealServer) -> None:
+    quantity = copy.deepcopy(DEPARTMENT)
+    quantity["spec"]["queues"][0]["resources"]["memory"]["deserved"] = "32Gi"
+    with pytest.raises(UnprocessibleEntityError, match=r"spec\.queues\[0\]\.resources\.memory\.deserved"):
+        server.put("departments", quantity)
 
 
 def test_a_bad_krm_object_is_refused_with_the_field_named_and_nothing_imported(
