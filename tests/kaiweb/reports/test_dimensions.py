@@ -1,0 +1,139 @@
+"""Usage charged to node pools, GPU types, departments and projects: accounted from running pods, then reported
+by the usage page, its CSV and its JSON."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from kaiweb.cluster.models import SchedulingShard
+from kaiweb.org import services
+from kaiweb.queues.models import Queue
+from kaiweb.reports import dimensions
+from kaiweb.usage import accounting
+from kaiweb.workloads.choices import PodState, WorkloadState
+from tests.factories import ClusterFactory, NodeFactory, PodFactory, QueueFactory, WorkloadFactory
+
+pytestmark = pytest.mark.django_db
+
+GPU_LABEL = "nvidia.com/gpu.product"
+H100, A100, L4 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L4"
+
+
+@pytest.fixture
+def org_usage():
+    """Pools h100 and a100 (the rest: default), department research with projects vision (H100 and A100) and nlp
+    (H100), a hand-made top-level queue `legacy`; running pods accounted for one minute two hours ago."""
+    cluster = ClusterFactory()
+    SchedulingShard.objects.get_or_create(cluster=cluster, name="default")
+    nodes = {
+        "h1": NodeFactory(cluster=cluster, name="h1", labels={GPU_LABEL: H100}, gpu_product=H100),
+        "a1": NodeFactory(cluster=cluster, name="a1", labels={GPU_LABEL: A100}, gpu_product=A100),
+        "c1": NodeFactory(cluster=cluster, name="c1", labels={}, gpu_product=L4),
+    }
+    services.create_node_pool({"name": "h100", "label_key": GPU_LABEL, "label_value": H100})
+    services.create_node_pool({"name": "a100", "label_key": GPU_LABEL, "label_value": A100})
+    services.create_department({"name": "research", "queues": [{"pool": "h100", "gpu": {"deserved": 4, "limit": 8}}]})
+    services.create_project({"name": "vision", "department": "research",
+                             "queues": [{"pool": "h100", "gpu": {"deserved": 2, "limit": 6}},
+                                        {"pool": "a100", "gpu": {"deserved": 1, "limit": -1}}]})
+    services.create_project({"name": "nlp", "department": "research",
+                             "queues": [{"pool": "h100", "gpu": {"deserved": 2, "limit": 8}}]})
+    QueueFactory(name="legacy", parent=None)
+    queues = {q.name: q for q in Queue.objects.all()}
+    for queue, node, gpus in (("vision-h100", "h1", 2), ("vision-a100", "a1", 1), ("nlp-h100", "h1", 3),
+                              ("legacy", "c1", 1)):
+        w = WorkloadFactory(cluster=cluster, queue=queues[queue], namespace=f"ns-{queue}",
+                            state=WorkloadState.RUNNING)
+        PodFactory(workload=w, node=nodes[node], state=PodState.RUNNING, gpu=gpus, cpu=1000 * gpus)
+    accounting.account_usage(at=timezone.now() - timedelta(hours=2))
+    return queues
+
+
+def _totals(client, query: str) -> dict[str, float]:
+    response = client.get(f"/usage/export.json?window=24h&{query}")
+    assert response.status_code == 200, response.content
+    return {t["name"]: t["value"] for t in response.json()["totals"]}
+
+
+def _minutes(**gpus: float) -> dict[str, float]:
+    """GPU-hours of holding these GPUs for the one accounted minute (as the JSON rounds them)."""
+    return {name: pytest.approx(n / 60, abs=1e-4) for name, n in gpus.items()}
+
+
+def test_each_queue_is_placed_in_its_pool_department_and_project(org_usage):
+    places = dimensions.places()
+    got = {q.name: places[q.pk] for q in org_usage.values()}
+    assert got["vision-h100"] == dimensions.QueuePlace("h100", "research", "vision")
+    assert got["vision-a100"] == dimensions.QueuePlace("a100", "research", "vision")  # no research queue in a100
+    assert got["research-h100"] == dimensions.QueuePlace("h100", "research", dimensions.NO_PROJECT)
+    # A hand-made queue keeps the department reports gave it before the org layer: its top-level queue.
+    assert got["legacy"] == dimensions.QueuePlace("default", "legacy", dimensions.NO_PROJECT)
+
+
+def test_usage_per_pool_department_project_and_gpu_type_adds_up(client, viewer, org_usage):
+    client.force_login(viewer)
+    assert _totals(client, "group=pool") == _minutes(h100=5, a100=1, default=1)
+    assert _totals(client, "group=department") == _minutes(research=6, legacy=1)
+    assert _totals(client, "group=project") == {**_minutes(vision=3, nlp=3), **_minutes(**{"(no project)": 1})}
+    assert _totals(client, "group=gpu_type") == _minutes(**{H100: 5, A100: 1, L4: 1})
+    assert _totals(client, "group=queue") == _minutes(**{"vision-h100": 2, "vision-a100": 1, "nlp-h100": 3, "legacy": 1})
+
+
+def test_filters_keep_one_pool_department_project_or_gpu_type(client, viewer, org_usage):
+    client.force_login(viewer)
+    assert _totals(client, "group=project&pool=h100") == _minutes(vision=2, nlp=3)
+    assert _totals(client, "group=pool&department=research") == _minutes(h100=5, a100=1)
+    assert _totals(client, "group=pool&project=vision") == _minutes(h100=2, a100=1)
+    assert _totals(client, f"group=queue&gpu_type={A100}") == _minutes(**{"vision-a100": 1})
+    assert _totals(client, f"group=gpu_type&gpu_type={H100}&department=research") == _minutes(**{H100: 5})
+    body = client.get(f"/usage/export.json?window=24h&group=pool&project=vision&gpu_type={H100}").json()
+    assert body["filters"] == {"project": "vision", "gpu_type": H100}
+    assert body["total"] == pytest.approx(2 / 60, abs=1e-4)
+
+
+def test_cpu_usage_is_charged_to_the_gpu_type_of_its_nodes(client, viewer, org_usage):
+    client.force_login(viewer)
+    # cores: 2 + 3 on the H100 node, 1 on the A100 node, 1 on the L4 node, for one minute (core-hours)
+    assert _totals(client, "resource=cpu&group=gpu_type") == _minutes(**{H100: 5, A100: 1, L4: 1})
+
+
+def test_a_filter_that_names_nothing_known_or_mixes_splits_is_refused_by_name(client, viewer, org_usage):
+    client.force_login(viewer)
+    response = client.get("/usage/export.json?window=24h&pool=h200")
+    assert response.status_code == 400
+    assert "pool" in response.json()
+    response = client.get(f"/usage/export.json?window=24h&group=namespace&gpu_type={H100}")
+    assert response.status_code == 400
+    assert "namespace" in response.json()["gpu_type"][0]
+    response = client.get("/usage/export.csv?window=24h&project=nobody")
+    assert response.status_code == 400
+    assert b"project" in response.content
+
+
+def test_csv_and_page_name_the_grouping(client, viewer, org_usage):
+    client.force_login(viewer)
+    rows = list(csv.reader(io.StringIO(client.get("/usage/export.csv?window=24h&group=pool").content.decode())))
+    assert rows[0][0] == "pool"
+    assert {r[0]: float(r[3]) for r in rows[1:] if r[1] == "total"} == _minutes(h100=5, a100=1, default=1)
+    page = client.get("/usage/?window=24h&group=pool&department=research").content.decode()
+    assert "<th>Node pool</th>" in page
+    assert "h100" in page
+    assert 'href="/queues/h100/"' not in page  # a pool is not a queue
+
+
+def test_old_department_reports_still_read_a_hand_made_tree(client, viewer, org_usage):
+    """A tree made without the org layer: its top-level queues stay the departments."""
+    client.force_login(viewer)
+    top = org_usage["legacy"]
+    team = QueueFactory(name="legacy-team", parent=top)
+    w = WorkloadFactory(queue=team, state=WorkloadState.RUNNING)
+    PodFactory(workload=w, state=PodState.RUNNING, gpu=4)
+    accounting.account_usage(at=timezone.now() - timedelta(hours=1))
+    totals = _totals(client, "group=department")
+    assert totals["legacy"] == pytest.approx(4 / 60, abs=1e-4)  # its team's minute (reports read leaves only)
+    assert totals["research"] == pytest.approx(12 / 60, abs=1e-4)  # its pods ran through both minutes
