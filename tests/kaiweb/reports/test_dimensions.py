@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -14,9 +14,19 @@ from kaiweb.cluster.models import SchedulingShard
 from kaiweb.org import services
 from kaiweb.queues.models import Queue
 from kaiweb.reports import dimensions
+from kaiweb.reports import services as report_services
+from kaiweb.reports.compute import compute_lines
+from kaiweb.reports.models import ReportDefinition
 from kaiweb.usage import accounting
 from kaiweb.workloads.choices import PodState, WorkloadState
-from tests.factories import ClusterFactory, NodeFactory, PodFactory, QueueFactory, WorkloadFactory
+from tests.factories import (
+    ClusterFactory,
+    NodeFactory,
+    PodFactory,
+    QueueFactory,
+    UsageBucketFactory,
+    WorkloadFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -25,9 +35,9 @@ H100, A100, L4 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L4"
 
 
 @pytest.fixture
-def org_usage():
-    """Pools h100 and a100 (the rest: default), department research with projects vision (H100 and A100) and nlp
-    (H100), a hand-made top-level queue `legacy`; running pods accounted for one minute two hours ago."""
+def org_tree():
+    """Pools h100 and a100 (the rest: default), department research (4 H100s guaranteed) with projects vision
+    (2 H100s, 1 A100) and nlp (2 H100s), a hand-made top-level queue `legacy`; the nodes by name."""
     cluster = ClusterFactory()
     SchedulingShard.objects.get_or_create(cluster=cluster, name="default")
     nodes = {
@@ -43,8 +53,14 @@ def org_usage():
                                         {"pool": "a100", "gpu": {"deserved": 1, "limit": -1}}]})
     services.create_project({"name": "nlp", "department": "research",
                              "queues": [{"pool": "h100", "gpu": {"deserved": 2, "limit": 8}}]})
-    QueueFactory(name="legacy", parent=None)
-    queues = {q.name: q for q in Queue.objects.all()}
+    QueueFactory(name="legacy", parent=None, gpu_quota=1)
+    return cluster, nodes, {q.name: q for q in Queue.objects.all()}
+
+
+@pytest.fixture
+def org_usage(org_tree):
+    """Running pods of every leaf queue, accounted for one minute two hours ago."""
+    cluster, nodes, queues = org_tree
     for queue, node, gpus in (("vision-h100", "h1", 2), ("vision-a100", "a1", 1), ("nlp-h100", "h1", 3),
                               ("legacy", "c1", 1)):
         w = WorkloadFactory(cluster=cluster, queue=queues[queue], namespace=f"ns-{queue}",
@@ -137,3 +153,72 @@ def test_old_department_reports_still_read_a_hand_made_tree(client, viewer, org_
     totals = _totals(client, "group=department")
     assert totals["legacy"] == pytest.approx(4 / 60, abs=1e-4)  # its team's minute (reports read leaves only)
     assert totals["research"] == pytest.approx(12 / 60, abs=1e-4)  # its pods ran through both minutes
+
+
+# ------------------------------------------------------------------------------------------ scheduled reports
+
+WEEK = datetime(2026, 3, 2, tzinfo=UTC)  # a Monday
+
+
+@pytest.fixture
+def org_week(org_tree):
+    """An hour of the last week: vision holds 6 H100s (research guarantees 4 there), its A100 idle; legacy 1 GPU."""
+    _, _, queues = org_tree
+    start = WEEK - timedelta(days=3)
+    for m in range(60):
+        at = start + timedelta(minutes=m)
+        UsageBucketFactory(queue=queues["vision-h100"], start=at, width_seconds=60, value=6 * 60.0,
+                           by_gpu_model={H100: 6 * 60.0})
+        UsageBucketFactory(queue=queues["legacy"], start=at, width_seconds=60, value=60.0, by_gpu_model={L4: 60.0})
+    return queues
+
+
+def _run(scope: str, queue=None):
+    definition = ReportDefinition.objects.create(name=f"{scope} weekly", period="weekly", scope=scope, queue=queue,
+                                                 recipients=[], formats=["csv", "json"])
+    run = report_services.run_report(definition, WEEK - timedelta(days=7), WEEK, now=WEEK, send=False)
+    assert run.status == "succeeded", run.error
+    return run
+
+
+def test_a_cluster_report_has_a_line_per_department_over_quota_per_pool(org_week):
+    run = _run("cluster")
+    lines = {line["name"]: line for line in run.lines["lines"]}
+    assert set(lines) == {"research", "legacy"}
+    research = lines["research"]
+    assert research["gpu_hours_allocated"] == pytest.approx(6.0)
+    assert research["gpu_hours_by_pool"] == {"h100": pytest.approx(6.0)}
+    assert research["gpu_hours_deserved"] == pytest.approx((4 + 1) * 168)  # its H100 queue and vision's A100 one
+    # 2 H100s over research's 4 for the hour, though its A100 quota sat idle (6 < 4 + 1 would say 1).
+    assert research["gpu_hours_over_quota"] == pytest.approx(2.0)
+    assert lines["legacy"]["gpu_hours_by_pool"] == {"default": pytest.approx(1.0)}
+    assert run.lines["total"]["gpu_hours_by_pool"] == {"default": pytest.approx(1.0), "h100": pytest.approx(6.0)}
+    rows = {r["line"]: r for r in csv.DictReader(io.StringIO(run.csv_content))}
+    assert float(rows["research"]["gpu_hours_pool[h100]"]) == pytest.approx(6.0)
+    assert float(rows["total"]["gpu_hours_pool[default]"]) == pytest.approx(1.0)
+
+
+def test_a_department_report_takes_the_departments_queues_in_every_pool(org_week):
+    run = _run("department", org_week["research-h100"])
+    lines = {line["name"]: line for line in run.lines["lines"]}
+    assert set(lines) == {"vision-h100", "nlp-h100", "vision-a100"}
+    assert lines["vision-h100"]["gpu_hours_over_quota"] == pytest.approx(4.0)  # 6 held, 2 guaranteed
+    assert lines["vision-a100"]["gpu_hours_allocated"] == 0
+
+
+def test_a_run_stored_before_pools_still_renders(client, viewer, org_week):
+    run = _run("cluster")
+    for line in [*run.lines["lines"], run.lines["total"]]:
+        del line["gpu_hours_by_pool"]
+    for h in run.inputs["hourly"]:
+        del h["by_pool"]
+    run.csv_content = ""
+    run.save()
+    client.force_login(viewer)
+    response = client.get(f"/reports/runs/{run.pk}/csv/")
+    assert response.status_code == 200
+    header = response.content.decode().splitlines()[0]
+    assert "gpu_hours_allocated" in header
+    assert "gpu_hours_pool[" not in header
+    assert client.get(f"/reports/runs/{run.pk}/").status_code == 200
+    assert compute_lines(run.inputs)["total"]["gpu_hours_by_pool"] == {}
