@@ -222,3 +222,20 @@ def test_a_run_stored_before_pools_still_renders(client, viewer, org_week):
     assert "gpu_hours_pool[" not in header
     assert client.get(f"/reports/runs/{run.pk}/").status_code == 200
     assert compute_lines(run.inputs)["total"]["gpu_hours_by_pool"] == {}
+
+
+# ------------------------------------------------------------------------------------------ the API
+
+
+def test_the_api_gives_each_queues_place_and_filters_by_it(viewer_api, org_usage):
+    start, end = (timezone.now() - timedelta(days=1)).isoformat(), timezone.now().isoformat()
+    rows = viewer_api.get("/api/v1/usage/summary/", {"start": start, "end": end, "resource": "gpu",
+                                                     "project": "vision"}).json()
+    assert [(r["queue"], r["pool"], r["department"], r["project"], r["value"]) for r in rows] == [
+        ("vision-a100", "a100", "research", "vision", 60.0), ("vision-h100", "h100", "research", "vision", 120.0)]
+    rows = viewer_api.get("/api/v1/usage/summary/", {"start": start, "end": end, "resource": "gpu", "pool": "h100",
+                                                     "department": "research"}).json()
+    assert {r["queue"] for r in rows} == {"research-h100", "vision-h100", "nlp-h100"}  # the department's own too
+    buckets = viewer_api.get("/api/v1/usage/", {"pool": "a100", "resource": "cpu"}).json()["results"]
+    assert [(b["queue"], b["by_gpu_model"]) for b in buckets] == [("vision-a100", {A100: 60.0 * 1000})]
+    assert viewer_api.get("/api/v1/usage/", {"project": "nobody"}).json()["results"] == []
