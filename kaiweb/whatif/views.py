@@ -69,6 +69,12 @@ class WhatIfForm(forms.Form):
         self.fields["pool"].choices = [("", "— choose a node pool —"),
                                        *((n, n) for n in NodePool.objects.order_by("name").values_list(
                                            "name", flat=True).distinct())]
+        # Choosing an owner and a pool reloads the form with the owner's current numbers there (htmx, a GET).
+        for name in ("owner", "pool"):
+            self.fields[name].widget.attrs.update({
+                "hx-get": reverse("whatif:page"), "hx-trigger": "change", "hx-target": "#whatif",
+                "hx-swap": "innerHTML", "hx-include": "#id_owner, #id_pool",
+            })
         # Choosing a queue reloads the form with that queue's current values (htmx, a GET).
         self.fields["queue"].widget.attrs.update({
             "hx-get": reverse("whatif:page"), "hx-trigger": "change", "hx-target": "#whatif",
@@ -124,6 +130,17 @@ def _owner_choices() -> list[tuple[str, str]]:
 ORG_FIELDS = {"org.department": "owner", "org.project": "owner", "org": "owner", "org.entries[0].pool": "pool",
               "org.entries[0].priority": "priority",
               **{f"org.entries[0].{r}.{part}": f"{r}_{field}" for r in RESOURCES for part, field in ENTRY_FIELDS.items()}}
+
+
+def _owner_queue(owner: str, pool: str) -> Queue | None:
+    """The queue the owner ("department:<name>" or "project:<name>") has in the node pool, if any."""
+    from kaiweb.org.models import OwnerQueue
+
+    kind, _, name = owner.partition(":")
+    if kind not in ("department", "project") or not name or not pool:
+        return None
+    found = OwnerQueue.objects.select_related("queue").filter(**{f"{kind}__name": name}, node_pool__name=pool).first()
+    return found.queue if found else None
 
 
 def _initial(queue: Queue | None) -> dict[str, Any]:
@@ -230,7 +247,8 @@ def _waits(estimated: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def page(request: HttpRequest) -> HttpResponse:
-    """GET: the form (prefilled from ?queue=); POST: run the what-if and show it, nothing saved."""
+    """GET: the form (prefilled from ?queue=, or from ?owner=&pool=: that owner's queue in the pool); POST: run
+    the what-if and show it, nothing saved."""
     queues = list(Queue.objects.select_related("parent").order_by("name"))
     by_name = {q.name: q for q in queues}
     chosen = by_name.get(request.GET.get("queue", ""))
@@ -246,6 +264,12 @@ def page(request: HttpRequest) -> HttpResponse:
         form = WhatIfForm(data, queues=queues)
         if form.is_valid():
             _run(request, form, context)
+    elif request.GET.get("owner"):
+        owner, pool = request.GET.get("owner", ""), request.GET.get("pool", "")
+        initial = _initial(_owner_queue(owner, pool))
+        initial.update(mode="owner", owner=owner, pool=pool)
+        initial.pop("queue", None)
+        form = WhatIfForm(initial=initial, queues=queues)
     else:
         form = WhatIfForm(initial=_initial(chosen), queues=queues)
     context["form"] = form

@@ -90,7 +90,9 @@ def test_a_whatif_gives_a_project_more_h100s_and_shows_that_pool(page, live_serv
     page.goto(live_server.url + "/what-if/")
     page.select_option("#id_mode", "owner")
     page.select_option("#id_owner", "project:vision")
+    page.wait_for_load_state("networkidle")  # the form came back for that owner
     page.select_option("#id_pool", "h100")
+    expect(page.locator("#id_gpu_quota")).to_have_value("2")  # vision's H100 quota now, filled in
     page.fill("#id_gpu_quota", "6")
     page.click("#run-whatif")
     expect(page.locator("#whatif-pool")).to_contain_text("In node pool h100", timeout=60_000)

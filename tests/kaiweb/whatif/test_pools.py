@@ -146,6 +146,10 @@ def test_the_page_runs_an_owners_change_in_one_pool(client, viewer, research):
     client.force_login(viewer)
     page = client.get(reverse("whatif:page")).content.decode()
     assert 'value="project:vision"' in page
+    # Choosing the owner and the pool reloads the form with its numbers there.
+    prefilled = client.get(reverse("whatif:page"), {"owner": "project:vision", "pool": "a100"}).content.decode()
+    assert 'name="gpu_quota" value="4"' in prefilled
+    assert '<option value="owner" selected>' in prefilled
     response = client.post(reverse("whatif:page"), {"mode": "owner", "owner": "project:vision", "pool": "h100",
                                                     "gpu_quota": "6", "window_hours": "24"})
     html = response.content.decode()
