@@ -48,6 +48,13 @@ class _Row:
     labels: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class _Owner:
+    pool: str
+    project: str
+    department: str
+
+
 def _label(labels: Any, key: str) -> str:
     value = labels.get(key) if isinstance(labels, dict) else None
     return str(value) if value else ""
@@ -61,15 +68,12 @@ def places(rows: Iterable[Any] | None = None) -> dict[int, QueuePlace]:
     if rows is None:
         rows = Queue.objects.only("id", "name", "parent_id", "labels")
     queues = {q.pk: _Row(q.pk, q.name, q.parent_id, q.labels if isinstance(q.labels, dict) else {}) for q in rows}
-    owned: dict[int, dict[str, str]] = {}
-    for row in OwnerQueue.objects.values("queue_id", "node_pool__name", "department__name", "project__name",
-                                         "project__department__name"):
-        owned[row["queue_id"]] = {
-            "pool": row["node_pool__name"],
-            "project": row["project__name"] or "",
-            "department": row["department__name"] or row["project__department__name"] or "",
-            "is_project": "1" if row["project__name"] else "",
-        }
+    owned: dict[int, _Owner] = {
+        row["queue_id"]: _Owner(pool=row["node_pool__name"], project=row["project__name"] or "",
+                                department=row["department__name"] or row["project__department__name"] or "")
+        for row in OwnerQueue.objects.values("queue_id", "node_pool__name", "department__name", "project__name",
+                                             "project__department__name")
+    }
 
     def chain(pk: int) -> list[_Row]:
         out, seen, cur = [], set(), queues.get(pk)
@@ -83,21 +87,17 @@ def places(rows: Iterable[Any] | None = None) -> dict[int, QueuePlace]:
     for pk, q in queues.items():
         up = chain(pk)
         own = owned.get(pk)
-        pool = own["pool"] if own else (_label(q.labels, NODE_POOL_LABEL) or DEFAULT_POOL)
+        pool = own.pool if own else (_label(q.labels, NODE_POOL_LABEL) or DEFAULT_POOL)
         project = department = ""
         for anc in up:
             o = owned.get(anc.pk)
-            if not project:
-                project = (o["project"] if o else "") or _label(anc.labels, PROJECT_LABEL)
-            if not department:
-                department = (o["department"] if o else "") or _label(anc.labels, DEPARTMENT_LABEL)
-            if o and o["is_project"] and not department and not o["department"]:
+            project = project or (o.project if o else "") or _label(anc.labels, PROJECT_LABEL)
+            department = department or (o.department if o else "") or _label(anc.labels, DEPARTMENT_LABEL)
+            if o and o.project and not department:
                 department = NO_DEPARTMENT  # an org project outside any department
             if project and department:
                 break
-        if not department:
-            department = up[-1].name
-        result[pk] = QueuePlace(pool=pool, department=department, project=project or NO_PROJECT)
+        result[pk] = QueuePlace(pool=pool, department=department or up[-1].name, project=project or NO_PROJECT)
     return result
 
 

@@ -43,18 +43,18 @@ def _owner(org: Mapping[str, Any]) -> tuple[str, Any]:
     return kind, owner
 
 
-def _entry_changes(entry: Any, where: str) -> tuple[str, dict[str, Any], dict[str, str], list[str]]:
-    """An entry's pool, its queue field changes, each field's input path, and the problems found."""
-    problems: list[str] = []
+def _entry_changes(entry: Any, where: str) -> tuple[str, dict[str, Any], dict[str, str], list[tuple[str, str]]]:
+    """An entry's pool, its queue field changes, each field's input path, and the problems found (path, rule)."""
+    problems: list[tuple[str, str]] = []
     if not isinstance(entry, Mapping):
-        return "", {}, {}, [f"{where}: must be an object with the pool and the numbers to change"]
+        return "", {}, {}, [(where, "must be an object with the pool and the numbers to change")]
     unknown = sorted(set(entry) - {"pool", "priority", *RESOURCES})
     if unknown:
-        problems.append(f"{where}: unknown field(s) {', '.join(map(str, unknown))}; an entry takes pool, priority, "
-                        f"{', '.join(RESOURCES)}")
+        problems.append((where, f"unknown field(s) {', '.join(map(str, unknown))}; an entry takes pool, priority, "
+                                f"{', '.join(RESOURCES)}"))
     pool = entry.get("pool")
     if not isinstance(pool, str) or not pool:
-        problems.append(f"{where}.pool: name the node pool")
+        problems.append((f"{where}.pool", "name the node pool"))
         pool = ""
     fields: dict[str, Any] = {}
     paths: dict[str, str] = {}
@@ -65,14 +65,14 @@ def _entry_changes(entry: Any, where: str) -> tuple[str, dict[str, Any], dict[st
         if numbers is None:
             continue
         if not isinstance(numbers, Mapping) or set(numbers) - set(ENTRY_FIELDS):
-            problems.append(f"{where}.{r}: takes {', '.join(ENTRY_FIELDS)}")
+            problems.append((f"{where}.{r}", f"takes {', '.join(ENTRY_FIELDS)}"))
             continue
         for part, value in numbers.items():
             fields[f"{r}_{ENTRY_FIELDS[part]}"] = value
             paths[f"{r}_{ENTRY_FIELDS[part]}"] = f"{where}.{r}.{part}"
     if not problems and not fields:
-        problems.append(f"{where}: give at least one number to change (priority, or deserved, limit or "
-                        "over_quota_weight of gpu, cpu or memory)")
+        problems.append((where, "give at least one number to change (priority, or deserved, limit or "
+                                "over_quota_weight of gpu, cpu or memory)"))
     return pool, fields, paths, problems
 
 
@@ -93,8 +93,7 @@ def plan(org: Any) -> tuple[str, str, list[dict[str, Any]]]:
     for i, entry in enumerate(entries):
         where = f"org.entries[{i}]"
         pool, fields, paths, problems = _entry_changes(entry, where)
-        for p in problems:
-            key, _, msg = p.partition(": ")
+        for key, msg in problems:
             errors.setdefault(key, []).append(msg)
         if not pool:
             continue

@@ -82,8 +82,12 @@ def _minutes(**gpus: float) -> dict[str, float]:
 
 
 def test_each_queue_is_placed_in_its_pool_department_and_project(org_usage):
+    services.create_project({"name": "solo", "queues": [{"pool": "a100", "gpu": {"deserved": 1, "limit": -1}}]})
+    QueueFactory(name="solo-sandbox", parent=Queue.objects.get(name="solo-a100"))  # made by hand under it
     places = dimensions.places()
-    got = {q.name: places[q.pk] for q in org_usage.values()}
+    got = {q.name: places[q.pk] for q in Queue.objects.all()}
+    assert got["solo-a100"] == dimensions.QueuePlace("a100", dimensions.NO_DEPARTMENT, "solo")
+    assert got["solo-sandbox"] == dimensions.QueuePlace("default", dimensions.NO_DEPARTMENT, "solo")
     assert got["vision-h100"] == dimensions.QueuePlace("h100", "research", "vision")
     assert got["vision-a100"] == dimensions.QueuePlace("a100", "research", "vision")  # no research queue in a100
     assert got["research-h100"] == dimensions.QueuePlace("h100", "research", dimensions.NO_PROJECT)
