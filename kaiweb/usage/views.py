@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import FloatField, Sum
+from django.db.models import F, FloatField, Sum
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, TruncDay, TruncHour, TruncWeek
 from django.http import HttpRequest, HttpResponse
@@ -107,16 +107,15 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
     departments: dict[str, str] = {}
     # The amount of a bucket the report counts: all of it, or the part held on one GPU type.
     counted = Coalesce(Cast(KeyTextTransform(gpu_type, "by_gpu_model"), FloatField()), 0.0) if gpu_type \
-        else Sum("value")
+        else F("value")
 
     def queue_points() -> Iterator[tuple[str, datetime, float]]:
-        total = Sum(counted) if gpu_type else counted
-        for row in in_window.values("queue_id", "slot").annotate(total=total).order_by("slot"):
+        for row in in_window.values("queue_id", "slot").annotate(total=Sum(counted)).order_by("slot"):
             q = queues[row["queue_id"]]
             place = places[q.pk]
             departments[q.name] = place.department
             name = q.name if group == "queue" else dimensions.place_of(place, group)
-            if row["total"]:
+            if row["total"] or not gpu_type:  # a queue that held nothing of that type is not listed
                 yield name, row["slot"], row["total"]
 
     points = _split_rows(in_window, group, gpu_type if group == "gpu_type" else None) \

@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
 from kaiweb.core.choices import RESOURCES
-from kaiweb.org.models import Department, NodePool, Project
+from kaiweb.org.models import Department, NodePool, OwnerQueue, Project
 from kaiweb.queues.models import Queue
 from kaiweb.ui import charts
 from kaiweb.ui.pages import render_page
@@ -44,7 +44,8 @@ SUMMARY = [
 
 
 class WhatIfForm(forms.Form):
-    """One queue's new values (blank = unchanged), or a whole tree as Queue CRD YAML; the window."""
+    """One queue's new values (blank = unchanged), a department's or project's in one node pool, or a whole tree
+    as Queue CRD YAML; the window."""
 
     mode = forms.ChoiceField(choices=[("fields", "One queue (fields below)"),
                                       ("owner", "A department's or project's queue in one node pool"),
@@ -134,8 +135,6 @@ ORG_FIELDS = {"org.department": "owner", "org.project": "owner", "org": "owner",
 
 def _owner_queue(owner: str, pool: str) -> Queue | None:
     """The queue the owner ("department:<name>" or "project:<name>") has in the node pool, if any."""
-    from kaiweb.org.models import OwnerQueue
-
     kind, _, name = owner.partition(":")
     if kind not in ("department", "project") or not name or not pool:
         return None
@@ -287,10 +286,11 @@ def _run(request: HttpRequest, form: WhatIfForm, context: dict[str, Any]) -> Non
         if data.get("mode") == "yaml":
             run = whatif_tasks.submit(request.user, yaml=data.get("yaml") or "", window_hours=window_hours)
         elif data.get("mode") == "owner":
-            if not data.get("owner") or not data.get("pool"):
-                for name in ("owner", "pool"):
-                    if not data.get(name):
-                        form.add_error(name, f"choose the {'department or project' if name == 'owner' else name}")
+            missing = [(f, what) for f, what in (("owner", "department or project"), ("pool", "node pool"))
+                       if not data.get(f)]
+            for f, what in missing:
+                form.add_error(f, f"choose the {what}")
+            if missing:
                 return
             run = whatif_tasks.submit(request.user, org=form.org(), window_hours=window_hours)
         else:

@@ -160,3 +160,6 @@ def test_the_page_runs_an_owners_change_in_one_pool(client, viewer, research):
     refused = client.post(reverse("whatif:page"), {"mode": "owner", "owner": "project:vision", "pool": "default",
                                                    "gpu_quota": "6", "window_hours": "24"}).content.decode()
     assert "project vision has no queue in node pool &#x27;default&#x27;" in refused
+    unchosen = client.post(reverse("whatif:page"), {"mode": "owner", "owner": "project:vision",
+                                                    "gpu_quota": "6"}).content.decode()
+    assert "choose the node pool" in unchosen
