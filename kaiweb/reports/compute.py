@@ -4,10 +4,14 @@
 run stores it. `compute_lines(inputs)` is pure (no database, same inputs → same lines), so a past
 run's files can always be produced again with the same numbers.
 
-A line is a department (cluster scope), a leaf queue (department scope) or the queue itself
-(queue scope). Its allocation is the sum of its leaf queues' usage buckets — the usage page's
-figures for the same window. Over-quota time compares the line's allocation in each bucket with
-its GPU quota as it stands when the report runs (the history of quotas is not recorded).
+A line is a department (cluster scope), a leaf queue of a department (department scope) or the
+queue itself (queue scope); a department is the one `dimensions` charges a queue to (the org's
+department, else the top-level queue), as on the usage page, so an org department's queues in every
+node pool make one line. Its allocation is the sum of its leaf queues' usage buckets — the usage
+page's figures for the same window — also split by node pool. Over-quota time compares, per node
+pool, the line's allocation in each bucket with its GPU quota there as it stands when the report runs
+(the history of quotas is not recorded): a department over its H100 quota is over quota even while
+its A100 quota sits idle.
 """
 
 from __future__ import annotations
@@ -70,65 +74,81 @@ def _leaves_under(pk: int, kids: dict[int, list[int]]) -> list[int]:
     return sorted(out)
 
 
-def line_queues(scope: str, queue: Any | None) -> list[Any]:
-    """The queues a definition's lines stand for, in name order."""
+def report_lines(scope: str, queue: Any | None) -> tuple[list[dict[str, Any]], dict[int, tuple[str, str, str]]]:
+    """The lines a definition's report has, in name order ({name, gpu_quota, gpu_quota_by_pool}), and for each
+    leaf queue counted: its line, the node pool whose quota it is compared with (that of the queue making the
+    line: the department's top-level queue, the leaf, the queue) and its own node pool."""
     from kaiweb.queues.models import Queue
+    from kaiweb.reports import dimensions
 
-    queues = {q.pk: q for q in Queue.objects.only("id", "name", "parent_id", "gpu_quota")}
+    queues = {q.pk: q for q in Queue.objects.only("id", "name", "parent_id", "gpu_quota", "labels")}
     kids, roots = _subtrees(queues)
+    places = dimensions.places(queues.values())
+    tops: list[tuple[str, int]] = []  # (line, queue making it)
     if scope == ReportScope.CLUSTER:
-        picked = roots
+        tops = [(places[pk].department, pk) for pk in roots]
     elif scope == ReportScope.DEPARTMENT:
         if queue is None:
             raise ValueError("queue: a department report needs its department")
-        picked = _leaves_under(queue.pk, kids)
+        department = places[queue.pk].department
+        tops = [(queues[leaf].name, leaf) for pk in roots if places[pk].department == department
+                for leaf in _leaves_under(pk, kids)]
     elif scope == ReportScope.QUEUE:
         if queue is None:
             raise ValueError("queue: a queue report needs its queue")
-        picked = [queue.pk]
+        tops = [(queue.name, queue.pk)]
     else:
         raise ValueError(f"scope: must be cluster, department or queue, not {scope!r}")
-    return sorted((queues[pk] for pk in picked), key=lambda q: q.name)
+    quotas: dict[str, dict[str, float]] = defaultdict(dict)
+    leaf_line: dict[int, tuple[str, str, str]] = {}
+    for line, pk in sorted(tops):
+        pool = places[pk].pool
+        quota, have = float(queues[pk].gpu_quota), quotas[line].get(pool)
+        # -1 (unlimited) anywhere in a pool makes the line's quota there unlimited
+        quotas[line][pool] = -1.0 if quota < 0 or (have is not None and have < 0) else (have or 0.0) + quota
+        for leaf in _leaves_under(pk, kids):
+            leaf_line[leaf] = (line, pool, places[leaf].pool)
+    lines = [{"name": line, "gpu_quota": -1.0 if any(v < 0 for v in by_pool.values()) else sum(by_pool.values()),
+              "gpu_quota_by_pool": dict(sorted(by_pool.items()))} for line, by_pool in sorted(quotas.items())]
+    return lines, leaf_line
 
 
 def collect_inputs(definition: Any, start: datetime, end: datetime, *, now: datetime | None = None) -> dict[str, Any]:
     """Everything the report's lines need for [start, end), read once (a handful of queries)."""
-    from kaiweb.queues.models import Queue
     from kaiweb.scheduling.choices import DecisionKind
     from kaiweb.scheduling.models import Decision, PreemptionEvent
     from kaiweb.usage.idle import idle_findings
     from kaiweb.usage.models import UsageBucket
     from kaiweb.workloads.models import Workload
 
-    queues = {q.pk: q for q in Queue.objects.only("id", "name", "parent_id", "gpu_quota")}
-    kids, _ = _subtrees(queues)
-    lines = line_queues(definition.scope, definition.queue)
-    leaf_line: dict[int, str] = {}
-    for q in lines:
-        for leaf in _leaves_under(q.pk, kids):
-            leaf_line[leaf] = q.name
-    # Each line's allocation per bucket (its leaves summed per bucket start), then per hour.
-    per_bucket: dict[tuple[str, datetime, int], dict[str, Any]] = {}
+    lines, leaf_pool_line = report_lines(definition.scope, definition.queue)
+    leaf_line = {leaf: line for leaf, (line, _, _) in leaf_pool_line.items()}
+    # Each line's allocation per node pool and bucket (its leaves summed per bucket start), then per hour.
+    per_bucket: dict[tuple[str, str, datetime, int], dict[str, Any]] = {}
     rows = (UsageBucket.objects.filter(resource="gpu", start__gte=start, start__lt=end, queue_id__in=list(leaf_line))
             .values_list("queue_id", "start", "width_seconds", "value", "by_gpu_model", "measured_value",
                          "used_value").order_by("start", "queue_id"))
     for queue_id, bstart, width, value, models_, measured, used in rows:
-        acc = per_bucket.setdefault((leaf_line[queue_id], bstart, width),
-                                    {"value": 0.0, "models": defaultdict(float), "measured": 0.0, "used": None})
+        line, quota_pool, pool = leaf_pool_line[queue_id]
+        acc = per_bucket.setdefault((line, quota_pool, bstart, width),
+                                    {"value": 0.0, "models": defaultdict(float), "pools": defaultdict(float),
+                                     "measured": 0.0, "used": None})
         acc["value"] += value
+        acc["pools"][pool] += value
         for model, seconds in (models_ or {}).items() if isinstance(models_, dict) else ():
             acc["models"][model] += float(seconds)
         acc["measured"] += measured or 0.0
         if used is not None:
             acc["used"] = (acc["used"] or 0.0) + used
-    quotas = {q.name: float(q.gpu_quota) for q in lines}
+    quotas = {spec["name"]: spec["gpu_quota_by_pool"] for spec in lines}
     hourly: dict[tuple[str, str], dict[str, Any]] = {}
-    for (line, bstart, width), acc in sorted(per_bucket.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-        quota = quotas[line]
+    for (line, quota_pool, bstart, width), acc in sorted(per_bucket.items()):
+        quota = quotas[line].get(quota_pool, 0.0)
         over = max(0.0, acc["value"] / width - quota) * width if quota >= 0 else 0.0
         hour = bstart.replace(minute=0, second=0, microsecond=0).isoformat()
         h = hourly.setdefault((line, hour), {"line": line, "hour": hour, "allocated": 0.0, "over_quota": 0.0,
-                                             "measured": 0.0, "used": None, "by_model": defaultdict(float)})
+                                             "measured": 0.0, "used": None, "by_model": defaultdict(float),
+                                             "by_pool": defaultdict(float)})
         h["allocated"] += acc["value"]
         h["over_quota"] += over
         h["measured"] += acc["measured"]
@@ -136,7 +156,10 @@ def collect_inputs(definition: Any, start: datetime, end: datetime, *, now: date
             h["used"] = (h["used"] or 0.0) + acc["used"]
         for model, seconds in acc["models"].items():
             h["by_model"][model] += seconds
-    hourly_rows = [{**h, "by_model": dict(sorted(h["by_model"].items()))} for _, h in sorted(hourly.items())]
+        for pool, seconds in acc["pools"].items():
+            h["by_pool"][pool] += seconds
+    hourly_rows = [{**h, "by_model": dict(sorted(h["by_model"].items())), "by_pool": dict(sorted(h["by_pool"].items()))}
+                   for _, h in sorted(hourly.items())]
 
     # Jobs: first start from the applied binds (else the workload's last start), finish, preemptions.
     workloads = list(Workload.objects.filter(queue_id__in=list(leaf_line))
@@ -160,7 +183,7 @@ def collect_inputs(definition: Any, start: datetime, end: datetime, *, now: date
         "definition": {"id": definition.pk, "name": definition.name, "period": definition.period,
                        "scope": definition.scope, "queue": definition.queue.name if definition.queue else None},
         "period": {"start": _iso(start), "end": _iso(end)},
-        "lines": [{"name": q.name, "gpu_quota": float(q.gpu_quota)} for q in lines],
+        "lines": lines,
         "hourly": hourly_rows,
         "jobs": jobs,
         "prices": {str(k): float(v) for k, v in sorted((definition.prices or {}).items())},
@@ -185,9 +208,12 @@ def _line(name: str, quota: float | None, hours: float, hourly: list[dict[str, A
           prices: dict[str, float], start: datetime, end: datetime) -> dict[str, Any]:
     allocated = sum(h["allocated"] for h in hourly) / HOUR
     by_model: dict[str, float] = defaultdict(float)
+    by_pool: dict[str, float] = defaultdict(float)
     for h in hourly:
         for model, seconds in h["by_model"].items():
             by_model[model] += seconds / HOUR
+        for pool, seconds in (h.get("by_pool") or {}).items():  # runs stored before pools have none
+            by_pool[pool] += seconds / HOUR
     known = [h for h in hourly if h["used"] is not None]
     used = sum(h["used"] for h in known) / HOUR if known else None
     measured = sum(h["measured"] for h in hourly) / HOUR
@@ -200,6 +226,7 @@ def _line(name: str, quota: float | None, hours: float, hourly: list[dict[str, A
         "gpu_hours_deserved": quota * hours if quota is not None and quota >= 0 else None,
         "gpu_hours_over_quota": sum(h["over_quota"] for h in hourly) / HOUR,
         "gpu_hours_by_model": dict(sorted(by_model.items())),
+        "gpu_hours_by_pool": dict(sorted(by_pool.items())),
         "gpu_hours_measured": measured,
         "gpu_hours_used": used,
         "utilization_percent": 100.0 * used / measured if used is not None and measured > 0 else None,

@@ -36,16 +36,24 @@ def models_of(lines: dict[str, Any]) -> list[str]:
     return sorted({m for line in [*lines["lines"], lines["total"]] for m in line["gpu_hours_by_model"]})
 
 
+def pools_of(lines: dict[str, Any]) -> list[str]:
+    return sorted({p for line in [*lines["lines"], lines["total"]] for p in line.get("gpu_hours_by_pool") or {}})
+
+
 def render_csv(run_lines: dict[str, Any], inputs: dict[str, Any]) -> str:
-    """One row per line and a total row; GPU-hours per GPU model as `gpu_hours[MODEL]` columns."""
+    """One row per line and a total row; GPU-hours per GPU model as `gpu_hours[MODEL]` columns, per node pool as
+    `gpu_hours_pool[POOL]` columns (none for a run stored before pools)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    models = models_of(run_lines)
-    writer.writerow(["line", "period_start", "period_end", *CSV_COLUMNS, *(f"gpu_hours[{m}]" for m in models)])
+    models, pools = models_of(run_lines), pools_of(run_lines)
+    writer.writerow(["line", "period_start", "period_end", *CSV_COLUMNS, *(f"gpu_hours[{m}]" for m in models),
+                     *(f"gpu_hours_pool[{p}]" for p in pools)])
     for line in [*run_lines["lines"], run_lines["total"]]:
+        by_pool = line.get("gpu_hours_by_pool") or {}
         writer.writerow([line["name"], inputs["period"]["start"], inputs["period"]["end"],
                          *(_cell(line[c]) for c in CSV_COLUMNS),
-                         *(_cell(line["gpu_hours_by_model"].get(m, 0.0)) for m in models)])
+                         *(_cell(line["gpu_hours_by_model"].get(m, 0.0)) for m in models),
+                         *(_cell(by_pool.get(p, 0.0)) for p in pools)])
     return out.getvalue()
 
 
@@ -124,7 +132,7 @@ def render_html(run_lines: dict[str, Any], inputs: dict[str, Any]) -> str:
     """The PDF's HTML (also a print view): tables, the two charts, the idle-GPU finding."""
     return render_to_string("reports/pdf.html", {
         "inputs": inputs, "report": run_lines, "lines": run_lines["lines"], "total": run_lines["total"],
-        "models": models_of(run_lines), "bars_svg": bars_svg(run_lines["lines"]),
+        "models": models_of(run_lines), "pools": pools_of(run_lines), "bars_svg": bars_svg(run_lines["lines"]),
         "timeline_svg": timeline_svg(inputs), "idle": inputs.get("idle", []),
     })
 

@@ -59,6 +59,11 @@ def user_of(namespace: str, user: str | None) -> str:
     return user if user else f"ns/{namespace}"
 
 
+def gpu_model_of(product: str | None) -> str:
+    """The GPU model usage is charged to: the node's nvidia.com/gpu.product, else "unknown"."""
+    return product if product else "unknown"
+
+
 Split = dict[str, dict[str, dict[str, float]]]
 
 
@@ -67,8 +72,9 @@ def allocated_now(cluster_id: int | None = None) -> tuple[dict[int, dict[str, fl
     one query for the tree).
 
     Returns the totals per queue, leaves summed into their ancestors, and per leaf queue the same
-    amounts split by namespace and by submitting user ({"namespace": {ns: {resource: amount}},
-    "user": {user: {...}}}; the user is the workload's settings.KAI_USER_LABEL label, see `user_of`).
+    amounts split by namespace, by submitting user and by the GPU model of the pods' nodes
+    ({"namespace": {ns: {resource: amount}}, "user": {user: {...}}, "model": {model: {...}}}; the user
+    is the workload's settings.KAI_USER_LABEL label, see `user_of`; the model, see `gpu_model_of`).
     """
     from django.db.models.fields.json import KeyTextTransform
 
@@ -77,7 +83,7 @@ def allocated_now(cluster_id: int | None = None) -> tuple[dict[int, dict[str, fl
         pods = pods.filter(workload__cluster_id=cluster_id)
     rows = pods.values("workload__queue_id", "workload__namespace").annotate(
         user=KeyTextTransform(settings.KAI_USER_LABEL, "workload__labels"),
-    ).values("workload__queue_id", "workload__namespace", "user").annotate(
+    ).values("workload__queue_id", "workload__namespace", "user", "node__gpu_product").annotate(
         cpu=Coalesce(Sum("cpu"), 0.0),
         memory=Coalesce(Sum("memory"), 0),
         gpu=Coalesce(Sum("gpu"), 0.0),
@@ -90,9 +96,10 @@ def allocated_now(cluster_id: int | None = None) -> tuple[dict[int, dict[str, fl
         amounts = {"cpu": float(row["cpu"]), "memory": bytes_to_mb(row["memory"]),
                    "gpu": float(row["gpu"]) + float(row["fraction"])}
         leaf: int = row["workload__queue_id"]
-        queue = split.setdefault(leaf, {"namespace": {}, "user": {}})
+        queue = split.setdefault(leaf, {"namespace": {}, "user": {}, "model": {}})
         namespace = row["workload__namespace"]
-        for kind, key in (("namespace", namespace), ("user", user_of(namespace, row["user"]))):
+        for kind, key in (("namespace", namespace), ("user", user_of(namespace, row["user"])),
+                          ("model", gpu_model_of(row["node__gpu_product"]))):
             acc = queue[kind].setdefault(key, dict.fromkeys(RESOURCES, 0.0))
             for r in RESOURCES:
                 acc[r] += amounts[r]
@@ -119,7 +126,7 @@ def _gpu_pods(cluster_id: int | None = None) -> list[dict[str, Any]]:
         amount = float(fraction) * row["gpu_devices"] if fraction is not None else float(row["gpu"])
         devices = row["gpu_devices"] if fraction is not None else max(1, math.ceil(float(row["gpu"])))
         out.append({**row, "amount": amount, "devices": devices,
-                    "model": row["node__gpu_product"] or "unknown",
+                    "model": gpu_model_of(row["node__gpu_product"]),
                     "labels": row["workload__labels"] if isinstance(row["workload__labels"], dict) else {}})
     return out
 
@@ -204,7 +211,8 @@ def record_pod_utilization(at: datetime, pods: list[dict[str, Any]],
 def account_usage(at: datetime | None = None, source: UtilizationSource | None = None) -> int:
     """Write the current raw bucket of every queue and resource; returns the buckets written.
 
-    GPU rows also get the allocation by GPU model and, when a utilization source answers, the
+    Every row gets the allocation by GPU model of the pods' nodes (a leaf's CPU and memory rows too: what
+    they held on each GPU type); GPU rows also get, when a utilization source answers, the
     GPU-seconds measured and used and the GPU memory used; pods' idle records are updated too.
     """
     conf = UsageSettings.load()
@@ -224,6 +232,8 @@ def account_usage(at: datetime | None = None, source: UtilizationSource | None =
             if split is not None:
                 bucket.by_namespace = {k: v[r] * width for k, v in sorted(split["namespace"].items()) if v[r]}
                 bucket.by_user = {k: v[r] * width for k, v in sorted(split["user"].items()) if v[r]}
+                if r != "gpu":  # GPU rows take theirs from the GPU pods below, ancestors' rows included
+                    bucket.by_gpu_model = {k: v[r] * width for k, v in sorted(split["model"].items()) if v[r]}
             d = details.get(q)
             if r == "gpu" and d is not None:
                 bucket.by_gpu_model = {m: v * width for m, v in sorted(d["models"].items())}

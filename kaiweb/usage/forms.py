@@ -1,4 +1,5 @@
-"""The usage report's parameters: window, resource, grouping, optional queue."""
+"""The usage report's parameters: window, resource, grouping, optional queue, pool, department, project and
+GPU type."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django import forms
 from django.utils import timezone
 
 from kaiweb.queues.models import Queue
+from kaiweb.reports import dimensions
 
 PRESETS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30), "90d": timedelta(days=90)}
 MAX_WINDOW = timedelta(days=400)
@@ -25,17 +27,37 @@ class UsageReportForm(forms.Form):
     end = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}), label="To")
     resource = forms.ChoiceField(choices=[("gpu", "GPU-hours"), ("cpu", "CPU core-hours"), ("memory", "Memory GB-hours")],
                                  initial="gpu", required=False)
-    group = forms.ChoiceField(choices=[("queue", "per leaf queue"), ("department", "per department (top level)"),
-                                       ("namespace", "per namespace"), ("user", "per submitting user")],
+    group = forms.ChoiceField(choices=[("queue", "per leaf queue"), ("department", "per department"),
+                                       ("project", "per project"), ("pool", "per node pool"),
+                                       ("gpu_type", "per GPU type"), ("namespace", "per namespace"),
+                                       ("user", "per submitting user")],
                               initial="queue", required=False, label="Group")
     step = forms.ChoiceField(choices=[("auto", "auto (hour, or day past 8 days)"), ("hour", "per hour"),
                                       ("day", "per day"), ("week", "per week")], initial="auto", required=False,
                              label="Per")
     queue = forms.ModelChoiceField(queryset=Queue.objects.order_by("name"), required=False, to_field_name="name",
                                    empty_label="all queues", label="Queue (and its subtree)")
+    pool = forms.ChoiceField(required=False, label="Node pool")
+    department = forms.ChoiceField(required=False, label="Department")
+    project = forms.ChoiceField(required=False, label="Project")
+    gpu_type = forms.CharField(required=False, max_length=253, label="GPU type",
+                               help_text="The nodes' GPU product, e.g. NVIDIA-H100-80GB-HBM3; \"unknown\" for none.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The queues and each one's pool, department and project, read once for the choices and the report.
+        self.queue_rows = list(Queue.objects.only("id", "name", "parent_id", "labels"))
+        self.places = dimensions.places(self.queue_rows)
+        for name, empty in (("pool", "all pools"), ("department", "all departments"), ("project", "all projects")):
+            values = sorted({dimensions.place_of(p, name) for p in self.places.values()})
+            self.fields[name].choices = [("", empty), *((v, v) for v in values)]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        data["places"], data["queue_rows"] = self.places, self.queue_rows
+        if data.get("gpu_type") and data.get("group") in ("namespace", "user"):
+            self.add_error("gpu_type", f"cannot be combined with the grouping per {data['group']}: usage is split by "
+                                       "namespace or user, and by GPU type, but not by both")
         window = data.get("window") or "7d"
         data["window"] = window
         data["resource"] = data.get("resource") or "gpu"

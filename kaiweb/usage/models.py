@@ -17,7 +17,8 @@ class UsageBucket(models.Model):
     width_seconds = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     # Allocated amount integrated over the bucket, in queue units × seconds (e.g. GPU-seconds).
     value = models.FloatField(default=0, validators=[MinValueValidator(0)])
-    # GPU rows only. Allocated GPU-seconds per GPU model (the node's nvidia.com/gpu.product).
+    # The value per GPU model of the nodes it was held on (nvidia.com/gpu.product, "unknown" without one):
+    # every GPU row, and the CPU and memory rows of leaf queues.
     by_gpu_model = models.JSONField(default=dict, blank=True)
     # GPU rows only, when utilization is known: the allocated GPU-seconds whose pods had a reading
     # (measured), those weighted by the pods' utilization (used), and GPU memory used in MiB-seconds.

@@ -1,4 +1,5 @@
-"""The usage report: resource-hours per queue or department over a window, stacked chart, CSV export."""
+"""The usage report: resource-hours per queue, department, project, node pool, GPU type, namespace or user
+over a window, stacked chart, CSV export."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Sum
-from django.db.models.functions import TruncDay, TruncHour, TruncWeek
+from django.db.models import F, FloatField, Sum
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce, TruncDay, TruncHour, TruncWeek
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
 from kaiweb.queues.models import Queue
+from kaiweb.reports import dimensions
 from kaiweb.ui import charts
 from kaiweb.ui.pages import render_page
 from kaiweb.usage.forms import UsageReportForm
@@ -27,16 +30,23 @@ UNIT = {"gpu": "GPU-hours", "cpu": "core-hours", "memory": "GB-hours"}
 #: the chart draws hours per hour of each slot: the average amount held
 RATE_UNIT = {"gpu": "GPUs (average)", "cpu": "cores (average)", "memory": "GB (average)"}
 STEP_SECONDS = {"hour": 3600, "day": 86400, "week": 7 * 86400}
-#: groups read from the leaf buckets' split by namespace or by submitting user
-SPLIT_FIELD = {"namespace": "by_namespace", "user": "by_user"}
+#: groups read from the leaf buckets' split by namespace, by submitting user or by GPU type
+SPLIT_FIELD = {"namespace": "by_namespace", "user": "by_user", "gpu_type": "by_gpu_model"}
+#: the filters that keep the queues charged to one pool, department or project
+PLACE_FILTERS = dimensions.PLACE_GROUPS
 #: the part of a bucket its split does not cover (buckets written before the split was recorded)
 UNATTRIBUTED = "(unattributed)"
 
 
-def _split_rows(qs: Any, group: str) -> Iterator[tuple[str, datetime, float]]:
-    """(name, slot, value) of each bucket's split by namespace or user, the rest as UNATTRIBUTED."""
+def _split_rows(qs: Any, group: str, only: str | None = None) -> Iterator[tuple[str, datetime, float]]:
+    """(name, slot, value) of each bucket's split by namespace, user or GPU type, the rest as UNATTRIBUTED;
+    `only`: that part alone."""
     for slot, value, split in qs.values_list("slot", "value", SPLIT_FIELD[group]).iterator():
         parts = split if isinstance(split, dict) else {}
+        if only is not None:
+            if parts.get(only):
+                yield only, slot, float(parts[only])
+            continue
         covered = 0.0
         for name, part in parts.items():
             yield str(name), slot, float(part)
@@ -45,8 +55,10 @@ def _split_rows(qs: Any, group: str) -> Iterator[tuple[str, datetime, float]]:
             yield UNATTRIBUTED, slot, value - covered
 
 
-def _tree() -> tuple[dict[int, Queue], dict[int, list[int]]]:
-    queues = {q.pk: q for q in Queue.objects.only("id", "name", "parent_id")}
+def _tree(rows: list[Queue] | None = None) -> tuple[dict[int, Queue], dict[int, list[int]]]:
+    if rows is None:
+        rows = list(Queue.objects.only("id", "name", "parent_id", "labels"))
+    queues = {q.pk: q for q in rows}
     kids: dict[int, list[int]] = defaultdict(list)
     for q in queues.values():
         if q.parent_id:
@@ -54,24 +66,18 @@ def _tree() -> tuple[dict[int, Queue], dict[int, list[int]]]:
     return queues, kids
 
 
-def _top(queues: dict[int, Queue], pk: int) -> Queue:
-    cur, seen = queues[pk], set()
-    while cur.parent_id and cur.parent_id in queues and cur.pk not in seen:
-        seen.add(cur.pk)
-        cur = queues[cur.parent_id]
-    return cur
-
-
 def compute_report(data: dict[str, Any]) -> dict[str, Any]:
     """Leaf queues' buckets in the window, bucketed by hour (or day for long windows), grouped.
 
     Leaves only: accounting also writes parents' buckets (their subtree's sum), which would
-    count everything twice. Two queries.
+    count everything twice. The pool, department and project filters keep the leaves charged there
+    (`kaiweb.reports.dimensions`); the GPU-type filter keeps the part of each bucket held on that type.
+    A few queries.
     """
     since: datetime = data["since"]
     until: datetime = data["until"]
     resource, group = data["resource"], data["group"]
-    queues, kids = _tree()
+    queues, kids = _tree(data.get("queue_rows"))
     leaves = [pk for pk in queues if not kids.get(pk)]
     if data.get("queue") is not None:
         stack, keep = [data["queue"].pk], set()
@@ -80,6 +86,15 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
             keep.add(pk)
             stack.extend(kids.get(pk, []))
         leaves = [pk for pk in leaves if pk in keep]
+    places = data.get("places") or {}
+    if not places.keys() >= set(leaves):  # not read by the form, or a queue was made since
+        places = dimensions.places(queues.values())
+    for name in PLACE_FILTERS:
+        if data.get(name):
+            leaves = [pk for pk in leaves if pk in places and dimensions.place_of(places[pk], name) == data[name]]
+    gpu_type = data.get("gpu_type") or None
+    if gpu_type and group in ("namespace", "user"):
+        raise ValueError(f"gpu_type: cannot be combined with the grouping per {group}")
     step = data.get("step") or "auto"
     if step == "auto":
         step = "day" if until - since > timedelta(days=8) else "hour"
@@ -90,14 +105,21 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
     series: dict[str, dict[datetime, float]] = defaultdict(lambda: defaultdict(float))
     totals: dict[str, float] = defaultdict(float)
     departments: dict[str, str] = {}
-    def queue_points() -> Iterator[tuple[str, datetime, float]]:
-        for row in in_window.values("queue_id", "slot").annotate(total=Sum("value")).order_by("slot"):
-            q = queues[row["queue_id"]]
-            dept = _top(queues, q.pk)
-            departments[q.name] = dept.name
-            yield (dept.name if group == "department" else q.name), row["slot"], row["total"]
+    # The amount of a bucket the report counts: all of it, or the part held on one GPU type.
+    counted = Coalesce(Cast(KeyTextTransform(gpu_type, "by_gpu_model"), FloatField()), 0.0) if gpu_type \
+        else F("value")
 
-    points = _split_rows(in_window, group) if group in SPLIT_FIELD else queue_points()
+    def queue_points() -> Iterator[tuple[str, datetime, float]]:
+        for row in in_window.values("queue_id", "slot").annotate(total=Sum(counted)).order_by("slot"):
+            q = queues[row["queue_id"]]
+            place = places[q.pk]
+            departments[q.name] = place.department
+            name = q.name if group == "queue" else dimensions.place_of(place, group)
+            if row["total"] or not gpu_type:  # a queue that held nothing of that type is not listed
+                yield name, row["slot"], row["total"]
+
+    points = _split_rows(in_window, group, gpu_type if group == "gpu_type" else None) \
+        if group in SPLIT_FIELD else queue_points()
     for name, slot, value in points:
         amount = value / divisor
         series[name][slot] += amount
@@ -105,8 +127,8 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
     hours = max((until - since).total_seconds() / 3600.0, 1e-9)
     grand = sum(totals.values())
     ranked = [n for n, _ in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))]
-    # Queues keep the colour they have on every page; namespaces and users take distinct ones by rank.
-    order = ranked if group in SPLIT_FIELD else None
+    # Queues keep the colour they have on every page; the other groups take distinct ones by rank.
+    order = None if group == "queue" else ranked
     table = [{"name": n, "department": departments.get(n, n) if group == "queue" else n, "hours": totals[n],
               "colour": charts.queue_colour(n, order),
               "share": (100.0 * totals[n] / grand) if grand else 0.0, "average": totals[n] / hours}
@@ -133,10 +155,8 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def usage_report(request: HttpRequest) -> HttpResponse:
-    form = UsageReportForm(request.GET or None, initial={"window": "7d", "resource": "gpu", "group": "queue"})
+    form = UsageReportForm(request.GET or {"window": "7d", "resource": "gpu", "group": "queue"})
     data = None
-    if not request.GET:
-        form = UsageReportForm({"window": "7d", "resource": "gpu", "group": "queue"})
     if form.is_valid():
         data = form.cleaned_data
     report = compute_report(data) if data else None
@@ -169,6 +189,7 @@ def usage_json(request: HttpRequest) -> HttpResponse:
     return JsonResponse({
         "since": data["since"].isoformat(), "until": data["until"].isoformat(), "resource": data["resource"],
         "group": data["group"], "step": report["step"], "unit": report["unit"], "total": round(report["grand"], 4),
+        "filters": {k: data[k] for k in (*PLACE_FILTERS, "gpu_type") if data.get(k)},
         "series": {name: [{"slot_start": t.isoformat(), "value": round(v, 4),
                            "covered_hours": round(report["covered_hours"][t], 4), "partial": t in partial}
                           for t, v in pts] for name, pts in sorted(report["series"].items())},

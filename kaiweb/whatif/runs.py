@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from kaiweb.whatif import pools
 from kaiweb.whatif import replay as whatif
 from kaiweb.whatif.models import WhatIfRun
 
@@ -31,6 +32,17 @@ class TooManyRuns(Exception):
 def _call(inputs: dict[str, Any], *, check_only: bool) -> dict[str, Any]:
     now = datetime.fromisoformat(inputs["now"])
     window = whatif.window_from_hours(inputs["window_hours"])
+    if inputs.get("org") is not None:
+        if inputs.get("changes") or inputs.get("yaml"):
+            raise whatif.WhatIfInputError({"org": ["give a department's or project's entries, field changes or a "
+                                                   "YAML tree, exactly one of them"]})
+        if inputs.get("shard") is not None:
+            raise whatif.WhatIfInputError({"shard": ["leave it out with org: each node pool is replayed on its own "
+                                                     "shard"]})
+        return pools.run_pools_whatif(
+            inputs["org"], window, now=now, max_jobs=inputs["max_jobs"],
+            max_horizon_s=float(inputs["max_horizon_hours"]) * 3600, max_cycles=inputs["max_cycles"],
+            consolidation=bool(inputs.get("consolidation")), check_only=check_only)
     return whatif.run_whatif(
         inputs.get("changes") or None, window, inputs.get("shard"), yaml_text=inputs.get("yaml") or None, now=now,
         max_jobs=inputs["max_jobs"], max_horizon_s=float(inputs["max_horizon_hours"]) * 3600,
@@ -48,10 +60,11 @@ def in_flight(user: Any) -> int:
 def submit(user: Any, *, changes: dict[str, Any] | None = None, yaml: str | None = None, window_hours: float = 24.0,
            shard: int | None = None, max_jobs: int = whatif.DEFAULT_MAX_JOBS,
            max_horizon_hours: float = whatif.DEFAULT_MAX_HORIZON_S / 3600, max_cycles: int = whatif.DEFAULT_MAX_CYCLES,
-           consolidation: bool = False) -> WhatIfRun:
+           consolidation: bool = False, org: dict[str, Any] | None = None) -> WhatIfRun:
     """Check and store a what-if (`tasks.submit` also sends it); raises WhatIfInputError (a bad input)
-    or TooManyRuns."""
-    inputs = {"changes": changes or None, "yaml": yaml or None, "window_hours": float(window_hours), "shard": shard,
+    or TooManyRuns. `org`: a department's or project's entries per node pool (`pools`), replayed per pool."""
+    inputs = {"changes": changes or None, "yaml": yaml or None, "org": org, "window_hours": float(window_hours),
+              "shard": shard,
               "max_jobs": int(max_jobs), "max_horizon_hours": float(max_horizon_hours),
               "max_cycles": int(max_cycles), "consolidation": bool(consolidation),
               "now": timezone.now().isoformat()}

@@ -15,10 +15,12 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
 from kaiweb.core.choices import RESOURCES
+from kaiweb.org.models import Department, NodePool, OwnerQueue, Project
 from kaiweb.queues.models import Queue
 from kaiweb.ui import charts
 from kaiweb.ui.pages import render_page
 from kaiweb.whatif import replay as whatif
+from kaiweb.whatif.pools import ENTRY_FIELDS
 
 WINDOW_CHOICES = [(1, "last hour"), (6, "last 6 hours"), (24, "last 24 hours"), (72, "last 3 days"),
                   (168, "last 7 days")]
@@ -42,10 +44,16 @@ SUMMARY = [
 
 
 class WhatIfForm(forms.Form):
-    """One queue's new values (blank = unchanged), or a whole tree as Queue CRD YAML; the window."""
+    """One queue's new values (blank = unchanged), a department's or project's in one node pool, or a whole tree
+    as Queue CRD YAML; the window."""
 
-    mode = forms.ChoiceField(choices=[("fields", "One queue (fields below)"), ("yaml", "Paste a YAML tree")],
+    mode = forms.ChoiceField(choices=[("fields", "One queue (fields below)"),
+                                      ("owner", "A department's or project's queue in one node pool"),
+                                      ("yaml", "Paste a YAML tree")],
                              initial="fields", required=False, label="What to change")
+    owner = forms.ChoiceField(required=False, label="Department or project",
+                              help_text="With a node pool: its queue there, replayed on the pool's shard.")
+    pool = forms.ChoiceField(required=False, label="Node pool")
     queue = forms.ChoiceField(required=False, help_text="The leaf or parent queue to change.")
     priority = forms.IntegerField(required=False, help_text="Higher is served first among siblings.")
     window_hours = forms.TypedChoiceField(choices=WINDOW_CHOICES, coerce=float, initial=24, label="Recorded window",
@@ -58,6 +66,16 @@ class WhatIfForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.queues = {q.name: q for q in queues}
         self.fields["queue"].choices = [("", "— choose a queue —")] + [(q.name, q.name) for q in queues]
+        self.fields["owner"].choices = [("", "— choose an owner —"), *_owner_choices()]
+        self.fields["pool"].choices = [("", "— choose a node pool —"),
+                                       *((n, n) for n in NodePool.objects.order_by("name").values_list(
+                                           "name", flat=True).distinct())]
+        # Choosing an owner and a pool reloads the form with the owner's current numbers there (htmx, a GET).
+        for name in ("owner", "pool"):
+            self.fields[name].widget.attrs.update({
+                "hx-get": reverse("whatif:page"), "hx-trigger": "change", "hx-target": "#whatif",
+                "hx-swap": "innerHTML", "hx-include": "#id_owner, #id_pool",
+            })
         # Choosing a queue reloads the form with that queue's current values (htmx, a GET).
         self.fields["queue"].widget.attrs.update({
             "hx-get": reverse("whatif:page"), "hx-trigger": "change", "hx-target": "#whatif",
@@ -89,6 +107,40 @@ class WhatIfForm(forms.Form):
                 out[name] = value
         return {queue.name: out}
 
+    def org(self) -> dict[str, Any]:
+        """The owner's entry for the chosen pool, as `kaiweb.whatif.pools` takes it (blank numbers kept)."""
+        kind, _, name = self.cleaned_data["owner"].partition(":")
+        entry: dict[str, Any] = {"pool": self.cleaned_data.get("pool") or ""}
+        if self.cleaned_data.get("priority") is not None:
+            entry["priority"] = self.cleaned_data["priority"]
+        for r in RESOURCES:
+            numbers = {part: self.cleaned_data.get(f"{r}_{field}") for part, field in ENTRY_FIELDS.items()}
+            numbers = {k: v for k, v in numbers.items() if v is not None}
+            if numbers:
+                entry[r] = numbers
+        return {kind: name, "entries": [entry]}
+
+
+def _owner_choices() -> list[tuple[str, str]]:
+    departments = [(f"department:{n}", f"department {n}") for n in Department.objects.values_list("name", flat=True)]
+    projects = [(f"project:{n}", f"project {n}") for n in Project.objects.values_list("name", flat=True)]
+    return departments + projects
+
+
+#: The org what-if's input paths → the form's fields (`org.entries[0].gpu.deserved` → gpu_quota).
+ORG_FIELDS = {"org.department": "owner", "org.project": "owner", "org": "owner", "org.entries[0].pool": "pool",
+              "org.entries[0].priority": "priority",
+              **{f"org.entries[0].{r}.{part}": f"{r}_{field}" for r in RESOURCES for part, field in ENTRY_FIELDS.items()}}
+
+
+def _owner_queue(owner: str, pool: str) -> Queue | None:
+    """The queue the owner ("department:<name>" or "project:<name>") has in the node pool, if any."""
+    kind, _, name = owner.partition(":")
+    if kind not in ("department", "project") or not name or not pool:
+        return None
+    found = OwnerQueue.objects.select_related("queue").filter(**{f"{kind}__name": name}, node_pool__name=pool).first()
+    return found.queue if found else None
+
 
 def _initial(queue: Queue | None) -> dict[str, Any]:
     if queue is None:
@@ -105,7 +157,9 @@ def _put_errors(form: WhatIfForm, errors: dict[str, list[str]]) -> None:
     for key, messages in errors.items():
         parts = key.split(".")
         target: str | None
-        if parts[0] == "changes" and len(parts) >= 3 and parts[2] in form.fields:
+        if key in ORG_FIELDS:
+            target = ORG_FIELDS[key]
+        elif parts[0] == "changes" and len(parts) >= 3 and parts[2] in form.fields:
             target = parts[2]
         elif parts[0] == "changes" and len(parts) == 2:
             target = "queue"
@@ -192,7 +246,8 @@ def _waits(estimated: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def page(request: HttpRequest) -> HttpResponse:
-    """GET: the form (prefilled from ?queue=); POST: run the what-if and show it, nothing saved."""
+    """GET: the form (prefilled from ?queue=, or from ?owner=&pool=: that owner's queue in the pool); POST: run
+    the what-if and show it, nothing saved."""
     queues = list(Queue.objects.select_related("parent").order_by("name"))
     by_name = {q.name: q for q in queues}
     chosen = by_name.get(request.GET.get("queue", ""))
@@ -208,6 +263,12 @@ def page(request: HttpRequest) -> HttpResponse:
         form = WhatIfForm(data, queues=queues)
         if form.is_valid():
             _run(request, form, context)
+    elif request.GET.get("owner"):
+        owner, pool = request.GET.get("owner", ""), request.GET.get("pool", "")
+        initial = _initial(_owner_queue(owner, pool))
+        initial.update(mode="owner", owner=owner, pool=pool)
+        initial.pop("queue", None)
+        form = WhatIfForm(initial=initial, queues=queues)
     else:
         form = WhatIfForm(initial=_initial(chosen), queues=queues)
     context["form"] = form
@@ -224,6 +285,14 @@ def _run(request: HttpRequest, form: WhatIfForm, context: dict[str, Any]) -> Non
     try:
         if data.get("mode") == "yaml":
             run = whatif_tasks.submit(request.user, yaml=data.get("yaml") or "", window_hours=window_hours)
+        elif data.get("mode") == "owner":
+            missing = [(f, what) for f, what in (("owner", "department or project"), ("pool", "node pool"))
+                       if not data.get(f)]
+            for f, what in missing:
+                form.add_error(f, f"choose the {what}")
+            if missing:
+                return
+            run = whatif_tasks.submit(request.user, org=form.org(), window_hours=window_hours)
         else:
             if not data.get("queue"):
                 form.add_error("queue", "choose the queue to change")
@@ -243,9 +312,15 @@ def _run_context(run: Any) -> dict[str, Any]:
     from django.conf import settings
 
     context: dict[str, Any] = {"run": run, "time_limit": settings.KAI_WHATIF_TIME_LIMIT_S, "result": None}
-    if run.result is not None:
-        context["result"] = run.result
-        context.update(present(run.result))
+    result = run.result
+    if result is not None and "pools" in result:
+        # A department's or project's change: one comparison per node pool; the page draws the first
+        # (it asks for one pool), the API gives them all.
+        context["pool_names"] = [p["pool"] for p in result["pools"]]
+        result = result["pools"][0]["result"] if result["pools"] else None
+    if result is not None:
+        context["result"] = result
+        context.update(present(result))
     return context
 
 

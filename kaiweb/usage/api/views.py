@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from kaiweb.core.api.base import ServiceErrorsMixin
+from kaiweb.reports import dimensions
 from kaiweb.usage import selectors, services
 from kaiweb.usage.api import serializers as s
 from kaiweb.usage.filtersets import UsageBucketFilterSet
@@ -33,7 +34,8 @@ class UsageViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(parameters=[s.UsageSummaryQuerySerializer], responses=s.UsageTotalSerializer(many=True), filters=False)
     @action(detail=False, methods=["get"], pagination_class=None, filterset_class=None)
     def summary(self, request: Request) -> Response:
-        """Resource-seconds, hours and mean allocation per queue and resource over [start, end)."""
+        """Resource-seconds, hours and mean allocation per queue and resource over [start, end), each queue with
+        its node pool, department and project (`pool`, `department`, `project` filter by them)."""
         query = s.UsageSummaryQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         end = query.validated_data.get("end") or timezone.now()
@@ -41,7 +43,19 @@ class UsageViewSet(viewsets.ReadOnlyModelViewSet):
         if start >= end:
             return Response({"start": ["must be before end"]}, status=400)
         names = [n for n in (query.validated_data.get("queue") or "").split(",") if n]
-        rows = selectors.usage_totals(start, end, resource=query.validated_data.get("resource"), queue_names=names or None)
+        places = dimensions.places()
+        ids: set[int] | None = None
+        for group in dimensions.PLACE_GROUPS:
+            wanted = query.validated_data.get(group)
+            if wanted:
+                placed = {pk for pk, p in places.items() if dimensions.place_of(p, group) == wanted}
+                ids = placed if ids is None else ids & placed
+        rows = selectors.usage_totals(start, end, resource=query.validated_data.get("resource"),
+                                      queue_names=names or None, queue_ids=None if ids is None else sorted(ids))
+        unknown = dimensions.QueuePlace("", "", "")  # a queue made after the places were read
+        for row in rows:
+            place = places.get(int(str(row["queue_id"]))) or unknown
+            row.update(pool=place.pool, department=place.department, project=place.project)
         return Response(s.UsageTotalSerializer(rows, many=True).data)
 
 

@@ -25,10 +25,18 @@ class WhatIfRequestSerializer(serializers.Serializer):
         child=serializers.DictField(child=serializers.JSONField()), required=False,
         help_text="Per queue, the fields to change and their new values, as the queue edit form takes them "
                   "(gpu_quota, gpu_limit, gpu_over_quota_weight, cpu_…, memory_…, priority, parent, "
-                  "preempt_min_runtime, reclaim_min_runtime). Give this or `yaml`.",
+                  "preempt_min_runtime, reclaim_min_runtime). Give this, `yaml` or `org`.",
     )
+    org = serializers.JSONField(
+        required=False, allow_null=True, default=None,
+        help_text="A department's or project's numbers per node pool, as the org's entries take them: "
+                  "{\"project\": \"vision\", \"entries\": [{\"pool\": \"h100\", \"gpu\": {\"deserved\": 8}}]} "
+                  "(also `limit`, `over_quota_weight`, cpu and memory, `priority`; numbers left out are kept). Each "
+                  "pool named is replayed on its own shard; the result has one comparison per pool (`pools`). "
+                  "Give this, `changes` or `yaml`.")
     yaml = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False,
-                                 help_text="Queue CRD documents laid over the current tree. Give this or `changes`.")
+                                 help_text="Queue CRD documents laid over the current tree. Give this, `changes` "
+                                           "or `org`.")
     window_hours = serializers.FloatField(
         required=False, default=24.0, min_value=0.01, max_value=settings.KAI_WHATIF_MAX_WINDOW_HOURS,
         help_text="Replay the workloads submitted in the last N hours (at most KAI_WHATIF_MAX_WINDOW_HOURS).")
@@ -98,7 +106,17 @@ class _StartEstimates(serializers.Serializer):
     note = serializers.CharField()
 
 
+class _PoolResult(serializers.Serializer):
+    pool = serializers.CharField()
+    shard = serializers.CharField(help_text="the shard scheduling the pool")
+    queue = serializers.CharField(help_text="the owner's queue in the pool, the one changed")
+    result = serializers.DictField(help_text="the pool's comparison, with the fields of a what-if's result")
+
+
 class WhatIfResultSerializer(serializers.Serializer):
+    org = serializers.DictField(required=False, help_text="A what-if of `org`: the owner's kind and name")
+    pools = _PoolResult(many=True, required=False, help_text="A what-if of `org`: one comparison per node pool "
+                                                             "(then the fields below are absent but `empty`)")
     shard = serializers.CharField(allow_null=True)
     window = serializers.DictField(help_text="start, end (ISO 8601, UTC) and hours")
     cluster = serializers.DictField(help_text="nodes and GPUs replayed on")
@@ -157,7 +175,10 @@ class WhatIfViewSet(viewsets.ViewSet):
                                              "running."),
         },
         examples=[OpenApiExample("Raise a quota", request_only=True,
-                                 value={"changes": {"team-a": {"gpu_quota": 16}}, "window_hours": 24})],
+                                 value={"changes": {"team-a": {"gpu_quota": 16}}, "window_hours": 24}),
+                  OpenApiExample("Give a project 4 more H100s", request_only=True,
+                                 value={"org": {"project": "vision", "entries": [
+                                     {"pool": "h100", "gpu": {"deserved": 6, "limit": 10}}]}, "window_hours": 24})],
     )
     def create(self, request: Request) -> Response:
         """Check the inputs (a 400 names each bad one), then run the replay on a worker; poll `url` for the
@@ -171,7 +192,7 @@ class WhatIfViewSet(viewsets.ViewSet):
         data: dict[str, Any] = body.validated_data
         try:
             run = whatif_tasks.submit(
-                request.user, changes=data.get("changes") or None, yaml=data.get("yaml") or None,
+                request.user, changes=data.get("changes") or None, yaml=data.get("yaml") or None, org=data.get("org"),
                 window_hours=data["window_hours"], shard=data["shard"], max_jobs=data["max_jobs"],
                 max_horizon_hours=data["max_horizon_hours"], max_cycles=data["max_cycles"],
                 consolidation=data["consolidation"])

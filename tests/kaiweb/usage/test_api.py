@@ -22,10 +22,15 @@ def test_summary_totals_a_window(viewer_api, queue_tree):
     start, end = T0.isoformat(), (T0 + dt.timedelta(hours=4)).isoformat()
     response = viewer_api.get("/api/v1/usage/summary/", {"start": start, "end": end, "resource": "gpu"})
     assert response.status_code == 200
+    place = {"pool": "default", "project": "(no project)"}
     assert response.json() == [
-        {"queue": "team-inference", "resource": "gpu", "value": 3600.0, "hours": 1.0, "average": 0.25, "buckets": 1},
-        {"queue": "team-training", "resource": "gpu", "value": 28800.0, "hours": 8.0, "average": 2.0, "buckets": 4},
+        {"queue": "team-inference", **place, "department": "department-a", "resource": "gpu", "value": 3600.0,
+         "hours": 1.0, "average": 0.25, "buckets": 1},
+        {"queue": "team-training", **place, "department": "department-b", "resource": "gpu", "value": 28800.0,
+         "hours": 8.0, "average": 2.0, "buckets": 4},
     ]
+    only_b = viewer_api.get("/api/v1/usage/summary/", {"start": start, "end": end, "department": "department-b"})
+    assert [(r["queue"], r["resource"]) for r in only_b.json()] == [("team-training", "cpu"), ("team-training", "gpu")]
 
 
 def test_summary_rejects_an_inverted_window(viewer_api):

@@ -213,8 +213,9 @@ def test_every_role_may_run_a_whatif(request, client, contended, persona, django
     assert page.status_code == 200
     assert b'value="4"' in page.content  # the chosen queue's current quota prefills the form
     # the check, the run stored, kept to the last few and run inline (eager) with its result stored (with the
-    # live snapshot's 7 reads for the start-time estimates beside the replay)
-    with django_assert_max_num_queries(33):
+    # live snapshot's 7 reads for the start-time estimates beside the replay; 3 for the form's departments,
+    # projects and node pools)
+    with django_assert_max_num_queries(36):
         response = client.post(reverse("whatif:page"), {"queue": "alpha", "gpu_quota": "8", "window_hours": "72"},
                                HTTP_HX_REQUEST="true")
     body = response.content.decode()
