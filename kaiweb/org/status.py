@@ -13,6 +13,7 @@ A GPU is a whole device or the fraction a shared pod asks for; a pod sharing by 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import Case, F, FloatField, Q, Sum, When
@@ -46,53 +47,60 @@ def _sum_limit(a: float, b: float) -> float:
     return UNLIMITED if UNLIMITED in (a, b) else a + b
 
 
+def queue_figures(queue_ids: Iterable[int]) -> dict[int, dict[str, dict[str, float]]]:
+    """``{queue id: {"requested": {r: x}, "allocated": {...}, "allocated_non_preemptible": {...}}}`` for the
+    queues' own workloads (every id given has an entry). One grouped query for the pods, one for the
+    priority classes."""
+    ids = list(queue_ids)
+    out = {pk: {f: _zero() for f in FIGURES} for pk in ids}
+    if not ids:
+        return out
+    rows_of_classes = list(PriorityClass.objects.all())
+    classes = {pc.name: m.PriorityClass(name=pc.name, value=pc.value, preemptible=pc.preemptible)
+               for pc in rows_of_classes}
+    default_class = next((pc.name for pc in rows_of_classes if pc.global_default), None)
+    gpu = Case(When(gpu_fraction__isnull=False, then=F("gpu_fraction") * F("gpu_devices")), default=F("gpu"),
+               output_field=FloatField())
+    on = Q(state__in=ALLOCATED_POD_STATES)
+    rows = (Pod.objects.filter(workload__queue_id__in=ids, workload__state__in=ACTIVE_WORKLOAD_STATES)
+            .values("workload__queue_id", "workload__priority_class__name", "workload__preemptibility")
+            .annotate(gpu_all=Sum(gpu), cpu_all=Sum("cpu"), memory_all=Sum("memory"),
+                      gpu_on=Sum(gpu, filter=on), cpu_on=Sum("cpu", filter=on), memory_on=Sum("memory", filter=on))
+            .order_by())
+    for row in rows:
+        figures = out[row["workload__queue_id"]]
+        preemptible = _preemptibility(classes, default_class, row["workload__priority_class__name"],
+                                      row["workload__preemptibility"])
+        requested = {"gpu": row["gpu_all"] or 0.0, "cpu": row["cpu_all"] or 0.0,
+                     "memory": bytes_to_mb(row["memory_all"] or 0)}
+        allocated = {"gpu": row["gpu_on"] or 0.0, "cpu": row["cpu_on"] or 0.0,
+                     "memory": bytes_to_mb(row["memory_on"] or 0)}
+        for r in RESOURCES:
+            figures["requested"][r] += requested[r]
+            figures["allocated"][r] += allocated[r]
+            if not preemptible:
+                figures["allocated_non_preemptible"][r] += allocated[r]
+    return out
+
+
 def project_quota_status(project: Project) -> dict[str, Any]:
     """``{"pools": {pool: {"deserved": {r: x}, "limit": {...}, "requested": {...}, "allocated": {...},
-    "allocated_non_preemptible": {...}}}, "total": {same keys}}``, pools by name. Two queries for the
-    pods (grouped in the database, bounded by the project's queues), one for the priority classes."""
+    "allocated_non_preemptible": {...}}}, "total": {same keys}}``, pools by name."""
     links = list(OwnerQueue.objects.filter(project=project).select_related("queue", "node_pool")
                  .order_by("node_pool__name"))
+    figures = queue_figures(oq.queue_id for oq in links)
     pools: dict[str, dict[str, dict[str, float]]] = {}
-    pool_of_queue: dict[int, str] = {}
     for oq in links:
         q = oq.queue
         pools[oq.node_pool.name] = {
             "deserved": {r: float(getattr(q, f"{r}_quota")) for r in RESOURCES},
             "limit": {r: float(getattr(q, f"{r}_limit")) for r in RESOURCES},
-            **{f: _zero() for f in FIGURES},
+            **figures[q.pk],
         }
-        pool_of_queue[q.pk] = oq.node_pool.name
-    if pool_of_queue:
-        classes = {pc.name: m.PriorityClass(name=pc.name, value=pc.value, preemptible=pc.preemptible)
-                   for pc in PriorityClass.objects.all()}
-        default_class = next((n for n, d in PriorityClass.objects.values_list("name", "global_default") if d), None)
-        gpu = Case(When(gpu_fraction__isnull=False, then=F("gpu_fraction") * F("gpu_devices")), default=F("gpu"),
-                   output_field=FloatField())
-        rows = (Pod.objects.filter(workload__queue_id__in=pool_of_queue,
-                                   workload__state__in=ACTIVE_WORKLOAD_STATES)
-                .values("workload__queue_id", "workload__priority_class__name", "workload__preemptibility")
-                .annotate(gpu_all=Sum(gpu), cpu_all=Sum("cpu"), memory_all=Sum("memory"),
-                          gpu_on=Sum(gpu, filter=Q(state__in=ALLOCATED_POD_STATES)),
-                          cpu_on=Sum("cpu", filter=Q(state__in=ALLOCATED_POD_STATES)),
-                          memory_on=Sum("memory", filter=Q(state__in=ALLOCATED_POD_STATES)))
-                .order_by())
-        for row in rows:
-            pool = pools[pool_of_queue[row["workload__queue_id"]]]
-            preemptible = _preemptibility(classes, default_class, row["workload__priority_class__name"],
-                                          row["workload__preemptibility"])
-            requested = {"gpu": row["gpu_all"] or 0.0, "cpu": row["cpu_all"] or 0.0,
-                         "memory": bytes_to_mb(row["memory_all"] or 0)}
-            allocated = {"gpu": row["gpu_on"] or 0.0, "cpu": row["cpu_on"] or 0.0,
-                         "memory": bytes_to_mb(row["memory_on"] or 0)}
-            for r in RESOURCES:
-                pool["requested"][r] += requested[r]
-                pool["allocated"][r] += allocated[r]
-                if not preemptible:
-                    pool["allocated_non_preemptible"][r] += allocated[r]
     total: dict[str, dict[str, float]] = {"deserved": _zero(), "limit": _zero(), **{f: _zero() for f in FIGURES}}
-    for figures in pools.values():
+    for pool in pools.values():
         for r in RESOURCES:
-            total["limit"][r] = _sum_limit(total["limit"][r], figures["limit"][r])
+            total["limit"][r] = _sum_limit(total["limit"][r], pool["limit"][r])
             for key in ("deserved", *FIGURES):
-                total[key][r] += figures[key][r]
+                total[key][r] += pool[key][r]
     return {"pools": pools, "total": total}
