@@ -19,6 +19,9 @@ AMOUNTS = ("deserved", "limit", "over_quota_weight")
 AMOUNT_LABEL = {"deserved": "guaranteed", "limit": "at most (-1: no ceiling)", "over_quota_weight": "over-quota weight"}
 RESOURCE_LABEL = {"gpu": "GPU (devices)", "cpu": "CPU (millicores)", "memory": "Memory (MB)"}
 MAX_AMOUNT = 1e12
+# An amount left empty: KRM's default is 0 everywhere, and a limit of 0 is a ceiling of zero; the form
+# offers no ceiling instead, so a pool row that sets only GPUs does not forbid CPU and memory.
+EMPTY_AMOUNT = {"deserved": 0, "limit": -1, "over_quota_weight": 1}
 
 
 class NodePoolForm(forms.Form):
@@ -85,7 +88,7 @@ class OwnerForm(forms.Form):
             for r in RESOURCES:
                 for a in AMOUNTS:
                     self.fields[f"q-{pool}-{r}-{a}"] = forms.FloatField(
-                        required=False, min_value=-1, max_value=MAX_AMOUNT, initial=0,
+                        required=False, min_value=-1, max_value=MAX_AMOUNT, initial=EMPTY_AMOUNT[a],
                         label=f"{pool} {RESOURCE_LABEL[r]} {AMOUNT_LABEL[a]}")
 
     def pool_rows(self) -> list[dict[str, Any]]:
@@ -103,7 +106,8 @@ class OwnerForm(forms.Form):
             entry: dict[str, Any] = {"pool": pool,
                                      "priority": DEFAULT_QUEUE_PRIORITY if priority is None else priority}
             for r in RESOURCES:
-                entry[r] = {a: self.cleaned_data.get(f"q-{pool}-{r}-{a}") or 0 for a in AMOUNTS}
+                given = {a: self.cleaned_data.get(f"q-{pool}-{r}-{a}") for a in AMOUNTS}
+                entry[r] = {a: EMPTY_AMOUNT[a] if v is None else v for a, v in given.items()}
             out.append(entry)
         return out
 
