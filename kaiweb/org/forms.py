@@ -17,6 +17,7 @@ from kaiweb.org.rules import DEFAULT_QUEUE_PRIORITY, QueueEntry
 
 AMOUNTS = ("deserved", "limit", "over_quota_weight")
 AMOUNT_LABEL = {"deserved": "guaranteed", "limit": "at most (-1: no ceiling)", "over_quota_weight": "over-quota weight"}
+SHOWN = ("gpu", "cpu", "memory")  # the form's rows, GPUs first
 RESOURCE_LABEL = {"gpu": "GPU (devices)", "cpu": "CPU (millicores)", "memory": "Memory (MB)"}
 MAX_AMOUNT = 1e12
 # An amount left empty: KRM's default is 0 everywhere, and a limit of 0 is a ceiling of zero; the form
@@ -94,7 +95,7 @@ class OwnerForm(forms.Form):
     def pool_rows(self) -> list[dict[str, Any]]:
         """Per pool: its switch, priority and the 3×3 numbers, for the template."""
         return [{"pool": pool, "on": self[f"q-{pool}-on"], "priority": self[f"q-{pool}-priority"],
-                 "resources": [(RESOURCE_LABEL[r], [self[f"q-{pool}-{r}-{a}"] for a in AMOUNTS]) for r in RESOURCES]}
+                 "resources": [(RESOURCE_LABEL[r], [self[f"q-{pool}-{r}-{a}"] for a in AMOUNTS]) for r in SHOWN]}
                 for pool in self.pools]
 
     def entries(self) -> list[dict[str, Any]]:

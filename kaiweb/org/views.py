@@ -14,10 +14,9 @@ from django.views.decorators.http import require_POST
 
 from kaiweb.accounts import roles
 from kaiweb.audit.choices import AuditSource
-from kaiweb.core.choices import RESOURCES
 from kaiweb.org import display, services, status
 from kaiweb.org.choices import PoolPhase
-from kaiweb.org.forms import DepartmentForm, NodePoolForm, OwnerForm, ProjectForm
+from kaiweb.org.forms import SHOWN, DepartmentForm, NodePoolForm, OwnerForm, ProjectForm
 from kaiweb.org.models import Department, NodePool, Project
 from kaiweb.ui import access
 
@@ -184,7 +183,8 @@ def project_form(request: HttpRequest, name: str | None = None) -> HttpResponse:
                                 "anywhere")
     form = ProjectForm(request.POST or None, pools=_pool_names(), owner=project if project.pk else None,
                        entries=services.entries_of(project) if project.pk else (), departments=departments,
-                       allow_none=allow_none, initial={"department": request.GET.get("department", "")})
+                       allow_none=allow_none,
+                       initial={} if project.pk else {"department": request.GET.get("department", "")})
 
     def save(values: dict[str, Any]) -> Any:
         if project.pk:
@@ -202,7 +202,7 @@ def project_detail(request: HttpRequest, name: str) -> HttpResponse:
         "project": project, "status": status.project_quota_status(project), "can_edit": can_edit,
         "queues": project.owned_queues.select_related("queue", "queue__parent", "node_pool").order_by("node_pool__name"),
         "delete_problems": services.project_delete_problems(project) if can_edit else [],
-        "is_member": roles.is_project_member(request.user, project), "resources": RESOURCES,
+        "is_member": roles.is_project_member(request.user, project), "resources": SHOWN,
     })
 
 

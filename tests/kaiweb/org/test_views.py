@@ -158,6 +158,14 @@ def test_a_department_admin_adds_projects_to_their_department_but_not_department
     assert client.post("/org/projects/elsewhere/delete/").status_code == 403
 
 
+def test_a_projects_edit_form_starts_from_its_values(org, client, platform_admin):
+    client.force_login(platform_admin)
+    form = client.get("/org/projects/vision/edit/").content.decode()
+    assert '<option value="research" selected>' in form
+    assert 'name="q-h100-gpu-deserved" value="4.0"' in form
+    assert 'name="q-h100-on" id="id_q-h100-on" checked' in form
+
+
 def test_a_project_member_sees_the_project_and_changes_nothing(org, client, viewer):
     Project.objects.get(name="vision").members.add(viewer)
     client.force_login(viewer)
