@@ -112,6 +112,10 @@ class OwnerForm(forms.Form):
             out.append(entry)
         return out
 
+    def people(self) -> list[str]:
+        """The usernames of the admins (a department) or members (a project)."""
+        raise NotImplementedError
+
     def values(self) -> dict[str, Any]:
         data = {"display_name": self.cleaned_data.get("display_name", ""), "queues": self.entries()}
         if not self.fields["name"].disabled:
@@ -119,8 +123,20 @@ class OwnerForm(forms.Form):
         return data
 
 
+def _usernames(owner: Any, field: str) -> str:
+    return " ".join(sorted(u.get_username() for u in getattr(owner, field).all())) if owner is not None else ""
+
+
 class DepartmentForm(OwnerForm):
-    pass
+    admins = forms.CharField(max_length=5000, required=False, label="Department admins",
+                             help_text="Usernames, space-separated: they run the department's projects.")
+
+    def __init__(self, *args: Any, owner: Department | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("initial", {}).setdefault("admins", _usernames(owner, "admins"))
+        super().__init__(*args, owner=owner, **kwargs)
+
+    def people(self) -> list[str]:
+        return (self.cleaned_data.get("admins") or "").split()
 
 
 class ProjectForm(OwnerForm):
@@ -130,6 +146,8 @@ class ProjectForm(OwnerForm):
     enforce_kai_scheduler = forms.BooleanField(
         required=False, label="Enforce the KAI scheduler",
         help_text="Put every pod of the namespace on the scheduler, whatever it asked for.")
+    members = forms.CharField(max_length=5000, required=False, label="Project members",
+                              help_text="Usernames, space-separated: they see the project.")
     default_node_pools = forms.CharField(
         max_length=500, required=False, help_text="Node pools, in order, space-separated, for workloads that name "
         "none; each needs a queue above.")
@@ -142,9 +160,13 @@ class ProjectForm(OwnerForm):
             initial.setdefault("namespace", owner.namespace)
             initial.setdefault("enforce_kai_scheduler", owner.enforce_kai_scheduler)
             initial.setdefault("default_node_pools", " ".join(owner.default_node_pools or []))
+            initial.setdefault("members", _usernames(owner, "members"))
         super().__init__(*args, owner=owner, **kwargs)
         choices = [(d, d) for d in departments]
         self.fields["department"].choices = ([("", "(none)")] if allow_none else []) + choices
+
+    def people(self) -> list[str]:
+        return (self.cleaned_data.get("members") or "").split()
 
     def clean_default_node_pools(self) -> list[str]:
         return (self.cleaned_data.get("default_node_pools") or "").split()

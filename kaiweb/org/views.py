@@ -8,6 +8,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -134,7 +135,9 @@ def _owner_page(request: HttpRequest, form: OwnerForm, owner: Department | Proje
                 _errors_to_form(form, exc)
         else:
             try:
-                change = save(values)
+                with transaction.atomic():
+                    change = save(values)
+                    services.set_people(change.obj, form.people(), actor=request.user, source=AuditSource.UI)
             except ValidationError as exc:
                 _errors_to_form(form, exc)
             else:

@@ -45,6 +45,17 @@ class EntriesField(serializers.ListField):
                          **kwargs)
 
 
+class PeopleField(serializers.ListField):
+    """Usernames, read from and given as the whole list (the services check each name)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.CharField(max_length=150), required=False,
+                         max_length=services.MAX_PEOPLE, **kwargs)
+
+    def to_representation(self, data: Any) -> list[str]:
+        return sorted(u.get_username() for u in data.all())
+
+
 class NodePoolSerializer(StrictFieldsMixin, WarningsMixin, serializers.Serializer):
     """A node pool: the nodes with one label pair, scheduled by its own shard (whose settings are here)."""
 
@@ -117,8 +128,8 @@ class OwnerSerializer(StrictFieldsMixin, WarningsMixin, serializers.Serializer):
 class DepartmentSerializer(OwnerSerializer):
     """A department: its queue per node pool is the parent of its projects' queues there."""
 
-    admins = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True,
-                                          help_text="Department admins: they run the department's projects.")
+    admins = PeopleField(help_text="Usernames of the department admins (the whole list): they run the "
+                                             "department's projects.")
     projects = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
 
     class Meta:
@@ -159,8 +170,8 @@ class ProjectSerializer(OwnerSerializer):
     default_node_pools = serializers.ListField(child=serializers.CharField(max_length=63), required=False,
                                                max_length=MAX_DEFAULT_POOLS,
                                                help_text="Node pools, in order, for workloads that name none.")
-    members = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True,
-                                           help_text="Project members: they see the project.")
+    members = PeopleField(help_text="Usernames of the project members (the whole list): they see the "
+                                              "project.")
     status = serializers.SerializerMethodField(
         help_text="KRM's nodePoolsQuotaStatuses and quotaStatus: per node pool and in total.")
 

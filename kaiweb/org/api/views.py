@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from rest_framework.exceptions import PermissionDenied
 
 from kaiweb.accounts import roles
@@ -14,6 +15,13 @@ from kaiweb.core.services import Change
 from kaiweb.org import services
 from kaiweb.org.api import serializers as s
 from kaiweb.org.models import Department, NodePool, Project
+
+
+def _with_people(change: Change[Any], people: list[str] | None, view: Any) -> Change[Any]:
+    """The owner's admins or members set after its write, in the same transaction."""
+    if people is not None:
+        services.set_people(change.obj, people, actor=view.request.user, source=view.audit_source)
+    return change
 
 
 @named_detail("The node pool's name, or its numeric id.")
@@ -50,11 +58,17 @@ class DepartmentViewSet(ByNameLookupMixin, ServiceModelViewSet):
     def get_queryset(self) -> Any:
         return Department.objects.prefetch_related("admins", "projects")
 
+    @transaction.atomic
     def service_create(self, data: dict[str, Any]) -> Change[Department]:
-        return services.create_department(data, actor=self.request.user, source=self.audit_source)
+        people = data.pop("admins", None)
+        return _with_people(services.create_department(data, actor=self.request.user, source=self.audit_source),
+                            people, self)
 
+    @transaction.atomic
     def service_update(self, instance: Department, data: dict[str, Any]) -> Change[Department]:
-        return services.update_department(instance, data, actor=self.request.user, source=self.audit_source)
+        people = data.pop("admins", None)
+        return _with_people(services.update_department(instance, data, actor=self.request.user,
+                                                       source=self.audit_source), people, self)
 
     def service_delete(self, instance: Department) -> None:
         services.delete_department(instance, actor=self.request.user, source=self.audit_source)
@@ -82,14 +96,20 @@ class ProjectViewSet(ByNameLookupMixin, ServiceModelViewSet):
             where = f"department {department.name}" if department else "no department"
             raise PermissionDenied(f"you may not put projects in {where}; ask a platform admin or its department admin")
 
+    @transaction.atomic
     def service_create(self, data: dict[str, Any]) -> Change[Project]:
         self._require_department(data.get("department"))
-        return services.create_project(data, actor=self.request.user, source=self.audit_source)
+        people = data.pop("members", None)
+        return _with_people(services.create_project(data, actor=self.request.user, source=self.audit_source),
+                            people, self)
 
+    @transaction.atomic
     def service_update(self, instance: Project, data: dict[str, Any]) -> Change[Project]:
         if "department" in data:
             self._require_department(data["department"])
-        return services.update_project(instance, data, actor=self.request.user, source=self.audit_source)
+        people = data.pop("members", None)
+        return _with_people(services.update_project(instance, data, actor=self.request.user,
+                                                    source=self.audit_source), people, self)
 
     def service_delete(self, instance: Project) -> None:
         services.delete_project(instance, actor=self.request.user, source=self.audit_source)

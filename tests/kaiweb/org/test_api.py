@@ -117,7 +117,10 @@ def test_a_pool_is_created_with_its_shard_settings_and_read_back(cluster, admin_
     ("/api/v1/projects/", {"name": "x", "default_node_pools": ["nowhere"]}, "default_node_pools", "nowhere"),
     ("/api/v1/projects/", {"name": "x", "department": "nowhere"}, "department", "does not exist"),
     ("/api/v1/projects/", {"name": "x", "namespace": "Not A Namespace"}, "namespace", ""),
-    ("/api/v1/departments/", {"name": "x", "admins": ["someone"]}, "admins", "not a field"),
+    ("/api/v1/departments/", {"name": "x", "admins": ["nobody-such"]}, "admins", "no user named nobody-such"),
+    ("/api/v1/departments/", {"name": "x", "admins": "viewer"}, "admins", ""),
+    ("/api/v1/departments/", {"name": "x", "admins": ["a"] * 201}, "admins", "200"),
+    ("/api/v1/departments/", {"name": "x", "projects": ["vision"]}, "projects", "not a field"),
     ("/api/v1/node-pools/", {"name": "x"}, "label_key", "label"),
     ("/api/v1/node-pools/", {"name": "x", "label_key": GPU, "label_value": "B200", "k_value": -1}, "k_value", ""),
     ("/api/v1/node-pools/", {"name": "x", "label_key": GPU, "label_value": "B200", "gpu_placement": "random"},
@@ -173,6 +176,21 @@ def test_a_department_admin_runs_the_departments_projects_only(org, department_a
     assert api.patch("/api/v1/projects/other/", {"display_name": "O"}, format="json").status_code == 403
     assert api.delete("/api/v1/projects/other/").status_code == 403
     assert api.delete("/api/v1/projects/nlp/").status_code == 204
+
+
+def test_admins_and_members_are_set_by_username_and_audited(org, admin_api, viewer):
+    answer = admin_api.patch("/api/v1/departments/research/", {"admins": ["viewer"]}, format="json")
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["admins"] == ["viewer"]
+    assert list(Department.objects.get(name="research").admins.all()) == [viewer]
+    entry = AuditEntry.objects.filter(object_repr="research").latest("at")
+    assert (entry.before, entry.after) == ({"admins": []}, {"admins": ["viewer"]})
+    made = admin_api.post("/api/v1/projects/", {"name": "nlp", "members": ["viewer"]}, format="json")
+    assert made.json()["members"] == ["viewer"]
+    # a bad name leaves the project as it was: the write and the people go together
+    bad = admin_api.patch("/api/v1/projects/nlp/", {"display_name": "NLP", "members": ["ghost"]}, format="json")
+    assert bad.status_code == 400
+    assert Project.objects.get(name="nlp").display_name == ""
 
 
 def test_members_and_viewers_read_but_change_nothing(org, viewer_api, viewer):

@@ -158,6 +158,22 @@ def test_a_department_admin_adds_projects_to_their_department_but_not_department
     assert client.post("/org/projects/elsewhere/delete/").status_code == 403
 
 
+def test_a_platform_admin_names_department_admins_in_the_form_and_a_bad_name_saves_nothing(org, client,
+                                                                                           platform_admin):
+    UserFactory(username="ada")
+    client.force_login(platform_admin)
+    data = form_data(action="save", admins="ada ghost", **pool_fields("h100", (6, 16, 1)),
+                     **pool_fields("a100", (8, -1, 1)))
+    page = client.post("/org/departments/research/edit/", data).content.decode()
+    assert "no user named ghost" in page
+    research = Department.objects.get(name="research")
+    assert (list(research.admins.all()), Queue.objects.get(name="research-h100").gpu_quota) == ([], 8)
+    assert client.post("/org/departments/research/edit/", {**data, "admins": "ada"}).status_code == 302
+    assert [u.username for u in research.admins.all()] == ["ada"]
+    assert Queue.objects.get(name="research-h100").gpu_quota == 6
+    assert 'value="ada"' in client.get("/org/departments/research/edit/").content.decode()
+
+
 def test_a_projects_edit_form_starts_from_its_values(org, client, platform_admin):
     client.force_login(platform_admin)
     form = client.get("/org/projects/vision/edit/").content.decode()
@@ -181,3 +197,13 @@ def test_the_signed_out_are_sent_to_sign_in(org, client):
     answer = client.get("/org/")
     assert answer.status_code == 302
     assert "login" in answer["Location"]
+
+
+def test_the_django_admin_lists_the_org_read_only(org, client, platform_admin):
+    platform_admin.is_superuser = True
+    platform_admin.save()
+    client.force_login(platform_admin)
+    page = client.get("/admin/org/project/").content.decode()
+    assert "vision" in page
+    assert "kai-vision" in page
+    assert client.get("/admin/org/project/add/").status_code == 403
