@@ -81,11 +81,11 @@ def org_tree() -> tuple[list[OwnerRow], list[OwnerRow]]:
         lines.setdefault(key, []).append(PoolLine(oq.node_pool.name, q.name, q.gpu_quota, q.gpu_limit, in_use,
                                                   requested))
     departments = []
-    for d in Department.objects.prefetch_related("admins").order_by("name"):
+    for d in Department.objects.order_by("name"):
         departments.append(OwnerRow(OwnerKind.DEPARTMENT, d, lines.get(("department", d.pk), [])))
     by_pk = {row.obj.pk: row for row in departments}
     loose = []
-    for p in Project.objects.select_related("department").prefetch_related("members").order_by("name"):
+    for p in Project.objects.order_by("name"):
         row = OwnerRow(OwnerKind.PROJECT, p, lines.get(("project", p.pk), []))
         (by_pk[p.department_id].children if p.department_id in by_pk else loose).append(row)
     return departments, loose

@@ -207,3 +207,19 @@ def test_the_django_admin_lists_the_org_read_only(org, client, platform_admin):
     assert "vision" in page
     assert "kai-vision" in page
     assert client.get("/admin/org/project/add/").status_code == 403
+
+
+def test_the_trees_queries_do_not_grow_with_the_projects(org, client, viewer, django_assert_max_num_queries):
+    client.force_login(viewer)
+    client.get("/org/")
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as few:
+        client.get("/org/")
+    for i in range(5):
+        services.create_project({"name": f"extra-{i}", "department": "research", "queues": [entry("h100", 0, 1)]})
+        run_on(org, f"extra-{i}-h100", 1, f"job-{i}")
+    with django_assert_max_num_queries(len(few)):
+        page = client.get("/org/").content.decode()
+    assert "h100: 0 guaranteed, 1 at most, 1 in use" in page
