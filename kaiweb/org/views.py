@@ -20,6 +20,7 @@ from kaiweb.org.choices import PoolPhase
 from kaiweb.org.forms import SHOWN, DepartmentForm, NodePoolForm, OwnerForm, ProjectForm
 from kaiweb.org.models import Department, NodePool, Project
 from kaiweb.ui import access
+from kaiweb.ui.pages import render_page
 
 PHASE_BADGE = {PoolPhase.READY: "green", PoolPhase.EMPTY: "gray", PoolPhase.UNSCHEDULABLE: "red",
                PoolPhase.MISSING_PREREQUISITES: "orange", PoolPhase.DELETING: "orange"}
@@ -50,7 +51,7 @@ def tree(request: HttpRequest) -> HttpResponse:
         "can_add_project": roles.is_platform_admin(user) or roles.is_department_admin(user),
         "member_of": set(user.org_projects.values_list("pk", flat=True)) if user.is_authenticated else set(),
     }
-    return render(request, "org/tree.html", context)
+    return render_page(request, "org/tree.html", context, partial="org/partials/tree_body.html")
 
 
 # ------------------------------------------------------------------------------------------ node pools

@@ -223,3 +223,12 @@ def test_the_trees_queries_do_not_grow_with_the_projects(org, client, viewer, dj
     with django_assert_max_num_queries(len(few)):
         page = client.get("/org/").content.decode()
     assert "h100: 0 guaranteed, 1 at most, 1 in use" in page
+
+
+def test_the_tree_refreshes_its_body_alone_for_htmx(org, client, viewer):
+    client.force_login(viewer)
+    whole = client.get("/org/").content.decode()
+    assert 'hx-get="/org/"' in whole
+    body = client.get("/org/", HTTP_HX_REQUEST="true").content.decode()
+    assert "h100: 4 guaranteed, 8 at most, 0 in use" in body
+    assert "<html" not in body
