@@ -232,3 +232,29 @@ def test_the_tree_refreshes_its_body_alone_for_htmx(org, client, viewer):
     body = client.get("/org/", HTTP_HX_REQUEST="true").content.decode()
     assert "h100: 4 guaranteed, 8 at most, 0 in use" in body
     assert "<html" not in body
+
+
+def test_a_department_ceiling_lowered_in_the_preview_binds_its_projects_fair_shares(org, client, platform_admin):
+    import re
+
+    from kaiweb.org.choices import NODE_POOL_LABEL
+
+    for project, gpus in (("vision", 6), ("nlp", 6)):
+        workload = WorkloadFactory(cluster=org, queue=Queue.objects.get(name=f"{project}-h100"),
+                                   labels={NODE_POOL_LABEL: "h100"}, name=f"{project}-wants")
+        PodFactory(workload=workload, gpu=gpus, cpu=0, memory=0)
+    client.force_login(platform_admin)
+    data = form_data(action="preview", **pool_fields("h100", (8, 10, 1), cpu=(0, -1, 1), memory=(0, -1, 1)),
+                     **pool_fields("a100", (8, -1, 1), cpu=(0, -1, 1), memory=(0, -1, 1)))
+    page = client.post("/org/departments/research/edit/", data).content.decode()
+
+    def gpu(queue):
+        row = re.search(rf'data-pool="h100".*?<tr class="[^"]*" data-queue="{queue}">(.*?)</tr>', page, re.S).group(1)
+        cells = re.findall(r'<td class="num">(?:<strong>)?([\d.]+)', row)
+        return float(cells[0]), float(cells[1])
+
+    # 12 H100s asked for under a department of 8 guaranteed, 16 at most: at most 10 now, 5 each
+    assert gpu("research-h100") == (12, 10)
+    assert gpu("vision-h100") == (6, 5)
+    assert gpu("nlp-h100") == (6, 5)
+    assert Queue.objects.get(name="research-h100").gpu_limit == 16
