@@ -258,3 +258,26 @@ def test_a_department_ceiling_lowered_in_the_preview_binds_its_projects_fair_sha
     assert gpu("vision-h100") == (6, 5)
     assert gpu("nlp-h100") == (6, 5)
     assert Queue.objects.get(name="research-h100").gpu_limit == 16
+
+
+def test_a_pools_edit_form_changes_its_shard_but_never_its_label_pair(org, client, platform_admin):
+    client.force_login(platform_admin)
+    form = client.get("/org/pools/h100/edit/").content.decode()
+    assert 'name="label_value" value="H100"' in form
+    assert "disabled" in form
+    answer = client.post("/org/pools/h100/edit/", {"name": "other", "label_key": "x", "label_value": "y",
+                                                   "gpu_placement": "spread", "cpu_placement": "spread",
+                                                   "k_value": 2, "preempt_min_runtime": "00:05:00"})
+    assert answer.status_code == 302
+    pool = NodePool.objects.select_related("shard").get(name="h100")
+    assert (pool.label_key, pool.label_value) == (GPU, "H100")
+    assert (pool.shard.gpu_placement, pool.shard.k_value, str(pool.shard.preempt_min_runtime)) == (
+        "spread", 2, "0:05:00")
+    assert AuditEntry.objects.filter(object_repr="h100", action="update").exists()
+
+
+def test_a_department_with_projects_is_not_deleted_and_says_why(org, client, platform_admin):
+    client.force_login(platform_admin)
+    answer = client.post("/org/departments/research/delete/", follow=True)
+    assert "still has project(s) nlp, vision" in answer.content.decode()
+    assert Department.objects.filter(name="research").exists()
