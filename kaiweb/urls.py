@@ -24,6 +24,7 @@ urlpatterns = [
     path("api/v1/redoc/", SpectacularRedocView.as_view(url_name="api-v1-schema"), name="api-v1-redoc"),
     path("api/v1/", include((router.urls, "api-v1"))),
     path("queues/", include("kaiweb.queues.urls")),
+    path("org/", include("kaiweb.org.urls")),
     path("workloads/", include("kaiweb.workloads.urls")),
     path("nodes/", include("kaiweb.ui.node_urls")),
     path("usage/", include("kaiweb.usage.urls")),

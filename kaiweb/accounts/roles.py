@@ -1,4 +1,5 @@
-"""Roles: viewer (reads everything), queue admin (edits the subtrees they administer), platform admin.
+"""Roles: viewer (reads everything), queue admin (edits the subtrees they administer), department admin
+(runs the department's projects), project member (sees the project), platform admin.
 
 A platform admin is a superuser or a member of the ``platform-admins`` group. A queue admin holds a
 ``QueueMembership`` with role ``admin`` on a queue; that role covers the queue and every queue below
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 
 PLATFORM_ADMINS_GROUP = "platform-admins"
 _CACHE_ATTR = "_kaiweb_admin_queue_ids"
+_DEPARTMENTS_ATTR = "_kaiweb_admin_department_ids"
 
 
 def is_platform_admin(user: Any) -> bool:
@@ -67,7 +69,7 @@ def administered_queue_ids(user: Any) -> frozenset[int]:
 
 def forget(user: Any) -> None:
     """Drop the cached role data of `user` (after its memberships or the tree changed)."""
-    for attr in (_CACHE_ATTR, "_kaiweb_is_platform_admin"):
+    for attr in (_CACHE_ATTR, "_kaiweb_is_platform_admin", _DEPARTMENTS_ATTR):
         if hasattr(user, attr):
             delattr(user, attr)
 
@@ -90,3 +92,53 @@ def can_edit_queue(user: Any, queue: Queue | int | None) -> bool:
 def can_manage_platform(user: Any) -> bool:
     """Clusters, shards, priority classes, settings and memberships: platform admins only."""
     return is_platform_admin(user)
+
+
+# ------------------------------------------------------------------------------------------ departments, projects
+# A platform admin runs the whole org; a department admin (``Department.admins``) creates, edits and
+# deletes the department's projects, but neither the department's own numbers nor the node pools; a
+# project member (``Project.members``) sees the project and changes nothing. Everyone signed in reads
+# the org tree, as every signed-in user reads the queue tree.
+
+
+def administered_department_ids(user: Any) -> frozenset[int]:
+    """Ids of the departments the user is an admin of (one query, cached on the user object)."""
+    if not (user is not None and user.is_authenticated and user.is_active):
+        return frozenset()
+    cached = getattr(user, _DEPARTMENTS_ATTR, None)
+    if cached is None:
+        cached = frozenset(user.administered_departments.values_list("pk", flat=True))
+        setattr(user, _DEPARTMENTS_ATTR, cached)
+    return cached
+
+
+def is_department_admin(user: Any) -> bool:
+    return bool(administered_department_ids(user))
+
+
+def can_manage_node_pools(user: Any) -> bool:
+    """Node pools (and their shards' configuration): platform admins only."""
+    return is_platform_admin(user)
+
+
+def can_edit_department(user: Any) -> bool:
+    """A department's own numbers, and creating or deleting departments: platform admins only."""
+    return is_platform_admin(user)
+
+
+def can_edit_project(user: Any, department: Any) -> bool:
+    """May `user` create, change or delete a project in `department` (a Department, its id, or None for
+    a project without a department)? Platform admins always; department admins in their departments.
+    Moving a project needs this for both its old and its new department."""
+    if is_platform_admin(user):
+        return True
+    if department is None:
+        return False
+    pk = department if isinstance(department, int) else department.pk
+    return pk in administered_department_ids(user)
+
+
+def is_project_member(user: Any, project: Any) -> bool:
+    if not (user is not None and user.is_authenticated):
+        return False
+    return project.members.filter(pk=user.pk).exists()

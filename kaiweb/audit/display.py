@@ -45,11 +45,31 @@ def _value(field: str, value: Any, names: dict[int, str]) -> str:
         return "yes" if value else "no"
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "none"
+    if field == "queues" and isinstance(value, list):
+        return " · ".join(_org_entry(e) for e in value) or "none"
     if isinstance(value, list):
         return ", ".join(str(v) for v in value) or "none"
     if isinstance(value, float):
         return _trim(value)
     return str(value)
+
+
+def _org_entry(entry: Any) -> str:
+    """A department's or project's queue entry (KRM's units) as "h100 (vision-h100): GPU 4 guaranteed, 8 at
+    most, weight 1; CPU …", the resources that are set."""
+    if not isinstance(entry, dict):
+        return str(entry)
+    parts = []
+    for r, title in _RESOURCE_TITLE.items():
+        amounts = entry.get(r) or {}
+        if not isinstance(amounts, dict) or not any(amounts.values()):
+            continue
+        most = amounts.get("limit", 0)
+        parts.append(f"{title} {_trim(float(amounts.get('deserved', 0)))} guaranteed, "
+                     f"{'no ceiling' if most == -1 else _trim(float(most)) + ' at most'}, "
+                     f"weight {_trim(float(amounts.get('over_quota_weight', 0)))}")
+    name = f" ({entry['name']})" if entry.get("name") else ""
+    return f"{entry.get('pool', '?')}{name}: {'; '.join(parts) or 'nothing set'}"
 
 
 def readable_changes(entries: Iterable[Any]) -> list[list[dict[str, str]]]:

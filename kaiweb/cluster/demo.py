@@ -71,19 +71,21 @@ def ensure_priority_classes() -> None:
         PriorityClass.objects.get_or_create(name=name, defaults={"value": value, "preemptible": preemptible})
 
 
-def ensure_nodes(cluster: Cluster, count: int = 16, gpus: int = 8) -> int:
-    """`count` nodes of `gpus` GPUs each (A100-80GB-like), created when missing."""
+def ensure_nodes(cluster: Cluster, count: int = 16, gpus: int = 8, prefix: str = "gpu-node",
+                 product: str = "NVIDIA-A100-SXM4-80GB", memory_mib: int = 81920) -> int:
+    """`count` nodes of `gpus` GPUs each (A100-80GB-like unless another product is named), created when
+    missing."""
     existing = set(Node.objects.filter(cluster=cluster).values_list("name", flat=True))
     now = datetime.now(tz=UTC)
     nodes = []
     for i in range(count):
-        name = f"gpu-node-{i:03d}"
+        name = f"{prefix}-{i:03d}"
         if name in existing:
             continue
         nodes.append(Node(
             cluster=cluster, name=name, allocatable_cpu=128_000, allocatable_memory=1024 * GIB,
-            allocatable_gpu=gpus, allocatable_pods=110, gpu_product="NVIDIA-A100-SXM4-80GB", gpu_memory_mib=81920,
-            labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.memory": "81920",
+            allocatable_gpu=gpus, allocatable_pods=110, gpu_product=product, gpu_memory_mib=memory_mib,
+            labels={"nvidia.com/gpu.product": product, "nvidia.com/gpu.memory": str(memory_mib),
                     "topology.kubernetes.io/zone": f"zone-{'ab'[i % 2]}", "kai.scheduler/rack": f"rack-{i // 4}"},
             topology={"zone": f"zone-{'ab'[i % 2]}", "rack": f"rack-{i // 4}"}, ready=True, observed_at=now,
         ))

@@ -57,12 +57,14 @@ class Cluster(TimeStampedModel):
 class SchedulingShardQuerySet(models.QuerySet["SchedulingShard"]):
     def default(self) -> SchedulingShard | None:
         """The shard a cycle, page or what-if uses when none is named: the first enabled shard (by
-        cluster name, then shard name) of an enabled cluster of the configured backend."""
+        cluster name, then the one holding what carries no partition label, such as the default node
+        pool's, then shard name) of an enabled cluster of the configured backend."""
         from django.conf import settings
 
+        partitioned = models.Case(models.When(partition_label_value="", then=0), default=1)
         return (self.select_related("cluster")
                 .filter(enabled=True, cluster__enabled=True, cluster__backend=settings.KAI_CLUSTER_BACKEND)
-                .order_by("cluster__name", "name").first())
+                .order_by("cluster__name", partitioned, "name").first())
 
 
 class SchedulingShard(TimeStampedModel):

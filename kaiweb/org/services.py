@@ -630,3 +630,34 @@ def delete_department(department: Department, *, actor: Actor = None, source: st
         queue.delete()
         audit.record(queue, AuditAction.DELETE, actor=actor, source=source, before=qb, object_id=qpk)
     audit.record(department, AuditAction.DELETE, actor=actor, source=source, before=before, object_id=pk)
+
+
+# ------------------------------------------------------------------------------------------ people
+
+MAX_PEOPLE = 200
+
+
+@transaction.atomic
+def set_people(owner: Department | Project, usernames: Any, *, actor: Actor = None,
+               source: str = AuditSource.SYSTEM) -> Change[Any]:
+    """A department's admins or a project's members, by username (all of them: the list replaces the
+    old one); every name must be an existing user's. Audited as a change of the owner."""
+    field = "admins" if isinstance(owner, Department) else "members"
+    if not isinstance(usernames, list | tuple) or not all(isinstance(u, str) for u in usernames):
+        raise ValidationError({field: "must be a list of usernames"})
+    if len(usernames) > MAX_PEOPLE:
+        raise ValidationError({field: f"at most {MAX_PEOPLE} users"})
+    from django.contrib.auth import get_user_model
+
+    wanted = sorted(set(usernames))
+    users = list(get_user_model().objects.filter(username__in=wanted))
+    unknown = sorted(set(wanted) - {u.get_username() for u in users})
+    if unknown:
+        raise ValidationError({field: f"no user named {', '.join(unknown)}"})
+    people = getattr(owner, field)
+    before = sorted(people.values_list("username", flat=True))
+    if before != wanted:
+        people.set(users)
+        audit.record(owner, AuditAction.UPDATE, actor=actor, source=source, before={field: before},
+                     after={field: wanted})
+    return Change(owner)
