@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 # The PodGroup label naming the queue a workload is charged to (KRM writes it beside spec.queue).
 QUEUE_LABEL = "kai.scheduler/queue"
+# The PodGroup annotation saying where the assigner put it and why (or why it waits), for `kubectl`.
+ASSIGNMENT_ANNOTATION = "kaiweb.io/node-pool-assignment"
 CONDITION_TYPE = "UnschedulableOnNodePool"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # PodGroups assigned or moved in one pass at most; the rest in the next cycles.
@@ -156,7 +158,7 @@ def decide(facts: GroupFacts, project: ProjectView, org: OrgView) -> Assignment:
         why += [f"{p}: no queue of project {project.name}" for p in skipped]
         message = (f"waits unassigned: no candidate node pool ({source}) accepts it"
                    + (f" ({'; '.join(why)})" if why else ""))
-        changed = own_label != UNASSIGNED_POOL
+        changed = own_label != UNASSIGNED_POOL or QUEUE_LABEL in facts.labels
         return Assignment(UNASSIGNED_POOL, facts.queue, changed, message, candidates=tuple(candidates),
                           source=source)
     queue = project.queues[chosen]
@@ -292,20 +294,22 @@ def _assign_pod_groups(gateway: Any, cluster: Cluster, org: OrgView, report: Ass
             running_pool=_node_pool(cluster, nodes[0]) if nodes else None,
             unschedulable_on=unschedulable_shard((raw.get("status") or {}).get("schedulingConditions") or ()))
         want = decide(facts, project, org)
-        if not want.changed:
+        said = (meta.get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
+        if not want.changed and (not want.message or said == want.message):
             continue
         if writes >= MAX_WRITES_PER_PASS:
             break
         writes += 1
-        labels = {NODE_POOL_LABEL: want.pool_label, QUEUE_LABEL: want.queue}
+        waits = want.pool_label == UNASSIGNED_POOL
+        labels = {NODE_POOL_LABEL: want.pool_label, QUEUE_LABEL: None if waits else want.queue}
         try:
             if not gateway.assign_pod_group(namespace, name, str(meta.get("uid", "")), labels=labels,
-                                            queue=want.queue):
+                                            annotations={ASSIGNMENT_ANNOTATION: want.message}, queue=want.queue):
                 continue
-            if want.moved or want.pool_label == UNASSIGNED_POOL:
+            if want.moved or waits:
                 ref = {"apiVersion": raw.get("apiVersion", "scheduling.run.ai/v2alpha2"), "kind": "PodGroup",
                        "namespace": namespace, "name": name, "uid": str(meta.get("uid", ""))}
-                reason = "Unschedulable" if want.wrapped or want.pool_label == UNASSIGNED_POOL else "NodePoolChanged"
+                reason = "Unschedulable" if want.wrapped or waits else "NodePoolChanged"
                 gateway.object_event(ref, "Warning" if reason == "Unschedulable" else "Normal", reason, want.message)
         except ClusterError as exc:
             report.errors.append(f"PodGroup {namespace}/{name}: {exc}")
@@ -372,7 +376,8 @@ def _write_row(cluster: Cluster, namespace: str, name: str, labels: Mapping[str,
     new_labels = {k: v for k, v in labels.items() if k not in (NODE_POOL_LABEL, QUEUE_LABEL)}
     if want.pool_label is not None:
         new_labels[NODE_POOL_LABEL] = want.pool_label
-    new_labels[QUEUE_LABEL] = want.queue
+    if want.pool_label != UNASSIGNED_POOL:
+        new_labels[QUEUE_LABEL] = want.queue
     values: dict[str, Any] = {"labels": new_labels}
     if queue_id is not None:
         values["queue_id"] = queue_id

@@ -82,7 +82,7 @@ def cluster(h100_ready: bool = True) -> list[dict[str, Any]]:
             node("node-1", "L4", None), namespace("vision"), namespace("nlp")]
 
 
-def scenario(sid: str, title: str, objects: list[dict[str, Any]], expect: dict[str, Any], *, cycles: int = 3,
+def scenario(sid: str, title: str, objects: list[dict[str, Any]], expect: dict[str, Any], *, cycles: int = 2,
              org_: dict[str, Any] | None = None, before: list[dict[str, Any]] | None = None,
              features: tuple[str, ...] = ("node-pools",)) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []

@@ -28,6 +28,9 @@ T = TypeVar("T")
 QUEUE_LABEL = "kai.scheduler/queue"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 POD_GROUP_ANNOTATION = "pod-group-name"
+# KAI Resource Management's namespace annotation carrying its project's enforceKaiScheduler ("true": every
+# pod of the namespace goes to our scheduler, whatever it asked for); read by the pod admission webhook.
+ENFORCE_SCHEDULER_ANNOTATION = "kai.resources/enforce-scheduler-name"
 GPU_FRACTION_ANNOTATION = "gpu-fraction"
 GPU_MEMORY_ANNOTATION = "gpu-memory"
 GPU_FRACTION_NUM_DEVICES_ANNOTATION = "gpu-fraction-num-devices"

@@ -652,10 +652,11 @@ class KubernetesGateway(Binding):
                    _content_type="application/merge-patch+json")
 
     def assign_pod_group(self, namespace: str, name: str, uid: str, *, labels: Mapping[str, str | None],
-                         queue: str) -> bool:
-        """Merge labels (None takes a key away) and ``spec.queue`` into that PodGroup incarnation: where a
-        node pool's assignment is written. False when it is gone."""
-        body: dict[str, Any] = {"metadata": {"labels": dict(labels)}, "spec": {"queue": queue}}
+                         annotations: Mapping[str, str | None], queue: str) -> bool:
+        """Merge labels and annotations (None takes a key away) and ``spec.queue`` into that PodGroup
+        incarnation: where a node pool's assignment is written. False when it is gone."""
+        body: dict[str, Any] = {"metadata": {"labels": dict(labels), "annotations": dict(annotations)},
+                                "spec": {"queue": queue}}
         if uid:
             body["metadata"]["uid"] = uid
         try:
