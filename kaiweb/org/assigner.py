@@ -14,10 +14,13 @@ candidate, round-robin; going past the last, it is marked unschedulable (an even
 on from the first. A workload with any pod bound is never moved.
 
 Where it runs: at the start of every scheduling cycle of every shard, after the observe step and before
-the snapshot (`kaiweb.scheduling.cycle`), so no shard decides on a workload before it is assigned, and,
-since a workload's pool is one label value, no two shards ever take the same workload. On the Kubernetes
-path it writes the PodGroups through the gateway and the mirror's rows at once; on the simulated path
-(no PodGroup objects) the mirror's rows are the workloads.
+the snapshot (`kaiweb.scheduling.cycle`). The pod-grouper makes a project's PodGroup with `UNASSIGNED_POOL`
+already (KRM's PodGroup admission, `kaiweb.cluster.podgrouper.core`), so whether the watcher or the cycle
+saw it first, no shard takes it before it is assigned, and since a workload's pool is one label value, no
+two shards ever take the same workload. On the Kubernetes path it picks what to look at from the mirror
+(no listing), reads those PodGroups again and writes them through the gateway and the mirror's rows at
+once; on the simulated path (no PodGroup objects) the mirror's rows are the workloads. The decision itself
+(`decide`) is pure.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.db.models import Q
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.lookups import Exact
 
 from kaiweb.cluster.backends.types import POD_GROUP_ANNOTATION
 from kaiweb.cluster.errors import ClusterError
@@ -51,8 +58,10 @@ QUEUE_LABEL = "kai.scheduler/queue"
 ASSIGNMENT_ANNOTATION = "kaiweb.io/node-pool-assignment"
 CONDITION_TYPE = "UnschedulableOnNodePool"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-# PodGroups assigned or moved in one pass at most; the rest in the next cycles.
+# PodGroups assigned or moved in one pass at most, and PodGroups read (each with its first pod); the rest
+# in the next cycles.
 MAX_WRITES_PER_PASS = 500
+MAX_READS_PER_PASS = 1000
 
 
 # ------------------------------------------------------------------------------------------ plain values
@@ -235,7 +244,7 @@ def assign(gateway: Any, cluster: Cluster) -> AssignReport:
     report = AssignReport()
     if not org.projects:
         return report
-    if hasattr(gateway, "assign_pod_group") and hasattr(gateway, "list_pod_groups_raw"):
+    if hasattr(gateway, "assign_pod_group") and hasattr(gateway, "get_object"):
         _assign_pod_groups(gateway, cluster, org, report)
     else:
         _assign_rows(cluster, org, report)
@@ -250,14 +259,11 @@ def _project_of(namespace: str, org: OrgView, namespace_labels: Any = None) -> P
 
 
 def _assign_pod_groups(gateway: Any, cluster: Cluster, org: OrgView, report: AssignReport) -> None:
-    """The Kubernetes path: the PodGroups and their pods as the cluster has them."""
-    try:
-        groups = gateway.list_pod_groups_raw()
-        pods = gateway.list_scheduler_pods_raw()
-    except ClusterError as exc:
-        report.errors.append(str(exc))
-        log.warning("assigner: %s", exc)
-        return
+    """The Kubernetes path. Which PodGroups to look at comes from the mirror, not from a listing (a cycle
+    never lists every PodGroup): the workloads of projects that are not assigned yet or whose pool's shard
+    marked them unschedulable, and the PodGroups the mirror holds back because their queue does not exist
+    (a project without a queue in the default pool). Each is read again, with its first pod, just before
+    it is written; at most `MAX_WRITES_PER_PASS` a pass."""
     labels_cache: dict[str, Mapping[str, str]] = {}
 
     def namespace_labels(namespace: str) -> Mapping[str, str]:
@@ -268,37 +274,66 @@ def _assign_pod_groups(gateway: Any, cluster: Cluster, org: OrgView, report: Ass
                 labels_cache[namespace] = {}
         return labels_cache[namespace]
 
-    members: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        group = (meta.get("annotations") or {}).get(POD_GROUP_ANNOTATION)
-        if group:
-            members.setdefault((str(meta.get("namespace", "")), str(group)), []).append(pod)
-    writes = 0
-    for raw in sorted(groups, key=lambda g: ((g.get("metadata") or {}).get("namespace", ""),
-                                             (g.get("metadata") or {}).get("name", ""))):
-        meta = raw.get("metadata") or {}
-        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        project = _project_of(namespace, org, namespace_labels)
+    todo: list[tuple[str, str, ProjectView, str | None]] = []  # namespace, PodGroup, project, first pod
+    waiting: list[tuple[str, str, ProjectView, str | None]] = []
+    rows = (Workload.objects.filter(cluster=cluster, state__in=ACTIVE_WORKLOAD_STATES)
+            .filter(Q(namespace__in=list(org.namespaces))
+                    | Q(Exact(KeyTextTransform(NODE_POOL_LABEL, "labels"), UNASSIGNED_POOL)))
+            .select_related("queue").order_by("namespace", "name"))
+    pods: dict[int, list[tuple[str, str, str | None]]] = {}
+    for wid, name, state, node in Pod.objects.filter(workload__in=rows).order_by("name").values_list(
+            "workload_id", "name", "state", "node__name"):
+        pods.setdefault(wid, []).append((name, state, node))
+    for w in rows:
+        project = _project_of(w.namespace, org, namespace_labels)
         if project is None:
             continue
-        own = sorted(members.get((namespace, name), []), key=lambda p: str((p.get("metadata") or {}).get("name")))
-        first = own[0] if own else {}
-        nodes = sorted(str((p.get("spec") or {}).get("nodeName")) for p in own if (p.get("spec") or {}).get("nodeName"))
+        said = w.pod_group_said if isinstance(w.pod_group_said, Mapping) else {}
+        own = pods.get(w.pk, [])
+        bound = any(state in ALLOCATED_POD_STATES for _, state, _ in own)
+        facts = GroupFacts(labels=dict(w.labels or {}), queue=w.queue.name, bound=bound,
+                           unschedulable_on=unschedulable_shard(said.get("conditions") or ()))
+        if is_assigned(facts, project) and (bound or facts.unschedulable_on is None
+                                            or org.shard_pool.get(facts.unschedulable_on) != current_pool(facts.labels)):
+            continue  # where it belongs: nothing to read
+        # Those waiting unassigned are looked at again each pass (a pool may have become ready), after the rest.
+        (waiting if current_pool(facts.labels) == UNASSIGNED_POOL else todo).append(
+            (w.namespace, w.name, project, own[0][0] if own else None))
+    from kaiweb.cluster.models import UnreadableObject
+
+    for namespace, name, raw in UnreadableObject.objects.filter(
+            cluster=cluster, kind="PodGroup", deferred=True).order_by("namespace", "name").values_list(
+            "namespace", "name", "raw"):
+        project = _project_of(namespace, org, namespace_labels)
+        if project is not None and isinstance(raw, Mapping):
+            waiting.append((namespace, name, project, None))
+    writes = 0
+    for namespace, name, project, first_pod in [*todo, *waiting][:MAX_READS_PER_PASS]:
+        if writes >= MAX_WRITES_PER_PASS:
+            break
+        try:
+            raw = gateway.get_object("scheduling.run.ai/v2alpha2", "PodGroup", namespace, name)
+            if raw is None:
+                continue
+            pod = gateway.get_object("v1", "Pod", namespace, first_pod) if first_pod else _first_pod(
+                gateway, cluster, namespace, name)
+        except ClusterError as exc:
+            report.errors.append(f"PodGroup {namespace}/{name}: {exc}")
+            continue
+        pod = pod or {}
+        meta = raw.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
         facts = GroupFacts(
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
             queue=str((raw.get("spec") or {}).get("queue") or ""),
-            annotation=str(((first.get("metadata") or {}).get("annotations") or {}).get(NODE_POOLS_ANNOTATION, "")),
-            affinity_terms=affinity_terms_of((first.get("spec") or {}).get("affinity")),
-            bound=bool(nodes),
-            running_pool=_node_pool(cluster, nodes[0]) if nodes else None,
+            annotation=str(((pod.get("metadata") or {}).get("annotations") or {}).get(NODE_POOLS_ANNOTATION, "")),
+            affinity_terms=affinity_terms_of((pod.get("spec") or {}).get("affinity")),
+            bound=bool(node), running_pool=_node_pool(cluster, str(node)) if node else None,
             unschedulable_on=unschedulable_shard((raw.get("status") or {}).get("schedulingConditions") or ()))
         want = decide(facts, project, org)
         said = (meta.get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
         if not want.changed and (not want.message or said == want.message):
             continue
-        if writes >= MAX_WRITES_PER_PASS:
-            break
         writes += 1
         waits = want.pool_label == UNASSIGNED_POOL
         labels = {NODE_POOL_LABEL: want.pool_label, QUEUE_LABEL: None if waits else want.queue}
@@ -316,6 +351,18 @@ def _assign_pod_groups(gateway: Any, cluster: Cluster, org: OrgView, report: Ass
             continue
         _count(report, want, f"PodGroup {namespace}/{name}")
         _write_row(cluster, namespace, name, facts.labels, want)
+
+
+def _first_pod(gateway: Any, cluster: Cluster, namespace: str, group: str) -> Mapping[str, Any] | None:
+    """The first pod (by name) of a PodGroup the mirror holds back: its pods are held back with it."""
+    from kaiweb.cluster.models import UnreadableObject
+
+    for raw in UnreadableObject.objects.filter(cluster=cluster, kind="Pod", namespace=namespace).order_by(
+            "name").values_list("raw", flat=True):
+        if isinstance(raw, Mapping) and ((raw.get("metadata") or {}).get("annotations") or {}).get(
+                POD_GROUP_ANNOTATION) == group:
+            return raw
+    return None
 
 
 def _assign_rows(cluster: Cluster, org: OrgView, report: AssignReport) -> None:

@@ -164,18 +164,18 @@ def scenarios() -> list[dict[str, Any]]:
                  {"pods": {f"{V}/p": {"scheduled": True, "node_in": ["a100-1"]}},
                   "podgroups": [pg(f"{V}/p", "a100", "vision-a100")],
                   "events": [{"for_pod": f"{V}/p", "reason": "NodePoolChanged", "message_regex": "moved to a100"}]},
-                 before=[pod("fill", gpus=8, pools="h100")], cycles=4))
+                 before=[pod("fill", gpus=8, pools="h100")], cycles=3))
     add(scenario("wrap-around", "Past the last candidate the workload is marked unschedulable and tried again",
                  [pod("p", gpus=4, pools="h100 a100")],
                  {"pods": {f"{V}/p": {"scheduled": False}},
                   "events": [{"for_pod": f"{V}/p", "reason": "Unschedulable",
                               "message_regex": "unschedulable on every candidate node pool"}]},
-                 before=[pod("fill-h", gpus=8, pools="h100"), pod("fill-a", gpus=8, pools="a100")], cycles=5))
+                 before=[pod("fill-h", gpus=8, pools="h100"), pod("fill-a", gpus=8, pools="a100")], cycles=3))
     add(scenario("single-candidate-stays", "With one candidate the workload waits in that pool, never moved",
                  [pod("p", gpus=4, pools="h100")],
                  {"pods": {f"{V}/p": {"scheduled": False}},
                   "podgroups": [pg(f"{V}/p", "h100", "vision-h100")]},
-                 before=[pod("fill", gpus=8, pools="h100")], cycles=4))
+                 before=[pod("fill", gpus=8, pools="h100")], cycles=3))
     unready = scenario("unaccepting-phase-skipped", "A pool whose nodes are all not ready is skipped",
                        [pod("p", pools="h100 a100")],
                        {"pods": {f"{V}/p": {"scheduled": True, "node_in": ["a100-1"]}},
@@ -214,7 +214,7 @@ def scenarios() -> list[dict[str, Any]]:
                   *[pod(f"n{i}", "nlp", pools="h100", labels={"batch": "b"}) for i in range(8)]],
                  {"selectors": [{"namespace": V, "labels": {"batch": "b"}, "scheduled_count": 6},
                                 {"namespace": N, "labels": {"batch": "b"}, "scheduled_count": 2}]},
-                 org_=weights, cycles=4))
+                 org_=weights, cycles=3))
     reclaim = org(vision={"queues": [entry("default"), entry("h100", amounts(4, -1)), entry("a100")]},
                   nlp={"queues": [entry("default"), entry("h100", amounts(0, -1)), entry("a100")]})
     add(scenario("reclaim-in-pool", "A project under its H100 quota reclaims from another over it, in that pool",
@@ -222,7 +222,7 @@ def scenarios() -> list[dict[str, Any]]:
                  {"selectors": [{"namespace": V, "labels": {"batch": "v"}, "scheduled_count": 4},
                                 {"namespace": N, "labels": {"batch": "n"}, "scheduled_count": 4}]},
                  before=[pod(f"n{i}", "nlp", pools="h100", labels={"batch": "n"}) for i in range(8)],
-                 org_=reclaim, cycles=8, features=("node-pools", "reclaim")))
+                 org_=reclaim, cycles=5, features=("node-pools", "reclaim")))
     no_default = org(nlp={"queues": [entry("h100"), entry("a100")]})
     add(scenario("no-queue-waits", "A project without a queue in the only candidate pool waits unassigned",
                  [pod("p", "nlp")],
