@@ -8,7 +8,8 @@ shard (each pool's, in name order), as the shards' workers would.
 
 The expect vocabulary is the corpus's, the subset these scenarios use, plus ``node_pool`` on a PodGroup:
 
-* ``pods: {"ns/name": {"scheduled": bool, "node_in": [...]}}``;
+* ``pods: {"ns/name": {"scheduled": bool, "node_in": [...], "why_regex": re}}`` (``why_regex``: the
+  message of its ``PodScheduled=False`` condition, why it waits);
 * ``podgroups: [{"for_pod": "ns/name", "queue": q, "node_pool": p}]`` (``default``: no pool label;
   ``kai-unexisting-node-pool``: waiting unassigned);
 * ``selectors: [{"namespace"? (any), "labels"?, "scheduled_count"?, "pending_count"?}]``;
@@ -84,6 +85,11 @@ def _check(expect: Mapping[str, Any], obs: Mapping[str, Any]) -> list[str]:
                        f"expected {want['scheduled']}")
         if "node_in" in want and pod["nodeName"] not in want["node_in"]:
             out.append(f"pod {key}: on node {pod['nodeName']}, expected one of {want['node_in']}")
+        if "why_regex" in want:
+            why = next((c.get("message") or "" for c in pod.get("conditions") or []
+                        if c.get("type") == "PodScheduled" and c.get("status") == "False"), "")
+            if not re.search(want["why_regex"], why):
+                out.append(f"pod {key}: why it waits is {why!r}, expected to match {want['why_regex']!r}")
     for want in expect.get("podgroups") or ():
         group = _pod_group_of(obs, want["for_pod"])
         if group is None:

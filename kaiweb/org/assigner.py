@@ -34,7 +34,8 @@ from django.db.models import Q
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.lookups import Exact
 
-from kaiweb.cluster.backends.types import POD_GROUP_ANNOTATION
+from kaiweb.cluster.backends.types import NODE_POOL_ASSIGNMENT_ANNOTATION as ASSIGNMENT_ANNOTATION
+from kaiweb.cluster.backends.types import POD_GROUP_ANNOTATION, UNSCHEDULABLE_ON_EVERY_POOL
 from kaiweb.cluster.errors import ClusterError
 from kaiweb.cluster.models import Cluster, Node
 from kaiweb.org import rules
@@ -54,8 +55,6 @@ log = logging.getLogger(__name__)
 
 # The PodGroup label naming the queue a workload is charged to (KRM writes it beside spec.queue).
 QUEUE_LABEL = "kai.scheduler/queue"
-# The PodGroup annotation saying where the assigner put it and why (or why it waits), for `kubectl`.
-ASSIGNMENT_ANNOTATION = "kaiweb.io/node-pool-assignment"
 CONDITION_TYPE = "UnschedulableOnNodePool"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # PodGroups assigned or moved in one pass at most, and PodGroups read (each with its first pod); the rest
@@ -152,7 +151,7 @@ def decide(facts: GroupFacts, project: ProjectView, org: OrgView) -> Assignment:
         if chosen is None or chosen == pool:
             return Assignment(_label(pool), facts.queue, False, candidates=tuple(candidates), source=source)
         message = (f"node pool {pool} cannot schedule it; moved to {chosen}"
-                   + (f" (unschedulable on every candidate node pool: {' '.join(candidates)}; trying them again)"
+                   + (f" ({UNSCHEDULABLE_ON_EVERY_POOL}: {' '.join(candidates)}; trying them again)"
                       if wrapped else ""))
         return Assignment(_label(chosen), project.queues[chosen], True, message, moved=True, wrapped=wrapped,
                           candidates=tuple(candidates), source=source)
@@ -425,7 +424,10 @@ def _write_row(cluster: Cluster, namespace: str, name: str, labels: Mapping[str,
         new_labels[NODE_POOL_LABEL] = want.pool_label
     if want.pool_label != UNASSIGNED_POOL:
         new_labels[QUEUE_LABEL] = want.queue
-    values: dict[str, Any] = {"labels": new_labels}
-    if queue_id is not None:
-        values["queue_id"] = queue_id
-    Workload.objects.filter(cluster=cluster, namespace=namespace, name=name).update(**values)
+    for row in Workload.objects.filter(cluster=cluster, namespace=namespace, name=name).only(
+            "pk", "labels", "queue_id", "pod_group_said"):
+        said = dict(row.pod_group_said) if isinstance(row.pod_group_said, Mapping) else {}
+        said["annotations"] = {**(said.get("annotations") or {}), ASSIGNMENT_ANNOTATION: want.message}
+        row.labels, row.pod_group_said = new_labels, said
+        row.queue_id = queue_id if queue_id is not None else row.queue_id
+        row.save(update_fields=["labels", "queue_id", "pod_group_said"])

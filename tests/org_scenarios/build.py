@@ -167,7 +167,7 @@ def scenarios() -> list[dict[str, Any]]:
                  before=[pod("fill", gpus=8, pools="h100")], cycles=3))
     add(scenario("wrap-around", "Past the last candidate the workload is marked unschedulable and tried again",
                  [pod("p", gpus=4, pools="h100 a100")],
-                 {"pods": {f"{V}/p": {"scheduled": False}},
+                 {"pods": {f"{V}/p": {"scheduled": False, "why_regex": "unschedulable on every candidate node pool"}},
                   "events": [{"for_pod": f"{V}/p", "reason": "Unschedulable",
                               "message_regex": "unschedulable on every candidate node pool"}]},
                  before=[pod("fill-h", gpus=8, pools="h100"), pod("fill-a", gpus=8, pools="a100")], cycles=3))

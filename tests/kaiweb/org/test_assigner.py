@@ -74,6 +74,10 @@ def test_the_scenario_checker_reports_what_the_cluster_does_not_show():
     assert found == ["expect #1: pod ns/p: on node b, expected one of ['a']",
                      "expect #1: PodGroup of ns/p: queue q, expected q-h100",
                      "expect #1: PodGroup of ns/p: node pool default, expected h100"]
+    waiting = {"steps": [{"expect": {"pods": {"ns/p": {"scheduled": False, "why_regex": "every candidate"}}}}]}
+    pod["nodeName"], pod["conditions"] = None, [{"type": "PodScheduled", "status": "False", "message": "full"}]
+    assert org_scenarios.failures(waiting, [{"pods": [pod], "podgroups": [], "events": []}]) == [
+        "expect #1: pod ns/p: why it waits is 'full', expected to match 'every candidate'"]
     pod["nodeName"] = "a"
     group["metadata"]["labels"] = {NODE_POOL_LABEL: "h100"}
     group["spec"]["queue"] = "q-h100"
