@@ -26,7 +26,7 @@ once; on the simulated path (no PodGroup objects) the mirror's rows are the work
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,21 +115,11 @@ class Assignment:
     source: str = ""
 
 
-def current_pool(labels: Mapping[str, str]) -> str:
-    """The pool a PodGroup's labels put it in: the label's value, the default pool when absent."""
-    return str(labels.get(NODE_POOL_LABEL) or DEFAULT_POOL)
-
-
 def is_assigned(facts: GroupFacts, project: ProjectView) -> bool:
     """Assigned: the queue label says spec.queue, and that is the project's queue of the labelled pool."""
-    pool = current_pool(facts.labels)
+    pool = rules.labelled_pool(facts.labels)
     return (pool != UNASSIGNED_POOL and facts.labels.get(QUEUE_LABEL) == facts.queue
             and project.queues.get(pool) == facts.queue)
-
-
-def charged_candidates(candidates: Sequence[str], project: ProjectView) -> list[str]:
-    """The candidates in which the project has a queue: a workload is never charged to a pool without one."""
-    return [p for p in candidates if p in project.queues]
 
 
 def decide(facts: GroupFacts, project: ProjectView, org: OrgView) -> Assignment:
@@ -140,10 +130,10 @@ def decide(facts: GroupFacts, project: ProjectView, org: OrgView) -> Assignment:
     asked, source = rules.candidate_pools(annotation=facts.annotation, affinity_terms=facts.affinity_terms,
                                           podgroup_pool=tooling_pool, default_pools=project.default_pools,
                                           pools=org.pools)
-    candidates = charged_candidates(asked, project)
+    candidates = rules.charged_candidates(asked, project.queues)
     skipped = [p for p in asked if p not in candidates]
     if assigned:
-        pool = current_pool(facts.labels)
+        pool = rules.labelled_pool(facts.labels)
         failed_here = facts.unschedulable_on is not None and org.shard_pool.get(facts.unschedulable_on) == pool
         if facts.bound or not failed_here or len(candidates) <= 1 or pool not in candidates:
             return Assignment(_label(pool), facts.queue, False, candidates=tuple(candidates), source=source)
@@ -292,11 +282,11 @@ def _assign_pod_groups(gateway: Any, cluster: Cluster, org: OrgView, report: Ass
         bound = any(state in ALLOCATED_POD_STATES for _, state, _ in own)
         facts = GroupFacts(labels=dict(w.labels or {}), queue=w.queue.name, bound=bound,
                            unschedulable_on=unschedulable_shard(said.get("conditions") or ()))
-        if is_assigned(facts, project) and (bound or facts.unschedulable_on is None
-                                            or org.shard_pool.get(facts.unschedulable_on) != current_pool(facts.labels)):
+        pool = rules.labelled_pool(facts.labels)
+        if is_assigned(facts, project) and (bound or org.shard_pool.get(facts.unschedulable_on or "") != pool):
             continue  # where it belongs: nothing to read
         # Those waiting unassigned are looked at again each pass (a pool may have become ready), after the rest.
-        (waiting if current_pool(facts.labels) == UNASSIGNED_POOL else todo).append(
+        (waiting if pool == UNASSIGNED_POOL else todo).append(
             (w.namespace, w.name, project, own[0][0] if own else None))
     from kaiweb.cluster.models import UnreadableObject
 
@@ -403,7 +393,7 @@ def _assign_rows(cluster: Cluster, org: OrgView, report: AssignReport) -> None:
 
 def _node_pool(cluster: Cluster, node: str) -> str | None:
     labels = Node.objects.filter(cluster=cluster, name=node).values_list("labels", flat=True).first()
-    return None if labels is None else current_pool(labels or {})
+    return None if labels is None else rules.labelled_pool(labels or {})
 
 
 def _count(report: AssignReport, want: Assignment, what: str) -> None:
