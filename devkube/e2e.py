@@ -450,14 +450,16 @@ class ScenarioRunner:
     ``kube`` is a started `LocalKube` with KWOK (``kwok=True``: KWOK plays the kubelets; no workload
     controllers, as the corpus asks), or anything with ``reset()``, ``install_crds()``,
     ``api_client()`` and ``wait_for_pods()`` (`FakeCluster`); ``prepare`` empties the database and
-    points the product at ``kube``; ``run_cycle`` runs one scheduling cycle of the product. After each
+    points the product at ``kube``; ``setup``, when given, then sets up what the scenario asks of the
+    product itself (the org scenarios' ``org``); ``run_cycle`` runs one scheduling cycle of the product. After each
     cycle the runner waits at most ``kubelet_timeout`` seconds for the kubelets' part to be done."""
 
     def __init__(self, kube: Any, *, prepare: Callable[[Any], None], run_cycle: Callable[[], Any],
                  crds: Path = CRDS_FILE, check: Callable[[Any], list[str]] | None = None,
-                 kubelet_timeout: float = 60.0) -> None:
+                 kubelet_timeout: float = 60.0, setup: Callable[[Mapping[str, Any]], None] | None = None) -> None:
         self.kube = kube
         self.prepare = prepare
+        self.setup = setup  # what the scenario sets up in the product itself (its ``org``), after prepare
         self.run_cycle = run_cycle
         self.check = check  # the invariants after each cycle, given what run_cycle returned
         self.crds = crds
@@ -480,6 +482,8 @@ class ScenarioRunner:
                 self.kube.install_crds(extra)
             clock.reset()
             self.prepare(self.kube)
+            if self.setup is not None:
+                self.setup(scenario)
             api_client = self.kube.api_client()
             applier = applier_for(self.kube)
             applier.apply_one(shard_object((scenario.get("scheduler") or {}).get("config") or {}))

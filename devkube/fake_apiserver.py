@@ -645,7 +645,7 @@ class FakeKubeApiServer(ObjectHelpers):
                                "the object has been modified; please apply your changes to the latest version")
             merge = _strategic_merge_patch if plural in ("pods", "nodes") else _merge_patch
             uid = ((body or {}).get("metadata") or {}).get("uid")
-            if status_only and uid and uid != current["metadata"]["uid"]:
+            if uid and uid != current["metadata"]["uid"]:  # the uid cannot change, as on a real server
                 raise ApiError(422, "Invalid", f'{self.kinds[plural]["kind"]} "{name}" is invalid: metadata.uid: '
                                f'Invalid value: "{uid}": field is immutable')
             if status_only:

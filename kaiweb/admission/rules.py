@@ -14,6 +14,9 @@ Mutation (pods of our scheduler, on create), as KAI's webhook does:
   container, so an image whose environment says ``all`` sees no device on a GPU node.
 * **the queue label** from the namespace's ``kai.scheduler/queue`` label when the pod names no queue
   (neither that label nor KAI's ``project`` label, which comes first in the pod-grouper's order).
+* **the scheduler** (`enforces_scheduler`): in a namespace whose project has KRM's ``enforceKaiScheduler``
+  on (the namespace annotation ``kai.resources/enforce-scheduler-name: "true"``), a pod of any other
+  scheduler is put on ours (`enforce_scheduler`), before the other mutations see it.
 
 Validation: KAI's GPU-request rules, the queue (it exists, is a leaf, and the namespace may use it),
 and a PodGroup's subgroups (unique names, known parents, no cycle) as KAI's PodGroup webhook checks them.
@@ -32,6 +35,7 @@ from typing import Any
 
 from kaiweb.cluster.backends.kubernetes import gpu_sharing
 from kaiweb.cluster.backends.types import (
+    ENFORCE_SCHEDULER_ANNOTATION,
     GPU_FRACTION_ANNOTATION,
     GPU_FRACTION_NUM_DEVICES_ANNOTATION,
     GPU_MEMORY_ANNOTATION,
@@ -144,6 +148,24 @@ def _from_config_map(name: str, config_map: str, *, optional: bool = False) -> d
     return {"name": name, "valueFrom": {"configMapKeyRef": ref}}
 
 
+def enforces_scheduler(namespace_annotations: Mapping[str, Any]) -> bool:
+    """Whether the namespace's project puts every pod on our scheduler (KRM's annotation, "true")."""
+    return str(namespace_annotations.get(ENFORCE_SCHEDULER_ANNOTATION, "")).strip().lower() == "true"
+
+
+def enforce_scheduler(pod: Mapping[str, Any], scheduler_name: str) -> tuple[dict[str, Any], str | None]:
+    """The pod on our scheduler, and the note saying what it asked for (None when it asked for ours)."""
+    out = copy.deepcopy(dict(pod))
+    spec = out.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        return out, None
+    asked = spec.get("schedulerName") or "default-scheduler"
+    if asked == scheduler_name:
+        return out, None
+    spec["schedulerName"] = scheduler_name
+    return out, f"schedulerName {scheduler_name} (it asked for {asked}): the namespace's project enforces it"
+
+
 def mutate_pod(pod: Mapping[str, Any], *, namespace_queue: str | None,
                random: Callable[[int], str] | None = None) -> tuple[dict[str, Any], list[str]] | Denial:
     """The pod as admitted, and what was done (one short note per change); a `Denial` when the pod
@@ -194,8 +216,9 @@ def _escape(key: str) -> str:
 
 def json_patch(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The RFC 6902 operations that turn ``before`` into ``after`` for the parts `mutate_pod` changes:
-    the labels and annotations (key by key) and each container's env (whole). ``add`` on an existing
-    member replaces it, so each operation holds whether or not the member was there."""
+    the labels and annotations (key by key), the scheduler name (`enforce_scheduler`) and each
+    container's env (whole). ``add`` on an existing member replaces it, so each operation holds whether
+    or not the member was there."""
     ops: list[dict[str, Any]] = []
     meta_before, meta_after = _dict(before.get("metadata")), _dict(after.get("metadata"))
     for part in ("labels", "annotations"):
@@ -209,6 +232,8 @@ def json_patch(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict
             if old.get(key) != value or key not in old:
                 ops.append({"op": "add", "path": f"/metadata/{part}/{_escape(str(key))}", "value": value})
     spec_before, spec_after = _dict(before.get("spec")), _dict(after.get("spec"))
+    if spec_after.get("schedulerName") != spec_before.get("schedulerName"):
+        ops.append({"op": "add", "path": "/spec/schedulerName", "value": spec_after.get("schedulerName")})
     for kind in CONTAINER_KINDS:
         olds, news = _list(spec_before.get(kind)), _list(spec_after.get(kind))
         for index, new_container in enumerate(news):

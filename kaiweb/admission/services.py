@@ -50,10 +50,17 @@ def _denied(request: Mapping[str, Any], denial: rules.Denial, what: str) -> dict
 def mutate(request: Mapping[str, Any]) -> dict[str, Any]:
     """The pod mutations of `kaiweb.admission.rules` for a pod of our scheduler being created."""
     group, kind = _kind(request)
-    pod = request.get("object") or {}
-    if (group, kind) != ("", "Pod") or request.get("operation") != "CREATE" or not _ours(pod):
+    original = pod = request.get("object") or {}
+    if (group, kind) != ("", "Pod") or request.get("operation") != "CREATE":
         return review.allow(request)
     namespace = _namespace(request, pod)
+    enforced = None
+    if not _ours(pod):
+        # A pod of another scheduler in a namespace whose project enforces ours is put on ours, then
+        # mutated as ours are. (A namespace that cannot be read enforces nothing: fail open, logged.)
+        if not rules.enforces_scheduler(cluster.namespace_annotations(namespace)):
+            return review.allow(request)
+        pod, enforced = rules.enforce_scheduler(pod, settings.KAI_SCHEDULER_NAME)
     queue_from_namespace = None
     if not rules.pod_queue(pod) and not rules.labels(pod).get(rules.PROJECT_LABEL):
         queue_from_namespace = cluster.namespace_labels(namespace).get(QUEUE_LABEL) or None
@@ -62,9 +69,11 @@ def mutate(request: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(result, rules.Denial):
         return _denied(request, result, what)
     mutated, notes = result
+    if enforced:
+        notes.insert(0, enforced)
     if notes:
         logger.debug("admission: %s: %s", what, "; ".join(notes))
-    return review.patched(request, rules.json_patch(pod, mutated))
+    return review.patched(request, rules.json_patch(original, mutated))
 
 
 def _queue_denial(queue: str, namespace: str, field: str) -> rules.Denial | None:

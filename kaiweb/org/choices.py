@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from django.db import models
 
+from kaiweb.cluster.backends.types import ENFORCE_SCHEDULER_ANNOTATION as ENFORCE_SCHEDULER_ANNOTATION
 from kaiweb.cluster.choices import DEFAULT_PARTITION_LABEL, KRM_GROUP, KRM_VERSION  # noqa: F401 - the org's names
+from kaiweb.cluster.podgrouper.model import NAMESPACE_PROJECT_LABEL as NAMESPACE_PROJECT_LABEL
+from kaiweb.cluster.podgrouper.model import UNASSIGNED_NODE_POOL
 
 # A node's, queue's and PodGroup's node pool; absent means the default pool (as in KRM).
 NODE_POOL_LABEL = DEFAULT_PARTITION_LABEL
 DEFAULT_POOL = "default"
 # On a PodGroup whose pool is not chosen yet: absence already means the default pool.
-UNASSIGNED_POOL = "kai-unexisting-node-pool"
+UNASSIGNED_POOL = UNASSIGNED_NODE_POOL
 # On a node cordoned to drain before it moves to another pool (cleared when it moves).
 NODE_UNSCHEDULABLE_LABEL = "kai.scheduler/unschedulable"
 # On a SchedulingShard the org wrote for a node pool: the pool's name (a shard without it is never deleted).
@@ -21,9 +24,7 @@ NODE_POOLS_ANNOTATION = "kai.scheduler/node-pools"
 PROJECT_LABEL = "project"
 PROJECT_ID_LABEL = "kai.resources/project-id"
 DEPARTMENT_LABEL = "kai.resources/department-name"
-# Namespace label and annotation.
-NAMESPACE_PROJECT_LABEL = "kai/project"
-ENFORCE_SCHEDULER_ANNOTATION = "kai.resources/enforce-scheduler-name"
+# Namespace annotation (its label, NAMESPACE_PROJECT_LABEL, is the pod-grouper's too).
 NAMESPACE_PREFIX = "kai-"
 # An object so labelled is left alone by the org layer: not updated, not deleted.
 MANUAL_OVERRIDE_LABEL = "kai.resources/resource-manual-override"

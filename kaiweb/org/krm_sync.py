@@ -238,7 +238,7 @@ def _publish_nodes(gateway: Any, cluster: Cluster, report: PublishReport) -> dic
     by_pool: dict[str, list[tuple[str, bool]]] = {}
     for node in sorted(gateway.list_nodes().items, key=lambda n: n.name):
         labels = dict(node.labels or {})
-        have = labels.get(NODE_POOL_LABEL) or DEFAULT_POOL
+        have = rules.labelled_pool(labels)
         want, hold = rules.node_move(labels, specs, node.name in busy)
         cordoned_by_us = NODE_UNSCHEDULABLE_LABEL in labels
         unschedulable = node.unschedulable

@@ -2,8 +2,9 @@
 
 * which queues departments and projects get, named, parented and labelled (`derive_queues`);
 * which node pool a node belongs to (`pool_of`) and a pool's phase (`pool_phase`);
-* which node pools a workload may go to, in order (`candidate_pools`), the one it goes to now
-  (`choose_pool`) and where it moves when its pool cannot schedule it (`next_pool`).
+* which node pools a workload may go to, in order (`candidate_pools`), those it may be charged to
+  (`charged_candidates`), the one it goes to now (`choose_pool`) and where it moves when its pool cannot
+  schedule it (`next_pool`); which pool labels put an object in (`labelled_pool`).
 
 The services apply them to the rows and the Kubernetes path to the cluster's objects: one place per rule.
 """
@@ -190,10 +191,16 @@ def node_move(labels: Mapping[str, Any] | None, pools: Iterable[PoolSpec], busy:
     so it keeps its current pool, cordoned, until they end (KRM's drain before the move)."""
     labels = labels or {}
     want = pool_of(labels, pools)
-    have = str(labels.get(NODE_POOL_LABEL) or DEFAULT_POOL)
+    have = labelled_pool(labels)
     if want != have and busy:
         return have, True
     return want, False
+
+
+def labelled_pool(labels: Mapping[str, Any] | None) -> str:
+    """The pool a node's, queue's or PodGroup's labels put it in: the node-pool label's value, the default
+    pool when it is absent."""
+    return str((labels or {}).get(NODE_POOL_LABEL) or DEFAULT_POOL)
 
 
 def pool_phase(nodes: Iterable[tuple[str, bool]], deleting: bool = False) -> tuple[str, str]:
@@ -248,6 +255,12 @@ def candidate_pools(*, annotation: str = "", affinity_terms: Sequence[Mapping[st
         if existing:
             return existing, source
     return [DEFAULT_POOL], "default pool"
+
+
+def charged_candidates(candidates: Sequence[str], queues: Mapping[str, str]) -> list[str]:
+    """The candidates in which the project has a queue (``queues``: pool → queue name): a workload is
+    never charged to a pool where its project has none, so that pool is skipped."""
+    return [p for p in candidates if p in queues]
 
 
 def choose_pool(candidates: Sequence[str], phases: Mapping[str, str], start: int = 0) -> str | None:

@@ -162,7 +162,7 @@ def sync_nodes(cluster: Cluster) -> list[str]:
     for node in Node.objects.filter(cluster=cluster).order_by("name"):
         labels = dict(node.labels or {})
         want, hold = rules.node_move(labels, specs, node.pk in busy)
-        have = labels.get(NODE_POOL_LABEL, DEFAULT_POOL) or DEFAULT_POOL
+        have = rules.labelled_pool(labels)
         if want == have and not hold:
             continue
         if hold:
@@ -185,7 +185,7 @@ def sync_phases(cluster: Cluster) -> None:
     nodes_by_pool: dict[str, list[tuple[str, bool]]] = {}
     for name, labels, ready, cordoned in Node.objects.filter(cluster=cluster).values_list(
             "name", "labels", "ready", "unschedulable"):
-        pool = (labels or {}).get(NODE_POOL_LABEL) or DEFAULT_POOL
+        pool = rules.labelled_pool(labels)
         nodes_by_pool.setdefault(pool, []).append((name, bool(ready and not cordoned)))
     for pool in NodePool.objects.filter(cluster=cluster):
         phase, message = rules.pool_phase(nodes_by_pool.get(pool.name, ()))

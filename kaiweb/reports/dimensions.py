@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kaiweb.org.choices import DEFAULT_POOL, DEPARTMENT_LABEL, NODE_POOL_LABEL, PROJECT_LABEL
+from kaiweb.org.choices import DEPARTMENT_LABEL, PROJECT_LABEL
+from kaiweb.org.rules import labelled_pool
 
 #: The project and department of usage no project or department holds.
 NO_PROJECT = "(no project)"
@@ -87,7 +88,7 @@ def places(rows: Iterable[Any] | None = None) -> dict[int, QueuePlace]:
     for pk, q in queues.items():
         up = chain(pk)
         own = owned.get(pk)
-        pool = own.pool if own else (_label(q.labels, NODE_POOL_LABEL) or DEFAULT_POOL)
+        pool = own.pool if own else labelled_pool(q.labels)
         project = department = ""
         for anc in up:
             o = owned.get(anc.pk)

@@ -30,6 +30,7 @@ from django.db import connection, transaction
 from django.db.models import FloatField, Func, TextField
 from django.db.models.functions import Cast
 
+from kaiweb.cluster.backends.types import NODE_POOL_ASSIGNMENT_ANNOTATION, UNSCHEDULABLE_ON_EVERY_POOL
 from kaiweb.cluster.models import MIG_PREFIX, Node, OtherPod, SchedulingShard, Topology
 from kaiweb.core.changes import listing_version
 from kaiweb.queues.models import PriorityClass, Queue
@@ -920,6 +921,15 @@ def why_pending(result: m.CycleResult, index: SnapshotIndex) -> dict[int, m.Reas
         wid = index.workloads.get(job)
         if wid is not None:
             reasons[wid] = reason
+    # A workload that fitted none of its candidate node pools says so (the org's assigner wrote it on the
+    # PodGroup, `kaiweb.org.assigner`) beside the reason of the pool it waits in now.
+    marked = Workload.objects.filter(pk__in=list(reasons), pod_group_said__annotations__has_key=(
+        NODE_POOL_ASSIGNMENT_ANNOTATION)).values_list("pk", "pod_group_said") if reasons else []
+    for wid, said in marked:
+        note = str(((said or {}).get("annotations") or {}).get(NODE_POOL_ASSIGNMENT_ANNOTATION) or "")
+        if UNSCHEDULABLE_ON_EVERY_POOL in note:
+            reason = reasons[wid]
+            reasons[wid] = dataclasses.replace(reason, message=f"{reason.message}; {note}")
     for err in result.errors:
         # An object the engine could not read is marked on that object: its why-pending says so.
         if err.kind == "job":

@@ -45,6 +45,7 @@ from kaiweb.cluster.gateway import Capability, get_gateway
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.core import clock
 from kaiweb.core.locks import advisory_lock
+from kaiweb.org.assigner import assign as assign_node_pools
 from kaiweb.scheduling import adapters
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
 from kaiweb.scheduling.fragmentation import shard_fragmentation
@@ -312,6 +313,12 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
             # The cluster may configure the shard itself (a SchedulingShard object): decide with that.
             shard.refresh_from_db()
         phases["observe"] = _ms(t)
+
+        # Each workload of a project gets its node pool and queue before any shard decides on it: its
+        # pool is one label value, so no two shards ever take the same workload.
+        t = time.perf_counter()
+        assign_node_pools(gateway, shard.cluster)
+        phases["assign"] = _ms(t)
 
         t = time.perf_counter()
         from kaiweb.usage.accounting import usage_for_engine

@@ -945,3 +945,28 @@ def test_the_server_serves_namespaced_lists_with_label_and_field_selectors(
     with pytest.raises(client.ApiException) as err:
         api.read_namespaced_pod("missing", "ml")
     assert err.value.status == 404
+
+
+def test_assign_pod_group_merges_labels_annotation_and_queue_into_that_incarnation_only(
+    apiserver: Server, gateway: KubernetesGateway,  # noqa: F811
+) -> None:
+    made = apiserver.add_pod_group("train", namespace="kai-vision", spec={"queue": "vision", "minMember": 1})
+    uid = made["metadata"]["uid"]
+    pool, queue_label, said = "kai.scheduler/node-pool", "kai.scheduler/queue", "kaiweb.io/node-pool-assignment"
+
+    assert gateway.assign_pod_group("kai-vision", "train", uid, labels={pool: "h100", queue_label: "vision-h100"},
+                                    annotations={said: "assigned to node pool h100"}, queue="vision-h100")
+    got = gateway.get_object("scheduling.run.ai/v2alpha2", "PodGroup", "kai-vision", "train")
+    assert got["spec"] == {"queue": "vision-h100", "minMember": 1}
+    assert (got["metadata"]["labels"][pool], got["metadata"]["labels"][queue_label]) == ("h100", "vision-h100")
+    assert got["metadata"]["annotations"][said] == "assigned to node pool h100"
+
+    # The default pool is the label's absence; another incarnation or a missing PodGroup is not written.
+    assert gateway.assign_pod_group("kai-vision", "train", uid, labels={pool: None, queue_label: "vision"},
+                                    annotations={said: "moved"}, queue="vision")
+    assert pool not in gateway.get_object("scheduling.run.ai/v2alpha2", "PodGroup", "kai-vision", "train")[
+        "metadata"]["labels"]
+    assert not gateway.assign_pod_group("kai-vision", "train", "another-uid", labels={pool: "a100"},
+                                        annotations={}, queue="vision-a100")
+    assert gateway.get_object("scheduling.run.ai/v2alpha2", "PodGroup", "kai-vision", "train")["spec"]["queue"] == "vision"
+    assert not gateway.assign_pod_group("kai-vision", "gone", "", labels={}, annotations={}, queue="q")

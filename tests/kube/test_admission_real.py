@@ -98,11 +98,18 @@ def webhook_configurations(base: str, ca: bytes) -> tuple[dict[str, Any], dict[s
                                                           "values": ["kube-system", "kaiweb"]}]}}
     pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}
     ours = [{"name": "scheduler-name", "expression": "object.spec.schedulerName == 'kai-scheduler'"}]
+    theirs = [{"name": "other-scheduler", "expression": "object.spec.schedulerName != 'kai-scheduler'"}]
+    projects = {"matchExpressions": [*common["namespaceSelector"]["matchExpressions"],
+                                     {"key": "kai/project", "operator": "Exists"}]}
     mutating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
                 "metadata": {"name": MUTATING},
                 "webhooks": [{**common, "name": "pod-mutator.kaiweb.io", "reinvocationPolicy": "IfNeeded",
                               "clientConfig": {"url": f"{base}/admission/mutate", "caBundle": bundle},
-                              "matchConditions": ours, "rules": [{"operations": ["CREATE"], **pods}]}]}
+                              "matchConditions": ours, "rules": [{"operations": ["CREATE"], **pods}]},
+                             {**common, "name": "pod-scheduler.kaiweb.io", "reinvocationPolicy": "IfNeeded",
+                              "namespaceSelector": projects,
+                              "clientConfig": {"url": f"{base}/admission/mutate", "caBundle": bundle},
+                              "matchConditions": theirs, "rules": [{"operations": ["CREATE"], **pods}]}]}
     validating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
                   "metadata": {"name": VALIDATING},
                   "webhooks": [{**common, "name": "pod-validator.kaiweb.io",
@@ -224,3 +231,15 @@ def test_a_pod_group_with_a_subgroup_cycle_or_an_unbound_queue_is_refused(admitt
         create("elsewhere", "research", [])
     assert "spec.queue: namespace 'groups' may use only the queues bound to it (inference)" in unbound.value.body
     assert create("fine", "inference", [{"name": "a", "minMember": 1}])["metadata"]["name"] == "fine"
+
+
+def test_a_project_that_enforces_our_scheduler_has_every_pod_of_its_namespace_put_on_ours(admitting):
+    core = client.CoreV1Api(admitting)
+    core.create_namespace({"metadata": {"name": "kai-vision", "labels": {"kai/project": "vision"},
+                                        "annotations": {"kai.resources/enforce-scheduler-name": "true"}}})
+    make_namespace(core, "kai-nlp", {"kai/project": "nlp"})
+    enforced = core.create_namespaced_pod("kai-vision", pod("p", scheduler="default-scheduler"))
+    assert enforced.spec.scheduler_name == "kai-scheduler"
+    assert env_of(enforced)["NVIDIA_VISIBLE_DEVICES"].value == "void"  # then mutated as ours are
+    assert core.create_namespaced_pod("kai-nlp", pod("p", scheduler="default-scheduler")).spec.scheduler_name == (
+        "default-scheduler")

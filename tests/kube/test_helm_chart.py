@@ -323,7 +323,7 @@ def test_admission_webhooks_use_kais_failure_policy_and_a_certificate_their_ca_b
     secret = by_kind(docs, "Secret")[f"{admission}-tls"]
     mutating = by_kind(docs, "MutatingWebhookConfiguration")[admission]["webhooks"]
     validating = by_kind(docs, "ValidatingWebhookConfiguration")[admission]["webhooks"]
-    assert [w["name"] for w in mutating] == ["pod-mutator.kaiweb.io"]
+    assert [w["name"] for w in mutating] == ["pod-mutator.kaiweb.io", "pod-scheduler.kaiweb.io"]
     assert [w["name"] for w in validating] == ["pod-validator.kaiweb.io", "podgroup-validator.kaiweb.io"]
     for hook in mutating + validating:
         assert hook["failurePolicy"] == "Fail"
@@ -334,6 +334,9 @@ def test_admission_webhooks_use_kais_failure_policy_and_a_certificate_their_ca_b
                 "values": ["kube-system", NAMESPACE]} in hook["namespaceSelector"]["matchExpressions"]
     assert mutating[0]["matchConditions"] == [{"name": "scheduler-name",
                                               "expression": "object.spec.schedulerName == 'kai-scheduler'"}]
+    assert mutating[1]["matchConditions"] == [{"name": "other-scheduler",
+                                              "expression": "object.spec.schedulerName != 'kai-scheduler'"}]
+    assert {"key": "kai/project", "operator": "Exists"} in mutating[1]["namespaceSelector"]["matchExpressions"]
     assert mutating[0]["rules"][0]["operations"] == ["CREATE"]
     assert mutating[0]["reinvocationPolicy"] == "IfNeeded"
     assert validating[1]["rules"][0]["resources"] == ["podgroups"]

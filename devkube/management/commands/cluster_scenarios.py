@@ -28,7 +28,7 @@ class Command(BaseCommand):
                                  "when fewer than this many scenarios pass")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        from devkube import e2e
+        from devkube import e2e, org_scenarios
         from devkube.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
         from devkube.product import cycle_invariants, product_cycle
 
@@ -52,9 +52,17 @@ class Command(BaseCommand):
             # controllers would create, and nothing else may create or evict pods.
             cluster = LocalKube(binaries, controllers=None, kwok=True)
         results: dict[str, e2e.ScenarioResult] = {}
+        # Scenarios with an ``org`` (node pools, departments, projects: tests/org_scenarios) set it up
+        # through the org services and run every pool's shard in each cycle (`devkube.org_scenarios`).
+        with_org = any(s.get("org") for s in scenarios)
         with _throwaway_database(), cluster as kube:
-            runner = e2e.ScenarioRunner(kube, prepare=_prepare, run_cycle=product_cycle,
-                                        check=cycle_invariants)
+            if with_org:
+                runner = e2e.ScenarioRunner(kube, prepare=_prepare, run_cycle=org_scenarios.every_shard_cycle,
+                                            check=org_scenarios.every_shard_invariants,
+                                            setup=org_scenarios.apply_org)
+            else:
+                runner = e2e.ScenarioRunner(kube, prepare=_prepare, run_cycle=product_cycle,
+                                            check=cycle_invariants)
             for n, scenario in enumerate(scenarios, 1):
                 sid = str(scenario.get("id"))
                 result = runner.run(scenario)
@@ -70,7 +78,19 @@ class Command(BaseCommand):
         summary = e2e.summarise(results)
         self.stderr.write(f"{summary['scenarios']} scenarios, {summary['errors']} with errors, "
                           f"{summary['invariant_violations']} invariant violations, {summary['seconds']} s")
-        if opts["floor"] is not None:
+        if opts["floor"] is not None and with_org:
+            failed = {}
+            for s in scenarios:
+                result = results[str(s["id"])]
+                failed[str(s["id"])] = [result.error] if result.error else org_scenarios.failures(s, result.observations)
+            for sid, why in failed.items():
+                if why:
+                    self.stderr.write(f"FAIL {sid}: {why[0][:300]}")
+            passed = sum(1 for why in failed.values() if not why)
+            self.stderr.write(f"org scenarios: {passed}/{len(scenarios)} passed (floor {opts['floor']})")
+            if passed < opts["floor"]:
+                raise CommandError(f"org scenarios: {passed} passed, below the floor of {opts['floor']}")
+        elif opts["floor"] is not None:
             try:
                 passed, total, failures = e2e.score(path, scenarios, payload)
             except FileNotFoundError as exc:

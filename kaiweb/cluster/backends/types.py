@@ -28,6 +28,14 @@ T = TypeVar("T")
 QUEUE_LABEL = "kai.scheduler/queue"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 POD_GROUP_ANNOTATION = "pod-group-name"
+# KAI Resource Management's namespace annotation carrying its project's enforceKaiScheduler ("true": every
+# pod of the namespace goes to our scheduler, whatever it asked for); read by the pod admission webhook.
+ENFORCE_SCHEDULER_ANNOTATION = "kai.resources/enforce-scheduler-name"
+# Where the org's assigner put a project's PodGroup and why (or why it waits), kept in the mirror with what
+# kaiweb writes on PodGroups; a workload that fits none of its candidate node pools says the words below,
+# and its why-pending says them too.
+NODE_POOL_ASSIGNMENT_ANNOTATION = "kaiweb.io/node-pool-assignment"
+UNSCHEDULABLE_ON_EVERY_POOL = "unschedulable on every candidate node pool"
 GPU_FRACTION_ANNOTATION = "gpu-fraction"
 GPU_MEMORY_ANNOTATION = "gpu-memory"
 GPU_FRACTION_NUM_DEVICES_ANNOTATION = "gpu-fraction-num-devices"

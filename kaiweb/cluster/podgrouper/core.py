@@ -15,6 +15,7 @@ from kaiweb.cluster.podgrouper import batch, kubeflow, lws, ray
 from kaiweb.cluster.podgrouper import jobset as jobset_kind
 from kaiweb.cluster.podgrouper.defaults import Context, Obj, bad, default_plan, workload_defaults_from
 from kaiweb.cluster.podgrouper.model import (
+    NAMESPACE_PROJECT_LABEL,
     NODE_POOL_LABEL,
     POD_GROUP_ANNOTATION,
     PODGROUP_API_VERSION,
@@ -24,6 +25,7 @@ from kaiweb.cluster.podgrouper.model import (
     QUEUE_LABEL,
     SKIP_ANNOTATION,
     SUBGROUP_LABEL,
+    UNASSIGNED_NODE_POOL,
     Bad,
     Grouping,
     ListPods,
@@ -155,7 +157,20 @@ def group_pod(
     pool = labels(pod).get(node_pool_label)
     if pool is not None and node_pool_label not in plan.labels:
         plan.labels[node_pool_label] = pool
+    if node_pool_label not in plan.labels and _in_project_namespace(ctx):
+        # KRM's PodGroup admission: not assigned to a node pool yet, so no shard takes it before the
+        # org's assigner has chosen its pool (a PodGroup that exists keeps its own, `_keep_from_existing`).
+        plan.labels[node_pool_label] = UNASSIGNED_NODE_POOL
     return _grouping(ctx, plan, top)
+
+
+def _in_project_namespace(ctx: Context) -> bool:
+    if ctx.namespace_labels is None:
+        return False
+    try:
+        return bool(ctx.namespace_labels(ctx.pod_namespace).get(NAMESPACE_PROJECT_LABEL))
+    except Exception:  # noqa: BLE001 - the caller's reader failing is a missing label, as in `queue_for`
+        return False
 
 
 # ------------------------------------------------------------------------------------------ owners

@@ -22,6 +22,10 @@ SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 QUEUE_LABEL = "kai.scheduler/queue"
 PROJECT_LABEL = "project"
 NODE_POOL_LABEL = "kai.scheduler/node-pool"
+# KAI Resource Management's: a namespace so labelled is a project's, and a PodGroup made there carries
+# this node-pool value until its pool is chosen (absence already means the default pool).
+NAMESPACE_PROJECT_LABEL = "kai/project"
+UNASSIGNED_NODE_POOL = "kai-unexisting-node-pool"
 USER_LABEL = "user"
 PRIORITY_LABEL = "priorityClassName"
 PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"

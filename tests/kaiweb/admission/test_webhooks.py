@@ -108,7 +108,7 @@ def test_the_queue_label_defaults_to_the_namespaces(client, settings, monkeypatc
     settings.KAI_CLUSTER_BACKEND = "kubernetes"
     cluster.forget()
     read: list[str] = []
-    monkeypatch.setattr(cluster, "_api_reader", lambda: (lambda ns: read.append(ns) or {"kai.scheduler/queue": "team-a"}))
+    monkeypatch.setattr(cluster, "_api_reader", lambda: (lambda ns: read.append(ns) or {"labels": {"kai.scheduler/queue": "team-a"}}))
     try:
         for _ in range(2):
             ops = patch_of(answer(client, "/admission/mutate", review(pod())))
@@ -122,7 +122,7 @@ def test_a_namespace_that_cannot_be_read_leaves_the_queue_to_the_pod_grouper(cli
     settings.KAI_CLUSTER_BACKEND = "kubernetes"
     cluster.forget()
 
-    def broken(ns: str) -> dict[str, str]:
+    def broken(ns: str) -> dict[str, dict[str, str]]:
         raise OSError("connection refused")
 
     monkeypatch.setattr(cluster, "_api_reader", lambda: broken)
@@ -224,3 +224,20 @@ def test_the_bindings_page_lists_and_lets_only_platform_admins_edit(client, plat
     assert 'data-queue="team-training"' in page
     assert 'id="binding-form"' not in page
     assert client.post("/admission/bindings/", {"namespace": "x", "queue": "team-training"}).status_code == 403
+
+
+def test_a_namespace_whose_project_enforces_the_scheduler_puts_every_pod_on_ours(client, settings, monkeypatch):
+    settings.KAI_CLUSTER_BACKEND = "kubernetes"
+    cluster.forget()
+    namespaces = {"team": {"labels": {"kai/project": "vision"},
+                           "annotations": {"kai.resources/enforce-scheduler-name": "true"}},
+                  "free": {"labels": {"kai/project": "nlp"}, "annotations": {}}}
+    monkeypatch.setattr(cluster, "_api_reader", lambda: namespaces.__getitem__)
+    try:
+        ops = patch_of(answer(client, "/admission/mutate", review(pod(scheduler="default-scheduler"))))
+        assert {"op": "add", "path": "/spec/schedulerName", "value": "kai-scheduler"} in ops
+        assert "/spec/containers/0/env" in [op["path"] for op in ops]  # then mutated as ours are
+        assert answer(client, "/admission/mutate", review(pod(scheduler="default-scheduler"), namespace="free")) == {
+            "uid": "u-1", "allowed": True}
+    finally:
+        cluster.forget()

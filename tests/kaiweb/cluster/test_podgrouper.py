@@ -748,3 +748,22 @@ def test_corpus_podgroup_expectation_count():
     print(f"\nkai-e2e podgroup expectations: {passed}/{len(results)} pass in {len(scenarios)} scenarios")
     assert results
     assert passed == len(results)
+
+
+def test_a_new_pod_group_in_a_projects_namespace_waits_for_its_node_pool_and_keeps_the_one_given():
+    namespace = obj("v1", "Namespace", NS, namespace="", labels={"kai/project": "vision"})
+    the_pod = pod("solo")
+    cluster = FakeCluster(namespace, the_pod)
+    made = grouped(cluster, the_pod)
+    assert made.podgroup["metadata"]["labels"]["kai.scheduler/node-pool"] == "kai-unexisting-node-pool"
+    # Assigned to the default pool (the label taken away): the grouper's next pass keeps it so.
+    assigned = copy.deepcopy(made.podgroup)
+    del assigned["metadata"]["labels"]["kai.scheduler/node-pool"]
+    cluster.apply(assigned)
+    assert "kai.scheduler/node-pool" not in grouped(cluster, the_pod).podgroup["metadata"]["labels"]
+    # A pod that names its pool is not held back; outside a project's namespace nothing is added.
+    named = pod("named", labels={"kai.scheduler/node-pool": "h100"})
+    cluster.apply(named)
+    assert grouped(cluster, named).podgroup["metadata"]["labels"]["kai.scheduler/node-pool"] == "h100"
+    plain = pod("plain")
+    assert "kai.scheduler/node-pool" not in grouped(FakeCluster(plain), plain).podgroup["metadata"]["labels"]

@@ -652,6 +652,24 @@ class KubernetesGateway(Binding, OrgObjects):
                    PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name, {"status": dict(status)},
                    _content_type="application/merge-patch+json")
 
+    def assign_pod_group(self, namespace: str, name: str, uid: str, *, labels: Mapping[str, str | None],
+                         annotations: Mapping[str, str | None], queue: str) -> bool:
+        """Merge labels and annotations (None takes a key away) and ``spec.queue`` into that PodGroup
+        incarnation: where a node pool's assignment is written. False when it is gone."""
+        body: dict[str, Any] = {"metadata": {"labels": dict(labels), "annotations": dict(annotations)},
+                                "spec": {"queue": queue}}
+        if uid:
+            body["metadata"]["uid"] = uid
+        try:
+            self._json(f"assign PodGroup {namespace}/{name}", self.custom.patch_namespaced_custom_object,
+                       PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name, body,
+                       _content_type="application/merge-patch+json")
+        except ClusterRejected as err:
+            if err.status == 404 or _uid_refused(err):
+                return False
+            raise
+        return True
+
     def label_pod(self, namespace: str, name: str, uid: str, *, labels: Mapping[str, str],
                   annotations: Mapping[str, str]) -> bool:
         """Merge labels and annotations into that pod incarnation (False when it is gone)."""

@@ -39,6 +39,7 @@ from kaiweb.cluster.backends.types import (
     MIG_ENABLED_LABEL,
     MIG_RESOURCE_PREFIX,
     MIG_STRATEGY_LABEL,
+    NODE_POOL_ASSIGNMENT_ANNOTATION,
     POD_GROUP_ANNOTATION,
     POD_GROUP_STAMPS,
     QUEUE_LABEL,
@@ -519,13 +520,14 @@ def parse_pod_group(raw: Mapping[str, Any]) -> ObservedPodGroup | Unreadable:
 
 
 def pod_group_said(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """What a PodGroup says of what kaiweb writes on it: ``annotations`` (KAI's stamps and kaiweb's place
-    in line and start estimate, key → text) and ``conditions`` (status.schedulingConditions, the first
+    """What a PodGroup says of what kaiweb writes on it: ``annotations`` (KAI's stamps, kaiweb's place
+    in line and start estimate, and its node pool assignment, key → text) and ``conditions`` (status.schedulingConditions, the first
     `MAX_SCHEDULING_CONDITIONS` mappings)."""
     annotations = _meta(raw).get("annotations") or {}
     status = raw.get("status") if isinstance(raw.get("status"), Mapping) else {}
     conditions = status.get("schedulingConditions") if isinstance(status, Mapping) else None
-    kept = {key: 64 for _, key in POD_GROUP_STAMPS} | dict.fromkeys(LINE_ANNOTATIONS, LINE_ANNOTATION_MAX)
+    kept = ({key: 64 for _, key in POD_GROUP_STAMPS} | dict.fromkeys(LINE_ANNOTATIONS, LINE_ANNOTATION_MAX)
+            | {NODE_POOL_ASSIGNMENT_ANNOTATION: LINE_ANNOTATION_MAX})
     return {"annotations": {key: str(annotations[key])[:longest] for key, longest in kept.items()
                             if isinstance(annotations, Mapping) and annotations.get(key)},
             "conditions": [dict(c) for c in (conditions if isinstance(conditions, list) else [])
