@@ -10,7 +10,6 @@ edit's preview does for one queue (`kaiweb.scheduling.fairshare.preview`).
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +19,12 @@ from kaiweb.org.choices import NODE_POOL_LABEL, OwnerKind
 from kaiweb.org.models import Department, NodePool, OwnerQueue, Project
 from kaiweb.queues.models import Queue
 from kaiweb.scheduling.cycle import next_snapshot
+from kaiweb.scheduling.fairshare import compare_divisions
 from kaiweb.workloads.choices import ALLOCATED_POD_STATES, WorkloadState
 from kaiweb.workloads.models import Workload
 from scheduler_core import fair_share
 from scheduler_core.model import DEFAULT_JOB_PRIORITY
-from scheduler_core.units import bytes_to_mb, vector_to_queue_units
+from scheduler_core.units import bytes_to_mb
 
 # ------------------------------------------------------------------------------------------ the tree
 
@@ -163,12 +163,7 @@ def _queue_for(derived: rules.DerivedQueue, existing: Queue | None) -> Queue:
     if existing is not None:
         queue.preempt_min_runtime = existing.preempt_min_runtime
         queue.reclaim_min_runtime = existing.reclaim_min_runtime
-    queue.priority = derived.priority
-    for r in RESOURCES:
-        amounts: rules.Amounts = getattr(derived, r)
-        setattr(queue, f"{r}_quota", amounts.deserved)
-        setattr(queue, f"{r}_limit", amounts.limit)
-        setattr(queue, f"{r}_over_quota_weight", amounts.over_quota_weight)
+    services.set_numbers(queue, derived)
     return queue
 
 
@@ -223,29 +218,10 @@ def _pool_preview(pool: NodePool, derived: list[rules.DerivedQueue], existing: d
     queues = [specs.pop(q.name, q) for q in snapshot.queues if q.name not in gone]
     queues.extend(specs.values())
     after = fair_share.divide(dataclasses.replace(snapshot, queues=tuple(queues)), config)
-    names = sorted(set(before.queues) | set(after.queues))
-    parents = {n: (after.queues.get(n) or before.queues.get(n)).parent for n in names}
-
-    def chain(n: str) -> list[str]:
-        out, cur, seen = [n], parents.get(n), {n}
-        while cur is not None and cur not in seen:
-            seen.add(cur)
-            out.append(cur)
-            cur = parents.get(cur)
-        return list(reversed(out))
-
-    rows = []
-    for n in sorted(names, key=chain):
-        b = vector_to_queue_units(before.queues[n].fair) if n in before.queues else None
-        a = vector_to_queue_units(after.queues[n].fair) if n in after.queues else None
-        per, changed = {}, False
-        for r in RESOURCES:
-            bv, av = (b[r] if b else 0.0), (a[r] if a else 0.0)
-            per[r] = {"before": bv, "after": av, "delta": av - bv}
-            changed = changed or not math.isclose(bv, av, abs_tol=1e-6)
-        rows.append({"queue": n, "depth": len(chain(n)) - 1, "changed": changed or b is None or a is None,
-                     "new": b is None, "gone": a is None, **per})
-    return PoolPreview(pool.name, rows, [e for e in after.errors if e not in before.errors])
+    rows, problems = compare_divisions(before, after)
+    for row in rows:  # a queue made or removed by the change is one of its changes
+        row["changed"] = row["changed"] or row["new"] or row["gone"]
+    return PoolPreview(pool.name, rows, problems)
 
 
 def _reclaimable(derived: list[rules.DerivedQueue], existing: dict[str, Queue]) -> list[Reclaimable]:

@@ -194,6 +194,17 @@ def sync_phases(cluster: Cluster) -> None:
             pool.save(update_fields=["phase", "message", "updated"])
 
 
+def set_numbers(queue: Queue, entry: rules.QueueEntry | rules.DerivedQueue) -> None:
+    """An owner's entry on its queue: the priority, and per resource KRM's deserved as the queue's quota,
+    its limit and over-quota weight (KRM's units are the Queue's)."""
+    queue.priority = entry.priority
+    for r in RESOURCES:
+        amounts: rules.Amounts = getattr(entry, r)
+        setattr(queue, f"{r}_quota", amounts.deserved)
+        setattr(queue, f"{r}_limit", amounts.limit)
+        setattr(queue, f"{r}_over_quota_weight", amounts.over_quota_weight)
+
+
 def sync_queues(*, actor: Actor = None, source: str = AuditSource.SYSTEM) -> list[rules.DerivedQueue]:
     """Make the queues what the departments' and projects' entries say (`rules.derive_queues`): create,
     update and re-parent them, link each to its owner, and delete the queues of entries that are gone.
@@ -214,15 +225,10 @@ def sync_queues(*, actor: Actor = None, source: str = AuditSource.SYSTEM) -> lis
         before = audit.snapshot(queue) if queue is not None else None
         queue = queue or Queue(name=d.name)
         queue.parent = Queue.objects.get(name=d.parent) if d.parent else None
-        queue.priority = d.priority
         queue.labels = {**{k: v for k, v in (queue.labels or {}).items()
                            if k not in (NODE_POOL_LABEL, rules.PROJECT_LABEL, rules.PROJECT_ID_LABEL,
                                         rules.DEPARTMENT_LABEL)}, **d.labels}
-        for r in RESOURCES:
-            amounts: rules.Amounts = getattr(d, r)
-            setattr(queue, f"{r}_quota", amounts.deserved)
-            setattr(queue, f"{r}_limit", amounts.limit)
-            setattr(queue, f"{r}_over_quota_weight", amounts.over_quota_weight)
+        set_numbers(queue, d)
         validate_queue_fields(queue)
         queue.save()
         after = audit.snapshot(queue)
@@ -524,12 +530,7 @@ def _write_entries(owner: Department | Project, entries: tuple[rules.QueueEntry,
             queue = Queue(name=name)
         elif entry.name and entry.name != queue.name:
             raise ValidationError({"queues": f"{entry.pool}: the queue is {queue.name}; a queue cannot be renamed"})
-        queue.priority = entry.priority
-        for r in RESOURCES:
-            amounts: rules.Amounts = getattr(entry, r)
-            setattr(queue, f"{r}_quota", amounts.deserved)
-            setattr(queue, f"{r}_limit", amounts.limit)
-            setattr(queue, f"{r}_over_quota_weight", amounts.over_quota_weight)
+        set_numbers(queue, entry)
         if queue.pk is None:
             queue.labels = {}
             validate_queue_fields(queue)

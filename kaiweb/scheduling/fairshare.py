@@ -129,35 +129,34 @@ def preview(proposed: Any) -> tuple[list[dict[str, Any]], list[str]]:
     snapshot, config, index = next_snapshot(SchedulingShard.objects.default())
     before = fair_share.divide(snapshot, config)
     after = fair_share.divide(_with_queue(snapshot, index, proposed), config)
+    return compare_divisions(before, after)
+
+
+def compare_divisions(before: Any, after: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """Two divisions of one shard (as it is, and with a change) side by side: rows {queue, depth, changed,
+    new, gone, per resource: (before, after, delta)} in tree order, and the problems the engine found
+    with the changed tree that the current one does not have (a problem the tree already had is not
+    the change's). The one comparison every fair-share preview shows."""
     names = sorted(set(before.queues) | set(after.queues))
     parents = {n: (after.queues.get(n) or before.queues.get(n)).parent for n in names}
 
-    def depth(n: str) -> int:
-        d, cur, seen = 0, parents.get(n), set()
+    def chain(n: str) -> list[str]:
+        out, cur, seen = [n], parents.get(n), {n}
         while cur is not None and cur not in seen:
             seen.add(cur)
-            d, cur = d + 1, parents.get(cur)
-        return d
-
-    def order_key(n: str) -> list[str]:
-        chain, cur, seen = [n], parents.get(n), set()
-        while cur is not None and cur not in seen:
-            seen.add(cur)
-            chain.append(cur)
+            out.append(cur)
             cur = parents.get(cur)
-        return list(reversed(chain))
+        return list(reversed(out))
 
     rows = []
-    for n in sorted(names, key=order_key):
+    for n in sorted(names, key=chain):
         b = vector_to_queue_units(before.queues[n].fair) if n in before.queues else None
         a = vector_to_queue_units(after.queues[n].fair) if n in after.queues else None
-        per = {}
-        changed = False
+        per, changed = {}, False
         for r in RESOURCES:
-            bv = b[r] if b else 0.0
-            av = a[r] if a else 0.0
+            bv, av = (b[r] if b else 0.0), (a[r] if a else 0.0)
             per[r] = {"before": bv, "after": av, "delta": av - bv}
             changed = changed or not math.isclose(bv, av, abs_tol=1e-6)
-        rows.append({"queue": n, "depth": depth(n), "changed": changed, "new": b is None, "gone": a is None, **per})
-    # what the edit brings: a problem the tree already had is not the edit's
+        rows.append({"queue": n, "depth": len(chain(n)) - 1, "changed": changed, "new": b is None,
+                     "gone": a is None, **per})
     return rows, [e for e in after.errors if e not in before.errors]

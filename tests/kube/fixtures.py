@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from devkube.localkube import LocalKube, find_binaries
+from devkube.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
 from tests.fakes.kube_apiserver import FakeKubeApiServer
 from tests.kube.servers import FakeServer, RealServer
 
@@ -34,6 +34,22 @@ def start_cluster(**kwargs: object) -> LocalKube:
         kube.stop()
         raise
     return kube
+
+
+def kwok_scenario_cluster() -> Iterator[LocalKube]:
+    """The cluster the end-to-end scenarios play on (`make e2e-kai`): our CRDs, KWOK for the kubelets, no
+    controller-manager; a skip when the binaries or KWOK are missing. For a module-scoped fixture to
+    yield from."""
+    bin_dir = find_binaries()
+    if bin_dir is None:
+        pytest.skip(NO_BINARIES)
+    if find_tool("kwok", bin_dir) is None:
+        pytest.skip(NO_KWOK)
+    kube = start_cluster(kwok=True, controllers=None)
+    try:
+        yield kube
+    finally:
+        kube.stop()
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ import pytest
 from django.core.management import call_command
 
 from devkube import e2e
-from devkube.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
+from devkube.localkube import LocalKube
 from devkube.product import product_cycle
 from kaiweb.cluster import mirror
-from tests.kube.fixtures import NO_BINARIES, start_cluster
+from tests.kube.fixtures import kwok_scenario_cluster
 
 pytestmark = [pytest.mark.kube, pytest.mark.django_db(transaction=True)]
 
@@ -76,17 +76,7 @@ def base(*nodes: dict[str, Any], gpu_limit: float = -1) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def kwok_cluster() -> Iterator[LocalKube]:
-    """The cluster `make e2e-kai` plays on: KWOK for the kubelets, no controller-manager."""
-    bin_dir = find_binaries()
-    if bin_dir is None:
-        pytest.skip(NO_BINARIES)
-    if find_tool("kwok", bin_dir) is None:
-        pytest.skip(NO_KWOK)
-    kube = start_cluster(kwok=True, controllers=None)
-    try:
-        yield kube
-    finally:
-        kube.stop()
+    yield from kwok_scenario_cluster()
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ import pytest
 from django.core.management import call_command
 
 from devkube import e2e, org_scenarios
-from devkube.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
+from devkube.localkube import LocalKube
 from kaiweb.cluster import mirror
-from tests.kube.fixtures import NO_BINARIES, start_cluster
+from tests.kube.fixtures import kwok_scenario_cluster
 
 pytestmark = [pytest.mark.kube, pytest.mark.django_db(transaction=True)]
 
@@ -26,16 +26,7 @@ SCENARIOS = e2e.load_scenarios(org_scenarios.SCENARIOS)
 
 @pytest.fixture(scope="module")
 def kwok_cluster() -> Iterator[LocalKube]:
-    bin_dir = find_binaries()
-    if bin_dir is None:
-        pytest.skip(NO_BINARIES)
-    if find_tool("kwok", bin_dir) is None:
-        pytest.skip(NO_KWOK)
-    kube = start_cluster(kwok=True, controllers=None)
-    try:
-        yield kube
-    finally:
-        kube.stop()
+    yield from kwok_scenario_cluster()
 
 
 @pytest.fixture
