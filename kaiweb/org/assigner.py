@@ -169,12 +169,19 @@ def _label(pool: str) -> str | None:
     return None if pool == DEFAULT_POOL else pool
 
 
-def affinity_terms_of(affinity: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], ...]:
-    """The required node affinity terms of a pod's ``spec.affinity`` (or a Pod row's constraints)."""
+def affinity_terms_of(affinity: Mapping[str, Any] | None,
+                      node_selector: Mapping[str, Any] | None = None) -> tuple[Mapping[str, Any], ...]:
+    """The required node affinity terms of a pod's ``spec.affinity`` (or a Pod row's constraints), and its
+    ``nodeSelector`` as one more term of ``In`` expressions: both say which nodes the pod may land on, so
+    both point at the pools whose label pair they name."""
     node = (affinity or {}).get("nodeAffinity") or {}
     required = node.get(REQUIRED) or {}
     terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
-    return tuple(t for t in terms or () if isinstance(t, Mapping))
+    found = tuple(t for t in terms or () if isinstance(t, Mapping))
+    if isinstance(node_selector, Mapping) and node_selector:
+        found += ({"matchExpressions": [{"key": str(k), "operator": "In", "values": [str(v)]}
+                                        for k, v in sorted(node_selector.items())]},)
+    return found
 
 
 def unschedulable_shard(conditions: Iterable[Any]) -> str | None:
@@ -316,7 +323,8 @@ def _assign_pod_groups(gateway: Any, cluster: Cluster, org: OrgView, report: Ass
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
             queue=str((raw.get("spec") or {}).get("queue") or ""),
             annotation=str(((pod.get("metadata") or {}).get("annotations") or {}).get(NODE_POOLS_ANNOTATION, "")),
-            affinity_terms=affinity_terms_of((pod.get("spec") or {}).get("affinity")),
+            affinity_terms=affinity_terms_of((pod.get("spec") or {}).get("affinity"),
+                                             (pod.get("spec") or {}).get("nodeSelector")),
             bound=bool(node), running_pool=_node_pool(cluster, str(node)) if node else None,
             unschedulable_on=unschedulable_shard((raw.get("status") or {}).get("schedulingConditions") or ()))
         want = decide(facts, project, org)
@@ -377,7 +385,8 @@ def _assign_rows(cluster: Cluster, org: OrgView, report: AssignReport) -> None:
         said = w.pod_group_said if isinstance(w.pod_group_said, Mapping) else {}
         labels = {str(k): str(v) for k, v in (w.labels or {}).items()}
         facts = GroupFacts(labels=labels, queue=w.queue.name, annotation=labels.get(NODE_POOLS_ANNOTATION, ""),
-                           affinity_terms=affinity_terms_of(constraints.get("affinity")),
+                           affinity_terms=affinity_terms_of(constraints.get("affinity"),
+                                                            constraints.get("nodeSelector")),
                            bound=w.pk in running,
                            running_pool=_node_pool(cluster, running[w.pk]) if w.pk in running else None,
                            unschedulable_on=unschedulable_shard(said.get("conditions") or ()))

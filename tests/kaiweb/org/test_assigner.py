@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from devkube import org_scenarios
-from kaiweb.org.assigner import GroupFacts, OrgView, ProjectView, decide
+from kaiweb.org.assigner import GroupFacts, OrgView, ProjectView, affinity_terms_of, decide
 from kaiweb.org.choices import NODE_POOL_LABEL, UNASSIGNED_POOL
 from kaiweb.org.rules import PoolSpec
 
@@ -82,3 +82,12 @@ def test_the_scenario_checker_reports_what_the_cluster_does_not_show():
     group["metadata"]["labels"] = {NODE_POOL_LABEL: "h100"}
     group["spec"]["queue"] = "q-h100"
     assert org_scenarios.failures(scenario, [{"pods": [pod], "podgroups": [group], "events": []}]) == []
+
+
+def test_a_node_selector_on_a_pools_label_pair_points_at_that_pool_as_required_affinity_does():
+    terms = affinity_terms_of(None, {"nvidia.com/gpu.product": "A100"})
+    want = decide(GroupFacts(labels={}, queue="vision", affinity_terms=terms), VISION, ORG)
+    assert (want.pool_label, want.queue, want.source) == ("a100", "vision-a100", "node affinity")
+    # The selector adds to the affinity's terms; with neither, the project's defaults or default decide.
+    assert affinity_terms_of(None, {}) == ()
+    assert decide(GroupFacts(labels={}, queue="vision"), VISION, ORG).queue == "vision"
