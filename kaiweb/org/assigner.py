@@ -61,6 +61,8 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # in the next cycles.
 MAX_WRITES_PER_PASS = 500
 MAX_READS_PER_PASS = 1000
+# Pods of a held-back PodGroup read to find its first one (the mirror keeps no copy of them).
+MAX_HELD_POD_READS = 16
 
 
 # ------------------------------------------------------------------------------------------ plain values
@@ -297,11 +299,12 @@ def _assign_pod_groups(gateway: Any, cluster: Cluster, org: OrgView, report: Ass
             (w.namespace, w.name, project, own[0][0] if own else None))
     from kaiweb.cluster.models import UnreadableObject
 
-    for namespace, name, raw in UnreadableObject.objects.filter(
+    # (The mirror keeps no copy of a held-back PodGroup: each is read below, as the others are.)
+    for namespace, name in UnreadableObject.objects.filter(
             cluster=cluster, kind="PodGroup", deferred=True).order_by("namespace", "name").values_list(
-            "namespace", "name", "raw"):
+            "namespace", "name"):
         project = _project_of(namespace, org, namespace_labels)
-        if project is not None and isinstance(raw, Mapping):
+        if project is not None:
             waiting.append((namespace, name, project, None))
     writes = 0
     for namespace, name, project, first_pod in [*todo, *waiting][:MAX_READS_PER_PASS]:
@@ -351,14 +354,18 @@ def _assign_pod_groups(gateway: Any, cluster: Cluster, org: OrgView, report: Ass
 
 
 def _first_pod(gateway: Any, cluster: Cluster, namespace: str, group: str) -> Mapping[str, Any] | None:
-    """The first pod (by name) of a PodGroup the mirror holds back: its pods are held back with it."""
+    """The first pod (by name) of a PodGroup the mirror holds back: its pods are held back with it, as
+    pods naming a PodGroup that is not scheduled. The mirror keeps no copy of them, so they are read, in
+    name order, at most `MAX_HELD_POD_READS` of the namespace's."""
     from kaiweb.cluster.models import UnreadableObject
 
-    for raw in UnreadableObject.objects.filter(cluster=cluster, kind="Pod", namespace=namespace).order_by(
-            "name").values_list("raw", flat=True):
-        if isinstance(raw, Mapping) and ((raw.get("metadata") or {}).get("annotations") or {}).get(
+    held = UnreadableObject.objects.filter(cluster=cluster, kind="Pod", namespace=namespace, deferred=True,
+                                           field=f"metadata.annotations[{POD_GROUP_ANNOTATION}]")
+    for name, raw in held.order_by("name").values_list("name", "raw")[:MAX_HELD_POD_READS]:
+        pod = raw if isinstance(raw, Mapping) else gateway.get_object("v1", "Pod", namespace, name)
+        if isinstance(pod, Mapping) and ((pod.get("metadata") or {}).get("annotations") or {}).get(
                 POD_GROUP_ANNOTATION) == group:
-            return raw
+            return pod
     return None
 
 

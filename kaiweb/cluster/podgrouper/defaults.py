@@ -17,6 +17,7 @@ import yaml
 
 from kaiweb.cluster.podgrouper.model import (
     INFERENCE_PRIORITY,
+    NAMESPACE_PROJECT_LABEL,
     NODE_POOL_LABEL,
     PREEMPTIBILITY_LABEL,
     PREEMPTIBILITY_VALUES,
@@ -257,8 +258,8 @@ def queue_for(ctx: Context, top: Obj) -> str:
 
     KAI: the queue label on the top owner, then on the pod, then the ``project`` label (top owner,
     then pod; with ``-<node pool>`` appended when the pod carries the node-pool label), and finally
-    KAI's fixed "default-queue". Here the namespace's queue label and then ``default_queue`` come
-    before giving up, and giving up is a `Problem` naming the label (pass
+    KAI's fixed "default-queue". Here a namespace's project (KRM's ``kai/project`` label) stands for the
+    ``project`` label, and the namespace's queue label and then ``default_queue`` come before giving up, and giving up is a `Problem` naming the label (pass
     ``default_queue="default-queue"`` to get KAI's behaviour exactly).
     """
     label = ctx.queue_label
@@ -267,17 +268,20 @@ def queue_for(ctx: Context, top: Obj) -> str:
     if label in ctx.pod_labels:
         return ctx.pod_labels[label]
     project = top.labels.get(PROJECT_LABEL) if PROJECT_LABEL in top.labels else ctx.pod_labels.get(PROJECT_LABEL)
-    if project:
-        pool = ctx.pod_labels.get(ctx.node_pool_label)
-        return f"{project}-{pool}" if pool is not None else project
-    if ctx.namespace_labels is not None:
+    ns_labels: dict[str, str] = {}
+    if not project and ctx.namespace_labels is not None:
         try:
             ns_labels = str_map(ctx.namespace_labels(ctx.pod_namespace))
         except Exception as exc:  # the caller's reader failing is a missing label, not a crash
             ctx.notes.append(f"could not read the labels of namespace {ctx.pod_namespace}: {exc}")
-            ns_labels = {}
-        if ns_labels.get(label):
-            return ns_labels[label]
+        # A pod in a project's namespace (KRM's `kai/project` label) is the project's, as KRM's pod
+        # admission labels it; the org's assigner then gives its PodGroup the project's queue in its pool.
+        project = ns_labels.get(NAMESPACE_PROJECT_LABEL)
+    if project:
+        pool = ctx.pod_labels.get(ctx.node_pool_label)
+        return f"{project}-{pool}" if pool is not None else project
+    if ns_labels.get(label):
+        return ns_labels[label]
     if ctx.default_queue:
         return ctx.default_queue
     raise Bad(f"metadata.labels[{label}]", "is required: the queue of the workload",

@@ -105,6 +105,17 @@ def test_queue_comes_from_owner_then_pod_then_project_then_namespace_then_defaul
     assert spec_of(grouped(bare_cluster, pod("f", owner=plain_job, queue=None), default_queue="dq"))["queue"] == "dq"
 
 
+def test_a_pod_naming_no_queue_in_a_projects_namespace_is_the_projects():
+    namespace = obj("v1", "Namespace", NS, namespace="", labels={"kai/project": "vision", "kai.scheduler/queue": "ns-q"})
+    bare = pod("bare", queue=None)
+    assert spec_of(grouped(FakeCluster(namespace, bare), bare))["queue"] == "vision"
+    # The pod's own project label and queue label still come first.
+    own = pod("own", queue=None, labels={"project": "nlp"})
+    assert spec_of(grouped(FakeCluster(namespace, own), own))["queue"] == "nlp"
+    named = pod("named", queue="pod-q")
+    assert spec_of(grouped(FakeCluster(namespace, named), named))["queue"] == "pod-q"
+
+
 def test_no_queue_anywhere_is_a_problem_naming_the_label():
     the_pod = pod("lost", queue=None)
     outcome = FakeCluster(the_pod).group(the_pod)
