@@ -28,8 +28,7 @@ from kaiweb.audit.choices import AuditSource
 from kaiweb.cluster import mirror
 from kaiweb.cluster.errors import ClusterError
 from kaiweb.cluster.models import Cluster
-from kaiweb.core.choices import RESOURCES
-from kaiweb.org import krm, rules, services
+from kaiweb.org import krm, rules, services, status
 from kaiweb.org.choices import (
     DEFAULT_POOL,
     DEPARTMENT_LABEL,
@@ -41,8 +40,7 @@ from kaiweb.org.choices import (
     SHARD_POOL_LABEL,
 )
 from kaiweb.org.models import Department, NodePool, OwnerQueue, Project
-from kaiweb.queues.choices import Preemptibility
-from kaiweb.workloads.choices import ACTIVE_WORKLOAD_STATES, ALLOCATED_POD_STATES, PodState
+from kaiweb.workloads.choices import ALLOCATED_POD_STATES
 from kaiweb.workloads.models import Pod
 
 QUEUE_LABELS = (PROJECT_LABEL, PROJECT_ID_LABEL, DEPARTMENT_LABEL, NODE_POOL_LABEL)
@@ -259,31 +257,6 @@ def _publish_nodes(gateway: Any, cluster: Cluster, report: PublishReport) -> dic
     return by_pool
 
 
-def _figures(queue_ids: Iterable[int]) -> dict[int, dict[str, dict[str, float]]]:
-    """Per queue: requested (pending and running pods of its active workloads), allocated (the running
-    ones) and allocatedNonPreemptible, each {gpu, cpu, memory} in KRM's units (GPUs, millicores, MB)."""
-    out: dict[int, dict[str, dict[str, float]]] = {}
-    pods = (Pod.objects.filter(workload__queue_id__in=list(queue_ids), workload__state__in=ACTIVE_WORKLOAD_STATES,
-                               state__in=(*ALLOCATED_POD_STATES, PodState.PENDING))
-            .select_related("workload__priority_class"))
-    for pod in pods:
-        figures = out.setdefault(pod.workload.queue_id, {f: {r: 0.0 for r in RESOURCES} for f in (
-            "requested", "allocated", "allocatedNonPreemptible")})
-        amounts = {"gpu": pod.gpu_request, "cpu": pod.cpu, "memory": pod.memory / 1e6}
-        workload = pod.workload
-        keys = ["requested"]
-        if pod.state in ALLOCATED_POD_STATES:
-            keys.append("allocated")
-            pc = workload.priority_class
-            if workload.preemptibility == Preemptibility.NON_PREEMPTIBLE or (
-                    workload.preemptibility == Preemptibility.DEFAULT and pc is not None and not pc.preemptible):
-                keys.append("allocatedNonPreemptible")
-        for key in keys:
-            for r in RESOURCES:
-                figures[key][r] += amounts[r]
-    return out
-
-
 def _publish_statuses(gateway: Any, cluster: Cluster, by_pool: Mapping[str, list[tuple[str, bool]]],
                       namespace_problems: Mapping[str, list[str]], report: PublishReport) -> None:
     pools = {p.name: p for p in NodePool.objects.filter(cluster=cluster)}
@@ -301,7 +274,7 @@ def _publish_statuses(gateway: Any, cluster: Cluster, by_pool: Mapping[str, list
     present = [projects[n] for n in sorted({(o.get("metadata") or {}).get("name") for o in
                                             gateway.list_krm(krm.PROJECT) or []} & set(projects))]
     links = list(OwnerQueue.objects.filter(project__in=present).select_related("node_pool", "queue"))
-    figures = _figures(oq.queue_id for oq in links)
+    figures = status.queue_figures(oq.queue_id for oq in links)
     empty = krm.quota_figures({}, {}, {})
     for project in present:
         per_pool = {}
@@ -309,7 +282,7 @@ def _publish_statuses(gateway: Any, cluster: Cluster, by_pool: Mapping[str, list
             if oq.project_id == project.pk:
                 found = figures.get(oq.queue_id)
                 per_pool[oq.node_pool.name] = krm.quota_figures(*(found[k] for k in (
-                    "requested", "allocated", "allocatedNonPreemptible"))) if found else empty
+                    "requested", "allocated", "allocated_non_preemptible"))) if found else empty
         gateway.write_krm_status(krm.PROJECT, project.name, krm.project_status(
             project.namespace_name, per_pool, namespace_problems.get(project.name, ())))
 
