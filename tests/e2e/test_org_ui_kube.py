@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from devkube.localkube import LocalKube
+from tests.e2e.test_org_ui import add_pool
 from tests.kube.fixtures import kwok_scenario_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube]
@@ -46,17 +47,6 @@ def kube_org(kwok_cluster: LocalKube, transactional_db: Any, settings: Any,
     gateway = KubernetesGateway(kwok_cluster.api_client(), request_timeout=10.0)
     mirror.sync_full(gateway, cluster)
     return gateway
-
-
-def add_pool(page: Any, url: str, name: str, value: str) -> None:
-    page.goto(f"{url}/org/")
-    page.click("#add-pool")
-    page.fill("#id_name", name)
-    page.fill("#id_label_key", GPU)
-    page.fill("#id_label_value", value)
-    page.click("#save-pool")
-    expect(page.locator("#pool-phase")).to_have_text("Ready")
-    expect(page.locator("#pool-nodes")).to_contain_text(f"{name}-0")
 
 
 def add_owner(page: Any, url: str, path: str, name: str, rows: dict[str, tuple[float, float]]) -> None:
