@@ -167,8 +167,14 @@ TEMPLATES = [
 # ---------------------------------------------------------------- database
 DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'kaiweb.sqlite3'}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Web, worker and beat share the file: wait for locks instead of failing at once.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+    # Web, the workers and beat share the file: wait for locks instead of failing at once. A transaction
+    # takes the write lock when it begins (IMMEDIATE), so two that both read and then write wait for
+    # each other rather than fail with "database is locked" (SQLite does not wait on a lock upgrade);
+    # with a shard per node pool, the cycles of two shards run at once. WAL lets readers go on meanwhile.
+    sqlite_options = DATABASES["default"].setdefault("OPTIONS", {})
+    sqlite_options["timeout"] = 30
+    sqlite_options.setdefault("transaction_mode", "IMMEDIATE")
+    sqlite_options.setdefault("init_command", "PRAGMA journal_mode=WAL;")
 elif DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql"):
     # An unreachable server fails a connection in seconds instead of hanging a worker or a probe.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
