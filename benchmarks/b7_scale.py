@@ -241,6 +241,12 @@ def play(settings: Settings, key: str, *, peer: bool, kube: LocalKube) -> dict[s
     return {"test_name": test_name, "status": "passed" if passed else "failed", "details": details}
 
 
+def _progress(result: dict[str, Any]) -> dict[str, Any]:
+    """Each scenario's result object on stderr as it ends (a run of hours keeps what it measured if cut)."""
+    print(f"b7: {json.dumps(result)}", file=sys.stderr, flush=True)
+    return result
+
+
 def _flush_broker(url: str) -> None:
     import redis
 
@@ -331,11 +337,11 @@ def main(argv: list[str] | None = None) -> int:
         kube = stack.enter_context(LocalKube(bin_dir, kwok=True, workdir=work / "kube",
                                              extra_kwok_stages=[mixed.COMPLETION_STAGES]))
         for key in keys:
-            results.append(play(settings, key, peer=False, kube=kube))
+            results.append(_progress(play(settings, key, peer=False, kube=kube)))
         kube.stop()
         if args.peer:
             with LocalKube(bin_dir, kwok=True, workdir=work / "kube-peer") as peer_kube:
-                results.append(play(settings, "B1", peer=True, kube=peer_kube))
+                results.append(_progress(play(settings, "B1", peer=True, kube=peer_kube)))
         out = {"benchmark": "B7", "nodes": args.nodes, "gpus": args.nodes * GPUS_PER_NODE,
                "kubernetes": kube.version, "results": results}
         if args.json:

@@ -4,6 +4,7 @@ through `kaiweb.org.services` (KRM's rules, audited); who may do what is `kaiweb
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -29,6 +30,19 @@ PHASE_BADGE = {PoolPhase.READY: "green", PoolPhase.EMPTY: "gray", PoolPhase.UNSC
 def _refuse(request: HttpRequest, what: str, who: str) -> HttpResponse:
     return render(request, "errors/403.html", {
         "reason": f"Your role ({access.role_of(request.user).label}) cannot {what}: {who}."}, status=403)
+
+
+def _delete(request: HttpRequest, kind: str, obj: Any, remove: Callable[..., None], back: HttpResponse,
+            done: str) -> HttpResponse:
+    """Delete through the service; a refusal goes back to the object's page with each reason."""
+    try:
+        remove(obj, actor=request.user, source=AuditSource.UI)
+    except ValidationError as exc:
+        for message in exc.messages:
+            messages.error(request, f"{kind} {obj.name} was not deleted: {message}")
+        return back
+    messages.success(request, done)
+    return redirect("org:tree")
 
 
 def _errors_to_form(form: Any, exc: ValidationError) -> None:
@@ -92,14 +106,8 @@ def pool_delete(request: HttpRequest, name: str) -> HttpResponse:
     pool = get_object_or_404(NodePool, name=name)
     if not roles.can_manage_node_pools(request.user):
         return _refuse(request, "delete node pools", "platform admins manage node pools")
-    try:
-        services.delete_node_pool(pool, actor=request.user, source=AuditSource.UI)
-    except ValidationError as exc:
-        for message in exc.messages:
-            messages.error(request, f"Node pool {pool.name} was not deleted: {message}")
-        return redirect("org:pool", name=pool.name)
-    messages.success(request, f"Node pool {name} deleted.")
-    return redirect("org:tree")
+    return _delete(request, "Node pool", pool, services.delete_node_pool, redirect("org:pool", name=pool.name),
+                   f"Node pool {name} deleted.")
 
 
 # ------------------------------------------------------------------------------------------ departments, projects
@@ -215,14 +223,8 @@ def project_delete(request: HttpRequest, name: str) -> HttpResponse:
     project = get_object_or_404(Project, name=name)
     if not roles.can_edit_project(request.user, project.department_id):
         return _refuse(request, f"delete project {project.name}", "its department's admins and platform admins do")
-    try:
-        services.delete_project(project, actor=request.user, source=AuditSource.UI)
-    except ValidationError as exc:
-        for message in exc.messages:
-            messages.error(request, f"Project {project.name} was not deleted: {message}")
-        return redirect("org:project", name=project.name)
-    messages.success(request, f"Project {name} deleted, with its queues.")
-    return redirect("org:tree")
+    return _delete(request, "Project", project, services.delete_project, redirect("org:project", name=project.name),
+                   f"Project {name} deleted, with its queues.")
 
 
 @require_POST
@@ -230,11 +232,5 @@ def department_delete(request: HttpRequest, name: str) -> HttpResponse:
     department = get_object_or_404(Department, name=name)
     if not roles.can_edit_department(request.user):
         return _refuse(request, "delete departments", "platform admins do")
-    try:
-        services.delete_department(department, actor=request.user, source=AuditSource.UI)
-    except ValidationError as exc:
-        for message in exc.messages:
-            messages.error(request, f"Department {department.name} was not deleted: {message}")
-        return redirect("org:department_edit", name=department.name)
-    messages.success(request, f"Department {name} deleted, with its queues.")
-    return redirect("org:tree")
+    return _delete(request, "Department", department, services.delete_department,
+                   redirect("org:department_edit", name=department.name), f"Department {name} deleted, with its queues.")

@@ -627,16 +627,9 @@ class KubernetesGateway(Binding, OrgObjects):
 
         def annotate(change: tuple[str, str, str, Mapping[str, str | None]]) -> ClusterError | None:
             namespace, name, uid, annotations = change
-            body: dict[str, Any] = {"metadata": {"annotations": dict(annotations)}}
-            if uid:
-                body["metadata"]["uid"] = uid
             try:
-                self._json(f"annotate PodGroup {namespace}/{name}", self.custom.patch_namespaced_custom_object,
-                           PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name, body,
-                           _content_type="application/merge-patch+json")
-            except ClusterRejected as err:
-                # Gone, or made again under the same name (`_uid_refused`).
-                return None if err.status == 404 or _uid_refused(err) else err
+                self._merge_pod_group("annotate", namespace, name, uid,
+                                      {"metadata": {"annotations": dict(annotations)}})
             except ClusterError as err:
                 return err
             return None
@@ -656,12 +649,16 @@ class KubernetesGateway(Binding, OrgObjects):
                          annotations: Mapping[str, str | None], queue: str) -> bool:
         """Merge labels and annotations (None takes a key away) and ``spec.queue`` into that PodGroup
         incarnation: where a node pool's assignment is written. False when it is gone."""
-        body: dict[str, Any] = {"metadata": {"labels": dict(labels), "annotations": dict(annotations)},
-                                "spec": {"queue": queue}}
+        return self._merge_pod_group("assign", namespace, name, uid, {
+            "metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": {"queue": queue}})
+
+    def _merge_pod_group(self, verb: str, namespace: str, name: str, uid: str, body: dict[str, Any]) -> bool:
+        """Merge-patch ``body`` into that PodGroup incarnation (guarded by ``uid`` when given). False when
+        it is gone or was made again under the same name (`_uid_refused`); any other refusal raises."""
         if uid:
             body["metadata"]["uid"] = uid
         try:
-            self._json(f"assign PodGroup {namespace}/{name}", self.custom.patch_namespaced_custom_object,
+            self._json(f"{verb} PodGroup {namespace}/{name}", self.custom.patch_namespaced_custom_object,
                        PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name, body,
                        _content_type="application/merge-patch+json")
         except ClusterRejected as err:
