@@ -179,17 +179,25 @@ def check_invariants(api_client: Any) -> list[str]:
 
 # ------------------------------------------------------------------------------ the product
 
-def _stop_group(process: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+STOP_GRACE_SECONDS = 180.0
+
+
+def _stop_group(process: subprocess.Popen[bytes], grace: float = STOP_GRACE_SECONDS) -> None:
+    """Stop a product process as Kubernetes stops a container: SIGTERM to the main process only (a
+    Celery worker then shuts down warm, letting the cycle its pool child runs end; signalling the whole
+    group would kill that child mid-cycle and leave the cycle 'running'), then SIGKILL to the group
+    after ``grace`` seconds (a fill cycle at 500 nodes writes back for minutes)."""
     if process.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
+        process.send_signal(signal.SIGTERM)
     try:
         process.wait(timeout=grace)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
+        pass
+    with contextlib.suppress(ProcessLookupError):  # what is left of the group (nothing after a warm shutdown)
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=10)
 
 
 class Product:

@@ -464,6 +464,12 @@ def solve(s: Session, placer: Placer, stmt: Statement, job: JobState, victims: l
             freed = freed_of(chunks)
         if not _greedy_gpu_fit(s, demand, freed, allowed):
             return False
+        if required and not _domains_fit(s, required, freed):
+            # KAI's topology-aware idle-GPU filter on this scenario's own victims: a sub-scenario
+            # (a prefix of the accumulated nodes) whose room covers no required domain is not
+            # simulated (a hero gang that needs a whole zone would otherwise simulate every prefix
+            # that grows towards one, each re-placing every victim)
+            return False
         key = frozenset(t.index for c in chunks for t in c)
         if not key or key in tried:
             return False
