@@ -355,6 +355,9 @@ KAI_STAMP_WRITES_PER_CYCLE = env.int("KAI_STAMP_WRITES_PER_CYCLE", default=50)
 # Kubernetes: PodGroups whose place in line and start estimate (kaiweb.io/queue-position, …) an idle
 # cycle writes at most, the head of the line first (a tenth after a cycle that acted).
 KAI_LINE_WRITES_PER_CYCLE = env.int("KAI_LINE_WRITES_PER_CYCLE", default=100)
+# Kubernetes: pending pods whose why-pending (PodScheduled condition and event) an idle cycle writes at
+# most, concurrently, those never explained first (a tenth after a cycle that acted).
+KAI_PENDING_WRITES_PER_CYCLE = env.int("KAI_PENDING_WRITES_PER_CYCLE", default=1000)
 # watch_cluster's pod-grouper: threads writing PodGroups and pod marks, and how long a namespace's
 # labels and an owner it read are reused for further pods.
 KAI_GROUPER_WORKERS = env.int("KAI_GROUPER_WORKERS", default=8)

@@ -108,6 +108,11 @@ class ClusterGateway(Protocol):
         the message) and a Warning event with ``reason`` and ``message``."""
         ...
 
+    def report_pending_many(self, reports: Sequence[tuple[PodRef, str, str]]) -> list[ClusterError | None]:
+        """`report_pending` for each ``(pod, reason, message)``, concurrently where the backend can; one
+        entry per report, in order: None when written (or the pod is gone), else the error."""
+        ...
+
 
 def get_gateway(cluster: Any = None) -> ClusterGateway:
     """The gateway of a cluster's backend, or of the configured one (``settings.KAI_CLUSTER_BACKEND``)."""

@@ -29,6 +29,7 @@ most ``KAI_LINE_WRITES_PER_CYCLE`` PodGroups a cycle, the head of the line first
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -85,9 +86,12 @@ class GangCount:
 class StatusReport:
     statuses_written: int = 0
     events: int = 0
+    deferred: int = 0  # PodGroups not judged this cycle: the budget of writes was spent
     errors: list[str] = field(default_factory=list)
     # (namespace, name) → the scheduling conditions written on that PodGroup
     conditions: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+    # (namespace, name) → [digest, epoch seconds] of the event said on that PodGroup (`_event`)
+    events_said: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
 
 
 def not_ready_message(counts: Iterable[GangCount]) -> str | None:
@@ -143,12 +147,14 @@ def desired_conditions(current: list[Any], *, message: str, reason: str | None, 
 
 
 def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[str, str], Mapping[str, Any]],
-                           why_pending: Mapping[int, tuple[str, str]]) -> StatusReport:
+                           why_pending: Mapping[int, tuple[str, str]], budget: int | None = None) -> StatusReport:
     """After a cycle: the status and events of each PodGroup of the shard (see the module docstring).
 
     ``pod_groups``: each PodGroup as far as this reads it (metadata.uid, status.schedulingConditions)
     by (namespace, name), from the mirror (`write_back._pod_groups_said`). ``why_pending``: workload id
-    → (reason code, message), as the cycle recorded it (`adapters.Recorded.why_pending`)."""
+    → (reason code, message), as the cycle recorded it (`adapters.Recorded.why_pending`). ``budget``: the
+    writes (statuses and events) this cycle makes at most, in name order; the PodGroups after it are
+    judged again next cycle (``report.deferred``)."""
     from kaiweb.workloads.models import Pod, Workload
 
     report = StatusReport()
@@ -163,6 +169,9 @@ def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[s
         raw = pod_groups.get((w.namespace, w.name))
         if raw is None:
             continue
+        if budget is not None and report.events + report.statuses_written >= budget:
+            report.deferred += 1
+            continue
         states = pods.get(wid, [])
         waiting = any(s in (PodState.PENDING, PodState.GATED) for s, _ in states)
         allocated = any(s in ALLOCATED_POD_STATES for s, _ in states)
@@ -175,12 +184,12 @@ def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[s
             if waiting:
                 not_ready = not_ready_message(gang_counts(w.min_member, w.subgroups, states))
                 if not_ready is not None:
-                    report.events += _event(gateway, ref, "Normal", "NotReady", not_ready)
+                    _event(gateway, ref, "Normal", "NotReady", not_ready, raw.get("said_event"), report)
                     continue
                 why = why_pending.get(wid)
                 if why is not None:
                     code, message = why[0], why[1] or why[0]
-                    report.events += _event(gateway, ref, "Normal", "Unschedulable", message)
+                    _event(gateway, ref, "Normal", "Unschedulable", message, raw.get("said_event"), report)
                     if not allocated:
                         wanted = desired_conditions(current, message=message, reason=kai_reason(code),
                                                     node_pool=cycle.shard.name)
@@ -196,9 +205,23 @@ def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[s
     return report
 
 
-def _event(gateway: Any, ref: Mapping[str, str], type_: str, reason: str, message: str) -> int:
+# A PodGroup's event is said again after this long even if unchanged (Kubernetes keeps events an hour).
+EVENT_REPEAT_SECONDS = 1800.0
+
+
+def _event(gateway: Any, ref: Mapping[str, str], type_: str, reason: str, message: str, said: Any,
+           report: StatusReport) -> None:
+    """The event on the PodGroup, unless the write-back said the same one on this incarnation less than
+    `EVENT_REPEAT_SECONDS` ago (``said``: what the mirror keeps, ``[digest, epoch seconds]``). Saying
+    it again is a no-op for the API server (the same event exists) but a round trip: at thousands of
+    waiting PodGroups those took most of every cycle."""
+    digest = hashlib.sha256(f"{ref.get('uid', '')}|{type_}|{reason}|{message}".encode()).hexdigest()[:16]
+    now = clock.timestamp()
+    if isinstance(said, list) and len(said) == 2 and said[0] == digest and now - float(said[1]) < EVENT_REPEAT_SECONDS:
+        return
     gateway.object_event(ref, type_, reason, message)
-    return 1
+    report.events += 1
+    report.events_said[(ref["namespace"], ref["name"])] = [digest, round(now, 1)]
 
 
 # ------------------------------------------------------------------ the place in line, for kubectl

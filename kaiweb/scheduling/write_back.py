@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 class WriteBackReport:
     queue_statuses: int = 0
     pending_reports: int = 0
+    pending_deferred: int = 0  # why-pending changes left for the next cycles (`pending_budget`)
     pod_group_statuses: int = 0
     pod_group_stamps: int = 0
     pod_group_lines: int = 0  # PodGroups whose place in line or start estimate was written
@@ -194,16 +195,23 @@ def write_back(gateway: Any, cycle: Any, recorded: Recorded) -> WriteBackReport:
     known = {(r.namespace, r.name): r for r in PendingReport.objects.filter(cluster=cluster)}
     now = timezone.now()
     create, update = [], []
-    for (ns, name), (uid, reason, message) in sorted(wanted.items()):
+    # What changed since last written, the pods never explained first (then by name), at most
+    # `pending_budget` of them, written concurrently; the rest in the next cycles.
+    todo = []
+    for (ns, name), (uid, reason, message) in wanted.items():
         digest = _digest(uid, reason, message)
         row = known.get((ns, name))
-        if row is not None and row.digest == digest:
-            continue
-        try:
-            gateway.report_pending(PodRef(ns, name, uid), reason, message)
-        except ClusterError as exc:
-            report.errors.append(str(exc))
-            log.warning("why-pending not written: %s", exc)
+        if row is None or row.digest != digest:
+            todo.append((row is not None, ns, name, uid, reason, message, digest, row))
+    todo.sort(key=lambda item: item[:3])
+    report.pending_deferred = max(0, len(todo) - pending_budget(cycle))
+    todo = todo[:pending_budget(cycle)]
+    errors = gateway.report_pending_many([(PodRef(ns, name, uid), reason, message)
+                                          for _, ns, name, uid, reason, message, _, _ in todo])
+    for (_, ns, name, uid, reason, _message, digest, row), error in zip(todo, errors, strict=True):
+        if error is not None:
+            report.errors.append(str(error))
+            log.warning("why-pending not written: %s", error)
             continue
         report.pending_reports += 1
         if row is None:
@@ -223,10 +231,11 @@ def write_back(gateway: Any, cycle: Any, recorded: Recorded) -> WriteBackReport:
                   .values_list("workload__namespace", "workload__name").distinct())
     written = status_writer.write_pod_group_status(gateway, cycle, {
         key: raw for key, raw in listed.items() if key in waiting or raw["status"]["schedulingConditions"]},
-        recorded.why_pending)
+        recorded.why_pending, budget=pending_budget(cycle))
     report.pod_group_statuses = written.statuses_written
     report.errors.extend(written.errors)
     _keep_said(cluster, {key: {"conditions": conditions} for key, conditions in written.conditions.items()})
+    _keep_events(cluster, written.events_said)
     still_pending = wanted.keys() | set(Pod.objects.filter(workload__cluster=cluster, state=PodState.PENDING)
                                         .values_list("workload__namespace", "name"))
     with transaction.atomic():
@@ -249,15 +258,16 @@ def _pod_groups_said(cluster: Cluster) -> tuple[dict[tuple[str, str], dict[str, 
     times: dict[tuple[str, str], dict[str, datetime | None]] = {}
     rows = Workload.objects.filter(cluster=cluster).exclude(uid="").exclude(
         labels__has_key=IMPLICIT_GROUP_LABEL).values_list("pk", "namespace", "name", "uid", "pod_group_said",
-                                                       *stamps.FIELDS)
-    for pk, namespace, name, uid, said, *at in rows:
+                                                       "pod_group_event", *stamps.FIELDS)
+    for pk, namespace, name, uid, said, event, *at in rows:
         said = said if isinstance(said, Mapping) else {}
         listed[(namespace, name)] = {
             "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
             "metadata": {"namespace": namespace, "name": name, "uid": uid,
                          "annotations": dict(said.get("annotations") or {})},
             "line_key": line_key(pk),
-            "status": {"schedulingConditions": list(said.get("conditions") or [])}}
+            "status": {"schedulingConditions": list(said.get("conditions") or [])},
+            "said_event": event}
         times[(namespace, name)] = dict(zip(stamps.FIELDS, at, strict=True))
     return listed, times
 
@@ -281,6 +291,17 @@ def _keep_said(cluster: Cluster, written: Mapping[tuple[str, str], Mapping[str, 
     update_rows(Workload, rows, ["pod_group_said"])
 
 
+def _keep_events(cluster: Cluster, said: Mapping[tuple[str, str], list[Any]]) -> None:
+    """Record on the workloads' rows the event the write-back said on each PodGroup (`status_writer._event`)."""
+    if not said:
+        return
+    rows = [w for w in Workload.objects.filter(cluster=cluster, name__in={n for _, n in said}).only(
+        "pk", "namespace", "name", "pod_group_event") if (w.namespace, w.name) in said]
+    for w in rows:
+        w.pod_group_event = list(said[(w.namespace, w.name)])
+    update_rows(Workload, rows, ["pod_group_event"])
+
+
 def _per_cycle(cycle: Any, budget: int) -> int:
     """``budget`` after a cycle that neither bound nor evicted, a tenth of it (at least 1) after one that
     did, so a fill or a reclaim is not followed by thousands of patches before the next cycle can start."""
@@ -293,6 +314,14 @@ def stamp_budget(cycle: Any) -> int:
     (`_per_cycle`). The stamps are for a move between schedulers: the database holds the times the
     engine reads."""
     return _per_cycle(cycle, int(getattr(settings, "KAI_STAMP_WRITES_PER_CYCLE", 50)))
+
+
+def pending_budget(cycle: Any) -> int:
+    """How many pending pods' why-pending (condition and event) a cycle's write-back writes at most, and
+    how many PodGroup statuses and events: ``KAI_PENDING_WRITES_PER_CYCLE`` each (`_per_cycle`). A
+    reclaim that leaves thousands of pods waiting would otherwise hold the next cycle's binds back
+    while each is explained."""
+    return _per_cycle(cycle, int(getattr(settings, "KAI_PENDING_WRITES_PER_CYCLE", 1000)))
 
 
 def line_budget(cycle: Any) -> int:

@@ -53,6 +53,10 @@ class Workload(TimeStampedModel):
         help_text="What the PodGroup object says of what kaiweb writes on it (KAI's stamp annotations, "
                   "status.schedulingConditions): as the watcher saw it, then as the write-back wrote it.",
     )
+    pod_group_event = models.JSONField(
+        default=list, blank=True,
+        help_text="The last event the write-back said on the PodGroup, [digest, epoch seconds], so an "
+                  "unchanged one is not sent every cycle (the mirror never writes it).")
 
     class Meta:
         ordering = ("-submitted_at", "namespace", "name")

@@ -132,6 +132,64 @@ def test_one_cycle_binds_explains_and_writes_back_then_a_second_changes_nothing(
     assert Decision.objects.filter(kind=DecisionKind.BIND).count() == 3
 
 
+def test_a_waiting_pod_groups_event_is_said_once_not_every_cycle_and_again_after_a_while(
+        kube_apiserver: FakeKubeApiServer, shard: SchedulingShard) -> None:  # noqa: F811
+    from kaiweb.core import clock
+    from kaiweb.scheduling.status_writer import EVENT_REPEAT_SECONDS
+
+    s = kube_apiserver
+    s.add_node("gpu-1", gpus=4)
+    s.add_queue("team-a", qspec(8))
+    s.add_pod_group("big", {"queue": "team-a", "minMember": 2})
+    for i in range(2):
+        s.add_pod(f"big-{i}", queue=None, pod_group="big", requests={"cpu": "1", "nvidia.com/gpu": "4"})
+
+    run_cycle(shard)
+    said = requests_to(s, "POST", "/events")
+    assert said >= 1  # the PodGroup's Unschedulable event (and the pods' why-pending)
+    events = [e for e in s.list("events", "default") if e["involvedObject"]["kind"] == "PodGroup"]
+    assert [e["reason"] for e in events] == ["Unschedulable"]
+
+    # The same explanation: neither the pods' nor the PodGroup's event is sent again, cycle after cycle
+    # (each was a round trip the API server answered "already exists").
+    run_cycle(shard)
+    run_cycle(shard)
+    assert requests_to(s, "POST", "/events") == said
+
+    # Events expire: after a while the PodGroup's is said again.
+    try:
+        clock.advance(EVENT_REPEAT_SECONDS + 1)
+        run_cycle(shard)
+    finally:
+        clock.reset()
+    assert requests_to(s, "POST", "/events") == said + 1
+
+
+def test_pod_group_statuses_and_events_are_written_within_the_budget_the_rest_in_the_next_cycles(
+        kube_apiserver: FakeKubeApiServer, shard: SchedulingShard, settings: Any) -> None:  # noqa: F811
+    settings.KAI_PENDING_WRITES_PER_CYCLE = 2  # one PodGroup's condition and event a cycle
+    s = kube_apiserver
+    s.add_node("gpu-1", gpus=4)
+    s.add_queue("team-a", qspec(8))
+    for g in ("a", "b", "c"):
+        s.add_pod_group(g, {"queue": "team-a", "minMember": 2})
+        for i in range(2):
+            s.add_pod(f"{g}-{i}", queue=None, pod_group=g, requests={"cpu": "1", "nvidia.com/gpu": "4"})
+
+    def conditioned() -> list[str]:
+        return [g for g in ("a", "b", "c")
+                if (s.get("podgroups", g).get("status") or {}).get("schedulingConditions")]
+
+    run_cycle(shard)
+    assert conditioned() == ["a"]
+    run_cycle(shard)
+    assert conditioned() == ["a", "b"]
+    run_cycle(shard)
+    assert conditioned() == ["a", "b", "c"]
+    events = [e["involvedObject"]["name"] for e in s.list("events", "default") if e["involvedObject"]["kind"] == "PodGroup"]
+    assert sorted(events) == ["a", "b", "c"]
+
+
 @pytest.mark.parametrize(("mode", "calls", "not_made"), [
     ("evict", "evictions", "deletions"),  # the Eviction API
     ("delete", "deletions", "evictions"),  # as KAI: the pod is deleted

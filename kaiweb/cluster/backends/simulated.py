@@ -336,6 +336,10 @@ class SimulatedGateway:
     def report_pending(self, *args: Any, **kwargs: Any) -> None:
         """Why-pending is recorded by the cycle itself (PendingReason rows)."""
 
+    def report_pending_many(self, reports: Sequence[Any]) -> list[Any]:
+        """Why-pending is recorded by the cycle itself (PendingReason rows)."""
+        return [None] * len(reports)
+
     def bind(self, action: BindAction) -> ActionResult:
         return self.apply(binds=[action])[0]
 

@@ -465,6 +465,11 @@ class RecordingGateway:
     def report_pending(self, pod: Any, reason: str, message: str) -> None:
         self.pending.append((pod.name, reason, message))
 
+    def report_pending_many(self, reports: list[tuple[Any, str, str]]) -> list[None]:
+        for pod, reason, message in reports:
+            self.report_pending(pod, reason, message)
+        return [None] * len(reports)
+
     def list_pod_groups_raw(self) -> list[dict[str, Any]]:
         return []
 
@@ -516,6 +521,42 @@ def test_write_back_writes_only_what_changed_since_the_last_cycle(cluster: Clust
     Pod.objects.filter(name="waiting").update(state=PodState.PENDING)
     write_back.write_back(gateway, *recorded_of(cycle("NotEnoughResources", "no node has 1 free GPU", 3)))
     assert len(gateway.pending) == 3
+
+
+def test_write_back_explains_at_most_its_budget_of_pending_pods_a_cycle_never_explained_first(
+        cluster: Cluster, settings: Any) -> None:
+    from kaiweb.cluster.models import SchedulingShard
+    from tests.factories import PendingReasonFactory, PodFactory, SchedulingCycleFactory
+
+    settings.KAI_PENDING_WRITES_PER_CYCLE = 2
+    shard = SchedulingShard.objects.get(cluster=cluster)
+    leaf = QueueFactory(name="leaf")
+    jobs = [PodFactory(name=f"waiting-{i}", uid=f"u{i}", workload__cluster=cluster, workload__queue=leaf).workload
+            for i in range(5)]
+    gateway = RecordingGateway()
+
+    def cycle(message: str, *, binds: int = 0) -> Any:
+        c = SchedulingCycleFactory(shard=shard, binds=binds)
+        PendingReason.objects.filter(workload__in=jobs).update(is_current=False)
+        for job in jobs:
+            PendingReasonFactory(workload=job, cycle=c, reason="NotEnoughResources", message=message)
+        return c
+
+    report = write_back.write_back(gateway, *recorded_of(cycle("no node has 1 free GPU")))
+    assert [p[0] for p in gateway.pending] == ["waiting-0", "waiting-1"]
+    assert (report.pending_reports, report.pending_deferred) == (2, 3)
+    write_back.write_back(gateway, *recorded_of(cycle("no node has 1 free GPU")))
+    write_back.write_back(gateway, *recorded_of(cycle("no node has 1 free GPU")))
+    assert sorted(p[0] for p in gateway.pending) == [f"waiting-{i}" for i in range(5)]  # each once
+
+    # A new explanation for all: the one never explained goes first even after a cycle that bound
+    # (a tenth of the budget, at least one).
+    PodFactory(name="waiting-new", uid="un", workload__cluster=cluster, workload__queue=leaf)
+    jobs.append(Pod.objects.get(name="waiting-new").workload)
+    gateway.pending.clear()
+    report = write_back.write_back(gateway, *recorded_of(cycle("gang needs 4 pods", binds=3)))
+    assert [p[0] for p in gateway.pending] == ["waiting-new"]
+    assert report.pending_deferred == 5
 
 
 def test_a_podgroup_carries_its_own_labels_into_the_shard(kube_apiserver: FakeKubeApiServer,  # noqa: F811

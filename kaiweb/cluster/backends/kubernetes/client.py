@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client
@@ -79,6 +79,8 @@ from kaiweb.cluster.errors import (
 )
 from scheduler_core import queue_crd
 from scheduler_core.model import QueueSpec
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
 
@@ -346,6 +348,19 @@ class KubernetesGateway(Binding, OrgObjects):
                 return  # the pod is gone: nothing left to explain
             raise
         self._event(PodRef(pod.namespace, pod.name, pod.uid), "Warning", reason, message)
+
+    def report_pending_many(self, reports: Sequence[tuple[PodRef, str, str]]) -> list[ClusterError | None]:
+        """`report_pending` for each ``(pod, reason, message)``, on up to ``bind_concurrency`` concurrent
+        calls (the condition, then the event, of one pod stay in order)."""
+
+        def report(item: tuple[PodRef, str, str]) -> ClusterError | None:
+            try:
+                self.report_pending(*item)
+            except ClusterError as err:
+                return err
+            return None
+
+        return self._concurrently(report, reports, "pending")
 
     def _event(self, pod: PodRef, type_: str, reason: str, message: str, *, kind: str = "Pod",
                api_version: str = "v1", bump: bool = True) -> None:
@@ -634,11 +649,15 @@ class KubernetesGateway(Binding, OrgObjects):
                 return err
             return None
 
-        if len(changes) <= 1:
-            return [annotate(c) for c in changes]
-        with ThreadPoolExecutor(max_workers=min(self.bind_concurrency, len(changes)),
-                                thread_name_prefix="annotate") as pool:
-            return list(pool.map(annotate, changes))
+        return self._concurrently(annotate, changes, "annotate")
+
+    def _concurrently(self, call: Callable[[_T], ClusterError | None], items: Sequence[_T],
+                      name: str) -> list[ClusterError | None]:
+        """``call`` on each item, on up to ``bind_concurrency`` threads; the results in order."""
+        if len(items) <= 1:
+            return [call(item) for item in items]
+        with ThreadPoolExecutor(max_workers=min(self.bind_concurrency, len(items)), thread_name_prefix=name) as pool:
+            return list(pool.map(call, items))
 
     def write_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         self._json(f"write PodGroup {namespace}/{name} status", self.custom.patch_namespaced_custom_object_status,
