@@ -182,3 +182,15 @@ def test_a_pod_s_claims_are_read_with_the_claim_made_from_its_template() -> None
         {"name": "x", "resourceClaimName": "a", "resourceClaimTemplateName": "b"}]}})
     assert isinstance(both, Unreadable)
     assert both.field == "spec.resourceClaims[0]"
+
+
+def test_the_choice_under_many_constraints_is_bounded() -> None:
+    devices = [gpu(f"gpu-{i}", uuid=f"u{i}") for i in range(12)]
+    requests = [exactly(f"r{i}") for i in range(8)]
+    constraints = [{"requests": [f"r{i}"], "matchAttribute": "gpu.nvidia.com/uuid"} for i in range(8)]
+    inv = inventory([slice_("n1", devices)], [claim("many", *requests, constraints=constraints)])
+    # each request alone on its own uuid: the first choice fits; the work stays within MAX_CHOICES
+    assert len(chosen(inv, "many", node("n1"))) == 8
+    impossible = [{"matchAttribute": "gpu.nvidia.com/uuid"}] * 8  # eight requests on one device: never
+    inv = inventory([slice_("n1", devices)], [claim("never", *requests, constraints=impossible)])
+    assert isinstance(chosen(inv, "never", node("n1")), str)

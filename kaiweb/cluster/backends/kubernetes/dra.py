@@ -49,6 +49,8 @@ MAX_REQUESTS = 32
 MAX_DEVICES_PER_ALLOCATION = 32
 MAX_RESERVED_FOR = 256
 NAME_FIELD = "metadata.name"
+# How many combinations of matchAttribute values a claim's allocation tries on one node.
+MAX_CHOICES = 256
 # How many (expression, device) verdicts are remembered before the memo starts over.
 MAX_MEMO = 100_000
 
@@ -479,11 +481,19 @@ class Inventory:
 def _choose(claim: Claim, candidates: Mapping[str, Sequence[Device]],
             held: set[DeviceKey]) -> tuple[Allocated, ...] | None:
     """Devices for every request, agreeing on each matchAttribute constraint: each constraint's values
-    tried in order (at most the candidates' count per constraint), the first complete choice wins."""
-    constraints = [(tuple(r) or tuple(req.name for req in claim.requests), attr) for r, attr in claim.constraints]
+    tried in order, the first complete choice wins; at most `MAX_CHOICES` choices are tried per claim and
+    node (bounded work, whatever the constraints), then the claim does not fit there."""
+    single = {r.name for r in claim.requests if r.mode == EXACT_COUNT and r.count == 1}
+    constraints = [(among, attr) for among, attr in
+                   ((tuple(r) or tuple(req.name for req in claim.requests), attr) for r, attr in claim.constraints)
+                   if not (len(among) == 1 and among[0] in single)]  # one device agrees with itself
+    tried = [0]
 
     def attempt(index: int, allowed: dict[str, list[Device]]) -> tuple[Allocated, ...] | None:
+        if tried[0] >= MAX_CHOICES:
+            return None
         if index == len(constraints):
+            tried[0] += 1
             return _pick(claim, allowed, held)
         among, attribute = constraints[index]
         values = sorted({repr(d.attribute(attribute)) for r in among for d in allowed.get(r, ())
