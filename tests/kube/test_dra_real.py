@@ -380,3 +380,34 @@ def test_reclaim_of_a_dra_pod_and_quota_on_claimed_gpus(dra: Dra) -> None:
     assert dra.devices_of("pending") == []
     assert dra.queue_gpus("reclaimer", "allocated") == 1
     no_device_twice(dra)
+
+
+def test_reclaim_based_on_priority_keeps_the_over_quota_weights(dra: Dra) -> None:
+    """reclaim_dra_test.go "Reclaim based on priority, maintain over-quota weight proportion": 8 devices;
+    two queues (quota 1 each, over-quota weights 1 and 2) of ten pods with a claim from a template each
+    fill them 3 and 5; a queue of higher priority, with no quota, claims 3 GPUs and reclaims them, the two
+    left with 2 and 3 (KAI's Jobs are single pods here: a reclaimed pod is gone, not made again)."""
+    dra.server.add_queue("parent", queue_spec(8))
+    dra.server.add_queue("reclaimee-1", queue_spec(1, parent="parent", weight=1))
+    dra.server.add_queue("reclaimee-2", queue_spec(1, parent="parent", weight=2))
+    dra.server.add_queue("reclaimer", {**queue_spec(0, parent="parent"), "priority": 101})
+    dra.node("dra-8", 8)
+    dra.template("one-gpu")
+    for queue in ("reclaimee-1", "reclaimee-2"):
+        for i in range(10):
+            dra.pod(f"{queue}-{i}", template="one-gpu", queue=queue, node="dra-8")
+
+    def bound(queue: str) -> int:
+        return sum(1 for i in range(10) if dra.server.get("pods", f"{queue}-{i}") is not None
+                   and dra.node_of(f"{queue}-{i}") is not None)
+
+    dra.cycles_until(lambda: bound("reclaimee-1") + bound("reclaimee-2") == 8, "8 reclaimee pods bound", cycles=4)
+    assert (bound("reclaimee-1"), bound("reclaimee-2")) == (3, 5)
+
+    dra.claim("three", 3)
+    dra.pod("reclaimer-pod", claim="three", queue="reclaimer", node="dra-8")
+    dra.cycles_until(lambda: dra.node_of("reclaimer-pod") is not None, "the reclaimer bound")
+
+    assert (bound("reclaimee-1"), bound("reclaimee-2")) == (2, 3)
+    assert len(dra.devices_of("reclaimer-pod")) == 3
+    no_device_twice(dra)
