@@ -41,7 +41,7 @@ from django.utils import timezone
 
 from kaiweb.cluster import mirror
 from kaiweb.cluster.backends.types import ActionOutcome, ActionResult, BindAction, EvictAction
-from kaiweb.cluster.gateway import Capability, ClusterError, get_gateway
+from kaiweb.cluster.gateway import Capability, get_gateway
 from kaiweb.cluster.models import SchedulingShard
 from kaiweb.core import clock
 from kaiweb.core.locks import advisory_lock
@@ -563,8 +563,7 @@ def dump_snapshot(shard: SchedulingShard | int | str | None = None) -> dict[str,
 def next_snapshot(shard: SchedulingShard | None) -> tuple[m.ClusterSnapshot, m.CycleConfig, adapters.SnapshotIndex]:
     """The snapshot and config the shard's next cycle would decide on, as the cycle builds them: its
     cluster's clock, the time-based usage input, ``adapters.build_snapshot`` (made anew: nothing is
-    remembered) and DRA's devices and claims (`dra.prepare`; without them when the cluster cannot be
-    read). Without a shard, every queue and node with the engine's default config."""
+    remembered) and DRA's devices and claims (`dra.prepare`). Without a shard, every queue and node with the engine's default config."""
     from kaiweb.usage.accounting import usage_for_engine
 
     if shard is None:
@@ -573,11 +572,7 @@ def next_snapshot(shard: SchedulingShard | None) -> tuple[m.ClusterSnapshot, m.C
     gateway = get_gateway(shard.cluster)
     now = gateway.now() if Capability.OWN_CLOCK in gateway.capabilities else clock.timestamp()
     snapshot, index = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard), reuse=False)
-    try:
-        snapshot, claims = dra.prepare(snapshot, index, gateway)
-    except ClusterError as exc:  # a page's explanation stands without the cluster's DRA objects
-        log.warning("the next snapshot of shard %s is shown without DRA's devices: %s", shard.name, exc)
-        claims = None
+    snapshot, claims = dra.prepare(snapshot, index, gateway)
     if claims is not None:
         index.claim_problems = dict(claims.problems)
     return snapshot, cycle_config(shard), index

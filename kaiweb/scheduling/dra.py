@@ -79,7 +79,12 @@ def prepare(snapshot: m.ClusterSnapshot, index: Any, gateway: Any) -> tuple[m.Cl
     by_pod = _claims_by_pod(index.pods.values())
     if not by_pod:
         return snapshot, None
-    inventory = gateway.read_dra()
+    unreadable = ""
+    try:
+        inventory = gateway.read_dra()
+    except ClusterError as exc:  # the other pods are scheduled; those with claims wait, saying why
+        log.warning("the cluster's DRA objects cannot be read: %s", exc)
+        inventory, unreadable = dra.Inventory({}, (), {}), f"the cluster's DRA objects cannot be read: {exc}"
     plan = Plan(inventory)
     counted_claims: set[tuple[str, str]] = set()
     counted_devices: set[dra.DeviceKey] = set()
@@ -93,7 +98,7 @@ def prepare(snapshot: m.ClusterSnapshot, index: Any, gateway: Any) -> tuple[m.Cl
                 continue
             uid, namespace, name, entries = by_pod[pod_id]
             task, claims, problem = _task_with_claims(task, namespace, entries, inventory, snapshot.nodes,
-                                                      counted_claims, counted_devices)
+                                                      counted_claims, counted_devices, unreadable)
             plan.pods[uid] = PodClaims(uid, namespace, name, job.uid, claims)
             if problem and job.uid not in plan.problems:
                 plan.problems[job.uid] = problem
@@ -129,13 +134,14 @@ def _with_devices(node: m.NodeSpec, inventory: dra.Inventory, others: set[dra.De
 
 def _task_with_claims(task: m.TaskSpec, namespace: str, entries: list[Any], inventory: dra.Inventory,
                       nodes: tuple[m.NodeSpec, ...], counted_claims: set[tuple[str, str]],
-                      counted_devices: set[dra.DeviceKey]) -> tuple[m.TaskSpec, tuple[str, ...], str]:
+                      counted_devices: set[dra.DeviceKey],
+                      unreadable: str = "") -> tuple[m.TaskSpec, tuple[str, ...], str]:
     """The task with its claimed GPUs in its request and, pending, restricted to the nodes that have the
     devices its claims ask for (held or not: whether they are free is the engine's count of the node's GPUs,
     so reclaim and preemption can free them; the bind step allocates the exact ones); its claims' names;
     why it cannot have them ("" it can)."""
     names: list[str] = []
-    problem = ""
+    problem = unreadable
     for entry in entries:
         entry_name, claim_name, template = (list(entry) + ["", "", ""])[:3] if isinstance(entry, list) else ("", "", "")
         if not claim_name:

@@ -81,3 +81,11 @@ def test_a_template_whose_claim_is_not_made_yet_waits() -> None:
     assert names == ()
     assert nodes_of(pending) == ()
     assert "template default/one-gpu" in problem
+
+
+def test_when_the_dra_objects_cannot_be_read_a_pod_with_claims_waits_and_says_why() -> None:
+    task = m.TaskSpec(name="t", request=m.TaskRequest(cpu_millis=1000))
+    waiting, _, problem = _task_with_claims(task, "default", [["gpu", "c", ""]], dra.Inventory({}, (), {}), NODES,
+                                            set(), set(), "the cluster's DRA objects cannot be read: 403")
+    assert nodes_of(waiting) == ()
+    assert problem == "the cluster's DRA objects cannot be read: 403"
