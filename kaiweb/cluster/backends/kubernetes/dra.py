@@ -68,6 +68,8 @@ class Device:
     all_nodes: bool = False
     attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # domain -> name -> value
     capacity: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # domain -> name -> amount
+    # what a selector can see of it, as text: the memo of verdicts is keyed by it (`_Cel`)
+    fingerprint: str = field(default="", compare=False)
 
     @property
     def key(self) -> DeviceKey:
@@ -243,6 +245,8 @@ def read_devices(slices: Iterable[Mapping[str, Any]]) -> tuple[Device, ...]:
                 if amount is not None:
                     capacity.setdefault(domain or driver, {})[short] = amount
             device = Device(driver, pool_name, name, attributes=attributes, capacity=capacity,
+                            fingerprint=repr((driver, sorted((k, sorted(v.items())) for k, v in attributes.items()),
+                                              sorted((k, sorted(v.items())) for k, v in capacity.items()))),
                             **(_placement(d) if per_device else where))
             devices.setdefault(device.key, device)
     return tuple(devices[k] for k in sorted(devices))
@@ -363,7 +367,7 @@ class _Cel:
     def __init__(self) -> None:
         self._env = celpy.Environment()
         self._programs: dict[str, Any] = {}
-        self._verdicts: dict[tuple[str, DeviceKey, int], bool | str] = {}
+        self._verdicts: dict[tuple[str, str], bool | str] = {}
 
     def program(self, expression: str) -> Any:
         """The compiled program, or the compile error's text."""
@@ -375,7 +379,7 @@ class _Cel:
         return self._programs[expression]
 
     def holds(self, expression: str, device: Device) -> bool | str:
-        key = (expression, device.key, id(device))
+        key = (expression, device.fingerprint or repr((device.driver, device.attributes, device.capacity)))
         if key in self._verdicts:
             return self._verdicts[key]
         program = self.program(expression)
@@ -389,7 +393,7 @@ class _Cel:
                 verdict = (bool(result) if isinstance(result, celtypes.BoolType | bool)
                            else f"evaluates to {result!r}, not a bool")
             except Exception as exc:  # noqa: BLE001 - a runtime error is the selector's problem
-                verdict = f"fails on device {device.name}: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+                verdict = f"fails on a device: {str(exc).splitlines()[0] if str(exc) else exc!r}"
         if len(self._verdicts) >= MAX_MEMO:
             self._verdicts.clear()
         self._verdicts[key] = verdict
@@ -465,8 +469,8 @@ class Inventory:
                 if isinstance(verdict, str):
                     if "not found" in verdict or "does not compile" in verdict:
                         return f"ResourceClaim {claim.namespace}/{claim.name} request {request.name}: {verdict}"
-                    log.info("ResourceClaim %s/%s request %s: selector %s", claim.namespace, claim.name,
-                             request.name, verdict)
+                    log.debug("ResourceClaim %s/%s request %s: selector %s", claim.namespace, claim.name,
+                              request.name, verdict)
                     continue
                 if verdict:
                     found.append(device)
