@@ -14,6 +14,7 @@ class Capability:
     RECONCILES = "reconciles"
     OWN_CLOCK = "own-clock"
     BULK_APPLY = "bulk-apply"
+    DRA = "dra"
 
 
 class ClusterError(Exception):

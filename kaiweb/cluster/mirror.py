@@ -228,6 +228,7 @@ def pod_constraints(pod: ObservedPod) -> dict[str, Any]:
         "hostPorts": list(pod.host_ports),
         "mig": {f"nvidia.com/{k}": int(v) for k, v in sorted(requests.mig.items()) if v},
         "extended": {k: int(v) for k, v in sorted(requests.other.items()) if v},
+        "resourceClaims": [list(c) for c in pod.resource_claims],
     }
     return {k: v for k, v in values.items() if v}
 

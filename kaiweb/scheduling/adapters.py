@@ -82,6 +82,8 @@ class SnapshotIndex:
     pending_workloads: dict[str, int] = dataclasses.field(default_factory=dict)  # leaf queue -> count
     running_workloads: dict[str, int] = dataclasses.field(default_factory=dict)  # (after the cycle)
     parents: dict[str, str | None] = dataclasses.field(default_factory=dict)  # queue -> parent queue
+    # job uid -> why a pod of it cannot have its ResourceClaims (`scheduling.dra.prepare`)
+    claim_problems: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -930,6 +932,12 @@ def why_pending(result: m.CycleResult, index: SnapshotIndex) -> dict[int, m.Reas
         if UNSCHEDULABLE_ON_EVERY_POOL in note:
             reason = reasons[wid]
             reasons[wid] = dataclasses.replace(reason, message=f"{reason.message}; {note}")
+    for job, problem in index.claim_problems.items():
+        # A pod whose ResourceClaim cannot be had was offered no node: its why-pending names the claim.
+        wid = index.workloads.get(job)
+        if wid is not None and wid in reasons:
+            reasons[wid] = m.Reason(code=reason_codes.NO_NODE_MATCHES, message=problem,
+                                    details={"resource_claims": problem})
     for err in result.errors:
         # An object the engine could not read is marked on that object: its why-pending says so.
         if err.kind == "job":

@@ -46,7 +46,7 @@ from kaiweb.cluster.models import SchedulingShard
 from kaiweb.core import clock
 from kaiweb.core.locks import advisory_lock
 from kaiweb.org.assigner import assign as assign_node_pools
-from kaiweb.scheduling import adapters
+from kaiweb.scheduling import adapters, dra
 from kaiweb.scheduling.choices import CycleStatus, DecisionKind, DecisionStatus
 from kaiweb.scheduling.fragmentation import shard_fragmentation
 from kaiweb.scheduling.models import Decision, SchedulingCycle
@@ -325,6 +325,9 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
 
         now = gateway.now() if Capability.OWN_CLOCK in caps else clock.timestamp()
         snapshot, index = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard))
+        snapshot, claims = dra.prepare(snapshot, index, gateway)
+        if claims is not None:
+            index.claim_problems = dict(claims.problems)
         phases["snapshot"] = _ms(t)
 
         t = time.perf_counter()
@@ -340,7 +343,7 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         cycle_step.send(sender=SchedulingCycle, point="after-record", cycle=cycle)
 
         t = time.perf_counter()
-        outcomes = apply_decisions(gateway, to_apply, shard)
+        outcomes = apply_decisions(gateway, to_apply, shard, claims)
         phases["apply"] = _ms(t)
         cycle_step.send(sender=SchedulingCycle, point="after-apply", cycle=cycle)
 
@@ -437,15 +440,37 @@ def _fail(cycle: SchedulingCycle, exc: BaseException, phases: dict[str, float], 
         log.exception("could not record the failure of cycle %s", cycle.pk)
 
 
-def apply_decisions(gateway: Any, decisions: list[Decision],
-                    shard: SchedulingShard | None = None) -> dict[int, ActionResult | Exception]:
+def apply_decisions(gateway: Any, decisions: list[Decision], shard: SchedulingShard | None = None,
+                    claims: dra.Plan | None = None) -> dict[int, ActionResult | Exception]:
     """Carry out binds and evictions through the gateway, each with its idempotency key; evictions
     as the shard says (``eviction_mode``, ``update_pod_eviction_condition``; without ``shard``,
     the shard of each eviction's cycle).
 
     Returns the outcome per decision id: the gateway's result, or the error that action raised
     (one failed action does not stop the others). An eviction a PodDisruptionBudget refuses is
-    such an error: the decision fails and a later cycle decides again."""
+    such an error: the decision fails and a later cycle decides again.
+
+    With ``claims`` (`dra.prepare`'s plan), the ResourceClaims of the pods to bind are allocated and
+    reserved first; a job whose claims cannot all be had is not bound, and the claims of a bind that
+    failed are taken back (`dra.allocate`, `dra.release_failed`)."""
+    outcomes: dict[int, ActionResult | Exception] = {}
+    refused = dra.allocate(gateway, claims, [(d.pod_uid, d.workload_ref, d.node_name) for d in decisions
+                                              if d.kind == DecisionKind.BIND])
+    if refused:
+        for d in decisions:
+            if d.kind == DecisionKind.BIND and d.pod_uid in refused:
+                outcomes[d.pk] = refused[d.pod_uid]
+        decisions = [d for d in decisions if d.pk not in outcomes]
+    outcomes.update(_apply(gateway, decisions, shard))
+    if claims is not None:
+        dra.release_failed(gateway, claims, [d.pod_uid for d in decisions if d.kind == DecisionKind.BIND and (
+            isinstance(outcomes.get(d.pk), Exception)
+            or getattr(outcomes.get(d.pk), "outcome", None) == ActionOutcome.ALREADY_GONE)])
+    return outcomes
+
+
+def _apply(gateway: Any, decisions: list[Decision],
+           shard: SchedulingShard | None) -> dict[int, ActionResult | Exception]:
     binds: list[tuple[Decision, BindAction]] = []
     evicts: list[tuple[Decision, EvictAction]] = []
     versions = _unbound_versions([d.pod_uid for d in decisions if d.kind == DecisionKind.BIND and d.gpu_groups])
@@ -538,7 +563,7 @@ def dump_snapshot(shard: SchedulingShard | int | str | None = None) -> dict[str,
 def next_snapshot(shard: SchedulingShard | None) -> tuple[m.ClusterSnapshot, m.CycleConfig, adapters.SnapshotIndex]:
     """The snapshot and config the shard's next cycle would decide on, as the cycle builds them: its
     cluster's clock, the time-based usage input, ``adapters.build_snapshot`` (made anew: nothing is
-    remembered). Without a shard, every queue and node with the engine's default config."""
+    remembered) and DRA's devices and claims (`dra.prepare`). Without a shard, every queue and node with the engine's default config."""
     from kaiweb.usage.accounting import usage_for_engine
 
     if shard is None:
@@ -547,6 +572,9 @@ def next_snapshot(shard: SchedulingShard | None) -> tuple[m.ClusterSnapshot, m.C
     gateway = get_gateway(shard.cluster)
     now = gateway.now() if Capability.OWN_CLOCK in gateway.capabilities else clock.timestamp()
     snapshot, index = adapters.build_snapshot(shard, now=now, usage=usage_for_engine(shard), reuse=False)
+    snapshot, claims = dra.prepare(snapshot, index, gateway)
+    if claims is not None:
+        index.claim_problems = dict(claims.problems)
     return snapshot, cycle_config(shard), index
 
 

@@ -45,6 +45,10 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "nodepools": ("kai.resources/v1alpha1", "NodePool", False),
     "departments": ("kai.resources/v1alpha1", "Department", False),
     "projects": ("kai.resources/v1alpha1", "Project", False),
+    "deviceclasses": ("resource.k8s.io/v1", "DeviceClass", False),
+    "resourceslices": ("resource.k8s.io/v1", "ResourceSlice", False),
+    "resourceclaims": ("resource.k8s.io/v1", "ResourceClaim", True),
+    "resourceclaimtemplates": ("resource.k8s.io/v1", "ResourceClaimTemplate", True),
 }
 # What a wipe empties between tests (namespaces stay: deleting one takes the namespace controller).
 WIPED = ("pods", "events", "poddisruptionbudgets", "podgroups", "nodes", "queues", "priorityclasses",

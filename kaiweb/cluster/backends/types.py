@@ -228,6 +228,9 @@ class ObservedPod:
     # metadata.ownerReferences is not empty: the pod-grouper gives the pod its owner's PodGroup
     # (annotation pod-group-name); until then it belongs to no workload.
     owned: bool = False
+    # spec.resourceClaims (DRA): (entry name, ResourceClaim name, ResourceClaimTemplate name), the claim's
+    # name of a template entry read from status.resourceClaimStatuses ("" until the controller made it).
+    resource_claims: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def ref(self) -> PodRef:

@@ -25,6 +25,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from kaiweb.cluster.backends.kubernetes import dra
 from kaiweb.cluster.backends.kubernetes.binding import DEFAULT_RESERVATION_TIMEOUT, Binding, _uid_refused
 from kaiweb.cluster.backends.kubernetes.device_reports import DeviceReports
 from kaiweb.cluster.backends.kubernetes.org_objects import OrgObjects
@@ -90,7 +91,7 @@ PAGE_SIZE = 500
 class KubernetesGateway(Binding, OrgObjects):
     """`ClusterGateway` on a Kubernetes API server (see the module docstring)."""
 
-    capabilities = frozenset({Capability.MIRRORED, Capability.RECONCILES, Capability.BULK_APPLY})
+    capabilities = frozenset({Capability.MIRRORED, Capability.RECONCILES, Capability.BULK_APPLY, Capability.DRA})
 
     def __init__(
         self,
@@ -135,6 +136,7 @@ class KubernetesGateway(Binding, OrgObjects):
         self._holders_lock = threading.Lock()
         self.scheduling = client.SchedulingV1Api(api_client)
         self.version = client.VersionApi(api_client)
+        self.dra_api = client.ResourceV1Api(api_client)
 
     @classmethod
     def from_settings(cls) -> KubernetesGateway:
@@ -323,6 +325,49 @@ class KubernetesGateway(Binding, OrgObjects):
     def list_priority_classes(self) -> Listing[ObservedPriorityClass]:
         return self._listing(*self.list_raw("list PriorityClasses", self.scheduling.list_priority_class),
                              parse_priority_class)
+
+    # -- Dynamic Resource Allocation (resource.k8s.io/v1) --------------------------------------
+
+    def read_dra(self) -> dra.Inventory:
+        """The DeviceClasses, ResourceSlices and ResourceClaims (`dra.Inventory`); empty where the
+        cluster serves no ``resource.k8s.io/v1`` (404)."""
+        def listed(operation: str, fn: Callable[..., Any]) -> list[Any]:
+            try:
+                return self.list_raw(operation, fn)[0]
+            except ClusterRejected as err:
+                if err.status == 404:
+                    return []
+                raise
+
+        return dra.Inventory.read(listed("list DeviceClasses", self.dra_api.list_device_class),
+                                  listed("list ResourceSlices", self.dra_api.list_resource_slice),
+                                  self.list_resource_claims_raw())
+
+    def list_resource_claims_raw(self) -> list[dict[str, Any]]:
+        try:
+            return self.list_raw("list ResourceClaims", self.dra_api.list_resource_claim_for_all_namespaces)[0]
+        except ClusterRejected as err:
+            if err.status == 404:
+                return []
+            raise
+
+    def write_claim_status(self, claim: dra.Claim, status: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the claim's status (``allocation``, ``reservedFor``) guarded by the resourceVersion it
+        was read at: a claim changed since is refused (409), never overwritten."""
+        body = {"apiVersion": dra.API_VERSION, "kind": "ResourceClaim",
+                "metadata": {"name": claim.name, "namespace": claim.namespace,
+                             "resourceVersion": claim.resource_version, "uid": claim.uid},
+                "status": dict(status)}
+        return dict(self._json(f"write ResourceClaim {claim.namespace}/{claim.name} status",
+                               self.dra_api.replace_namespaced_resource_claim_status, claim.name, claim.namespace,
+                               body, _retry_statuses=()))
+
+    def write_claim_finalizers(self, claim: dra.Claim, finalizers: Sequence[str]) -> dict[str, Any]:
+        """Set the claim's finalizers, guarded by the resourceVersion it was read at."""
+        body = {"metadata": {"finalizers": list(finalizers), "resourceVersion": claim.resource_version}}
+        return dict(self._json(f"write ResourceClaim {claim.namespace}/{claim.name} finalizers",
+                               self.dra_api.patch_namespaced_resource_claim, claim.name, claim.namespace, body,
+                               _content_type="application/merge-patch+json", _retry_statuses=()))
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

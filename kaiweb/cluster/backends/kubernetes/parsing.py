@@ -371,7 +371,26 @@ def _parse_pod(raw: Mapping[str, Any]) -> ObservedPod:
                      if isinstance(v, Mapping) and isinstance(v.get("persistentVolumeClaim"), Mapping)
                      and v["persistentVolumeClaim"].get("claimName")),
         owned=bool(meta.get("ownerReferences")),
+        resource_claims=_resource_claims(spec, raw.get("status") or {}),
     )
+
+
+def _resource_claims(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    """A pod's spec.resourceClaims as (entry, claim, template); a template's claim is the one
+    status.resourceClaimStatuses names for the entry ("" until the resource-claim controller made it)."""
+    made = {str(s.get("name")): str(s.get("resourceClaimName") or "") for s in status.get("resourceClaimStatuses") or []
+            if isinstance(s, Mapping)}
+    out: list[tuple[str, str, str]] = []
+    for i, entry in enumerate(spec.get("resourceClaims") or []):
+        if not isinstance(entry, Mapping) or not entry.get("name"):
+            raise _Bad(f"spec.resourceClaims[{i}].name", "is required", entry)
+        name, template = str(entry["name"]), str(entry.get("resourceClaimTemplateName") or "")
+        claim = str(entry.get("resourceClaimName") or "")
+        if bool(claim) == bool(template):
+            raise _Bad(f"spec.resourceClaims[{i}]", "must name exactly one of resourceClaimName and "
+                       "resourceClaimTemplateName", entry)
+        out.append((name, claim or made.get(name, ""), template))
+    return tuple(out)
 
 
 def _task_priority(text: str | None) -> int | None:
