@@ -66,10 +66,13 @@ class Plan:
 
 def _claims_by_pod(pod_ids: Iterable[int]) -> dict[int, tuple[str, str, str, list[Any]]]:
     """pod id -> (uid, namespace, name, [[entry, claim, template], ...]) of the pods naming ResourceClaims."""
-    rows = (Pod.objects.filter(pk__in=list(pod_ids), constraints__has_key="resourceClaims")
+    # The few pods naming claims first, then those of the snapshot among them: no list of every pod id
+    # of a large snapshot in the query each cycle.
+    wanted = set(pod_ids)
+    rows = (Pod.objects.filter(constraints__has_key="resourceClaims")
             .values_list("pk", "uid", "workload__namespace", "name", "constraints"))
     return {pk: (uid, ns, name, list((constraints or {}).get("resourceClaims") or []))
-            for pk, uid, ns, name, constraints in rows}
+            for pk, uid, ns, name, constraints in rows if pk in wanted}
 
 
 def prepare(snapshot: m.ClusterSnapshot, index: Any, gateway: Any) -> tuple[m.ClusterSnapshot, Plan | None]:
