@@ -59,6 +59,10 @@ class SchedulerCollector(Collector):
                                   labels=["shard"])
         last = GaugeMetricFamily("kai_cycle_last_success_timestamp_seconds",
                                  "When the latest successful cycle of the shard finished (Unix time).", labels=["shard"])
+        deferred = GaugeMetricFamily("kai_cycle_write_back_deferred",
+                                     "Writes to the cluster the latest successful cycle of the shard left for the "
+                                     "next cycles (its budget spent), by kind: why-pending on pods, PodGroup "
+                                     "statuses and events.", labels=["shard", "kind"])
         seen: set[Any] = set()
         latest = (SchedulingCycle.objects.filter(status=CycleStatus.SUCCEEDED)
                   .select_related("shard").order_by("-started_at", "-id")[:50])
@@ -72,9 +76,14 @@ class SchedulerCollector(Collector):
             total.add_metric([shard], _num(c.duration_seconds))
             if c.finished_at:
                 last.add_metric([shard], c.finished_at.timestamp())
+            said = c.write_back or {}
+            if said:
+                deferred.add_metric([shard, "pending_reason"], _num(said.get("pending_deferred")))
+                deferred.add_metric([shard, "pod_group"], _num(said.get("pod_group_deferred")))
         yield phase
         yield total
         yield last
+        yield deferred
 
         decisions = CounterMetricFamily("kai_scheduling_decisions", "Decisions recorded, by kind and status.",
                                         labels=["kind", "status"])

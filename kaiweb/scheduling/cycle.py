@@ -359,7 +359,7 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
             # Kubernetes: queue and PodGroup status, why-pending and events (only what changed).
             t = time.perf_counter()
             try:
-                write_back(gateway, cycle, recorded)
+                cycle.write_back = write_back(gateway, cycle, recorded).summary()
             except Exception:  # noqa: BLE001 - the decisions are applied and recorded; the next cycle writes again
                 log.exception("cycle %s: writing status back to the cluster failed", cycle.pk)
             phases["write_back"] = _ms(t)
@@ -389,7 +389,7 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
     cycle.finished_at = timezone.now()
     cycle.status = CycleStatus.SUCCEEDED
     cycle.save(update_fields=["phase_durations", "duration_seconds", "finished_at", "status", "free_gpus",
-                              "stranded_gpus"])
+                              "stranded_gpus", "write_back"])
     cycle_step.send(sender=SchedulingCycle, point="finished", cycle=cycle)
     return CycleOutcome(
         cycle_id=cycle.pk, status=cycle.status, binds=len(result.binds), evictions=cycle.evictions,

@@ -31,6 +31,10 @@ class SchedulingCycle(models.Model):
     stranded_gpus = models.FloatField(
         null=True, blank=True, help_text="Of the free GPUs, those no typical pod of the shard can use (fragmentation).")
     error = models.TextField(blank=True)
+    # On Kubernetes, what the write-back told the cluster after the cycle and what it left for the next
+    # cycles within its budget: {"queue_statuses", "pending_reports", "pending_deferred",
+    # "pod_group_statuses", "pod_group_events", "pod_group_deferred", ..., "errors"} (`WriteBackReport`).
+    write_back = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ("-started_at", "-id")

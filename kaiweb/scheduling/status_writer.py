@@ -86,11 +86,11 @@ class GangCount:
 class StatusReport:
     statuses_written: int = 0
     events: int = 0
-    deferred: int = 0  # PodGroups not judged this cycle: the budget of writes was spent
+    deferred: int = 0  # PodGroups with a status or event due, left for the next cycles: the budget was spent
     errors: list[str] = field(default_factory=list)
     # (namespace, name) → the scheduling conditions written on that PodGroup
     conditions: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
-    # (namespace, name) → [digest, epoch seconds] of the event said on that PodGroup (`_event`)
+    # (namespace, name) → [digest, epoch seconds] of the event said on that PodGroup (`_event_due`)
     events_said: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
 
 
@@ -153,8 +153,9 @@ def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[s
     ``pod_groups``: each PodGroup as far as this reads it (metadata.uid, status.schedulingConditions)
     by (namespace, name), from the mirror (`write_back._pod_groups_said`). ``why_pending``: workload id
     → (reason code, message), as the cycle recorded it (`adapters.Recorded.why_pending`). ``budget``: the
-    writes (statuses and events) this cycle makes at most, in name order; the PodGroups after it are
-    judged again next cycle (``report.deferred``)."""
+    writes (statuses and events) this cycle makes at most: first for the PodGroups never told anything
+    yet, then in name order; the PodGroups after it are judged again next cycle (``report.deferred``).
+    So a new PodGroup among thousands is told why it waits within a cycle or two, whatever its name."""
     from kaiweb.workloads.models import Pod, Workload
 
     report = StatusReport()
@@ -165,12 +166,13 @@ def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[s
     for wid, state, sub in Pod.objects.filter(workload_id__in=list(workloads)).values_list("workload_id", "state",
                                                                                            "subgroup"):
         pods.setdefault(wid, []).append((state, sub or ""))
-    for wid, w in sorted(workloads.items(), key=lambda kv: (kv[1].namespace, kv[1].name)):
+    def told_first(kv: tuple[int, Any]) -> tuple[bool, str, str]:
+        raw = pod_groups.get((kv[1].namespace, kv[1].name)) or {}
+        return bool(raw.get("said_event")), kv[1].namespace, kv[1].name
+
+    for wid, w in sorted(workloads.items(), key=told_first):
         raw = pod_groups.get((w.namespace, w.name))
         if raw is None:
-            continue
-        if budget is not None and report.events + report.statuses_written >= budget:
-            report.deferred += 1
             continue
         states = pods.get(wid, [])
         waiting = any(s in (PodState.PENDING, PodState.GATED) for s, _ in states)
@@ -179,22 +181,30 @@ def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[s
         ref = {"apiVersion": raw.get("apiVersion", "scheduling.run.ai/v2alpha2"), "kind": "PodGroup",
                "namespace": w.namespace, "name": w.name, "uid": meta.get("uid", "")}
         current = list(((raw.get("status") or {}).get("schedulingConditions")) or [])
-        wanted = current
+        wanted, event = current, None
+        if waiting:
+            not_ready = not_ready_message(gang_counts(w.min_member, w.subgroups, states))
+            why = why_pending.get(wid)
+            if not_ready is not None:
+                event = _event_due(ref, "NotReady", not_ready, raw.get("said_event"))
+            elif why is not None:
+                code, message = why[0], why[1] or why[0]
+                event = _event_due(ref, "Unschedulable", message, raw.get("said_event"))
+                if not allocated:
+                    wanted = desired_conditions(current, message=message, reason=kai_reason(code),
+                                                node_pool=cycle.shard.name)
+        else:
+            wanted = [c for c in current if not (isinstance(c, Mapping) and c.get("type") == CONDITION_TYPE)]
+        if event is None and wanted == current:
+            continue  # nothing to tell it
+        if budget is not None and report.events + report.statuses_written >= budget:
+            report.deferred += 1
+            continue
         try:
-            if waiting:
-                not_ready = not_ready_message(gang_counts(w.min_member, w.subgroups, states))
-                if not_ready is not None:
-                    _event(gateway, ref, "Normal", "NotReady", not_ready, raw.get("said_event"), report)
-                    continue
-                why = why_pending.get(wid)
-                if why is not None:
-                    code, message = why[0], why[1] or why[0]
-                    _event(gateway, ref, "Normal", "Unschedulable", message, raw.get("said_event"), report)
-                    if not allocated:
-                        wanted = desired_conditions(current, message=message, reason=kai_reason(code),
-                                                    node_pool=cycle.shard.name)
-            else:
-                wanted = [c for c in current if not (isinstance(c, Mapping) and c.get("type") == CONDITION_TYPE)]
+            if event is not None:
+                gateway.object_event(ref, "Normal", event[0], event[1])
+                report.events += 1
+                report.events_said[(w.namespace, w.name)] = event[2]
             if wanted != current:
                 gateway.write_pod_group_status(w.namespace, w.name, {"schedulingConditions": wanted})
                 report.statuses_written += 1
@@ -209,19 +219,17 @@ def write_pod_group_status(gateway: Any, cycle: Any, pod_groups: Mapping[tuple[s
 EVENT_REPEAT_SECONDS = 1800.0
 
 
-def _event(gateway: Any, ref: Mapping[str, str], type_: str, reason: str, message: str, said: Any,
-           report: StatusReport) -> None:
-    """The event on the PodGroup, unless the write-back said the same one on this incarnation less than
-    `EVENT_REPEAT_SECONDS` ago (``said``: what the mirror keeps, ``[digest, epoch seconds]``). Saying
-    it again is a no-op for the API server (the same event exists) but a round trip: at thousands of
-    waiting PodGroups those took most of every cycle."""
-    digest = hashlib.sha256(f"{ref.get('uid', '')}|{type_}|{reason}|{message}".encode()).hexdigest()[:16]
+def _event_due(ref: Mapping[str, str], reason: str, message: str, said: Any) -> tuple[str, str, list[Any]] | None:
+    """The Normal event to say on the PodGroup as (reason, message, what the mirror keeps of it), or None
+    when the write-back said the same one on this incarnation less than `EVENT_REPEAT_SECONDS` ago
+    (``said``: what the mirror keeps, ``[digest, epoch seconds]``). Saying it again is a no-op for the
+    API server (the same event exists) but a round trip: at thousands of waiting PodGroups those took
+    most of every cycle."""
+    digest = hashlib.sha256(f"{ref.get('uid', '')}|Normal|{reason}|{message}".encode()).hexdigest()[:16]
     now = clock.timestamp()
     if isinstance(said, list) and len(said) == 2 and said[0] == digest and now - float(said[1]) < EVENT_REPEAT_SECONDS:
-        return
-    gateway.object_event(ref, type_, reason, message)
-    report.events += 1
-    report.events_said[(ref["namespace"], ref["name"])] = [digest, round(now, 1)]
+        return None
+    return reason, message, [digest, round(now, 1)]
 
 
 # ------------------------------------------------------------------ the place in line, for kubectl

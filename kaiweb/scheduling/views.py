@@ -183,6 +183,26 @@ def cycle_list(request: HttpRequest) -> HttpResponse:
     return render_page(request, "scheduling/cycles.html", context, partial="scheduling/partials/cycle_panel.html")
 
 
+# What the write-back told the cluster after a cycle (`SchedulingCycle.write_back`): label, the count
+# written, the count its budget left for the next cycles (None: it has no budget).
+_WRITE_BACK_ROWS = (
+    ("Queue statuses", "queue_statuses", None),
+    ("Why-pending on pods", "pending_reports", "pending_deferred"),
+    ("PodGroup statuses", "pod_group_statuses", "pod_group_deferred"),
+    ("PodGroup events", "pod_group_events", None),
+    ("PodGroup stamps", "pod_group_stamps", None),
+    ("Places in line and estimates", "pod_group_lines", None),
+)
+
+
+def _write_back_rows(summary: dict) -> list[dict]:
+    if not summary:
+        return []
+    return [{"label": label, "written": int(summary.get(written) or 0),
+             "deferred": None if deferred is None else int(summary.get(deferred) or 0)}
+            for label, written, deferred in _WRITE_BACK_ROWS]
+
+
 def cycle_detail(request: HttpRequest, pk: int) -> HttpResponse:
     cycle = get_object_or_404(SchedulingCycle.objects.select_related("shard"), pk=pk)
     decisions = Decision.objects.filter(cycle=cycle).order_by("id")
@@ -201,6 +221,8 @@ def cycle_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "kind": kind,
         "kind_counts": dict(Decision.objects.filter(cycle=cycle).values_list("kind").annotate(n=Count("id"))),
         "preemptions": list(PreemptionEvent.objects.filter(cycle=cycle).select_related("victim_queue", "preemptor_queue")[:100]),
+        "write_back": _write_back_rows(cycle.write_back or {}),
+        "write_back_errors": int((cycle.write_back or {}).get("errors") or 0),
         "pending_count": PendingReason.objects.filter(cycle=cycle).count(),
         "queue_count": QueueStatus.objects.filter(cycle=cycle).count(),
         "status_badge": CYCLE_STATUS_BADGE,

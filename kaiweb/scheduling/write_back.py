@@ -17,6 +17,7 @@ only fills the database from the cluster.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -60,9 +61,17 @@ class WriteBackReport:
     pending_reports: int = 0
     pending_deferred: int = 0  # why-pending changes left for the next cycles (`pending_budget`)
     pod_group_statuses: int = 0
+    pod_group_events: int = 0
+    pod_group_deferred: int = 0  # PodGroups whose status or event waits for the next cycles (`pending_budget`)
     pod_group_stamps: int = 0
     pod_group_lines: int = 0  # PodGroups whose place in line or start estimate was written
     errors: list[str] = field(default_factory=list)
+
+
+    def summary(self) -> dict[str, int]:
+        """What the cycle keeps of it (`SchedulingCycle.write_back`): each count, and the errors' number."""
+        counts = {k: v for k, v in dataclasses.asdict(self).items() if isinstance(v, int)}
+        return {**counts, "errors": len(self.errors)}
 
 
 def _digest(*parts: Any) -> str:
@@ -233,6 +242,7 @@ def write_back(gateway: Any, cycle: Any, recorded: Recorded) -> WriteBackReport:
         key: raw for key, raw in listed.items() if key in waiting or raw["status"]["schedulingConditions"]},
         recorded.why_pending, budget=pending_budget(cycle))
     report.pod_group_statuses = written.statuses_written
+    report.pod_group_events, report.pod_group_deferred = written.events, written.deferred
     report.errors.extend(written.errors)
     _keep_said(cluster, {key: {"conditions": conditions} for key, conditions in written.conditions.items()})
     _keep_events(cluster, written.events_said)
@@ -292,7 +302,7 @@ def _keep_said(cluster: Cluster, written: Mapping[tuple[str, str], Mapping[str, 
 
 
 def _keep_events(cluster: Cluster, said: Mapping[tuple[str, str], list[Any]]) -> None:
-    """Record on the workloads' rows the event the write-back said on each PodGroup (`status_writer._event`)."""
+    """Record on the workloads' rows the event the write-back said on each PodGroup (`status_writer._event_due`)."""
     if not said:
         return
     rows = [w for w in Workload.objects.filter(cluster=cluster, name__in={n for _, n in said}).only(

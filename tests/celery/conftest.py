@@ -3,7 +3,9 @@ fault tests.
 
 The worker needs to share the database with the test, so these tests run on Postgres (CI sets
 DATABASE_URL) and are skipped on SQLite, whose test database lives in the test process's memory.
-Redis is `KAI_TEST_REDIS_URL` (default redis://127.0.0.1:6379/15), flushed before each test.
+Redis is `KAI_TEST_REDIS_URL` (default redis://127.0.0.1:6379/15), flushed before each test. Under
+pytest-xdist (`make test` runs two processes) worker gwN takes the database N below it, so two
+workers never flush each other's broker.
 """
 
 from __future__ import annotations
@@ -21,7 +23,18 @@ import pytest
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
-REDIS_URL = os.environ.get("KAI_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def _test_redis_url() -> str:
+    base = os.environ.get("KAI_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return base
+    head, _, db = base.rpartition("/")
+    return f"{head}/{int(db or 0) - int(worker[2:])}"
+
+
+REDIS_URL = _test_redis_url()
 
 
 def database_url() -> str:

@@ -177,17 +177,38 @@ def test_pod_group_statuses_and_events_are_written_within_the_budget_the_rest_in
             s.add_pod(f"{g}-{i}", queue=None, pod_group=g, requests={"cpu": "1", "nvidia.com/gpu": "4"})
 
     def conditioned() -> list[str]:
-        return [g for g in ("a", "b", "c")
-                if (s.get("podgroups", g).get("status") or {}).get("schedulingConditions")]
+        return [g for g in ("a", "b", "c", "d")
+                if ((s.get("podgroups", g) or {}).get("status") or {}).get("schedulingConditions")]
 
-    run_cycle(shard)
+    def left_over(cycle: SchedulingCycle) -> int:
+        return cycle.write_back["pod_group_deferred"]
+
+    first = run_cycle(shard)
     assert conditioned() == ["a"]
+    assert left_over(first) == 2  # the cycle says what it left, for its page and the metrics
     run_cycle(shard)
     assert conditioned() == ["a", "b"]
-    run_cycle(shard)
+    third = run_cycle(shard)
     assert conditioned() == ["a", "b", "c"]
+    assert left_over(third) == 0
     events = [e["involvedObject"]["name"] for e in s.list("events", "default") if e["involvedObject"]["kind"] == "PodGroup"]
     assert sorted(events) == ["a", "b", "c"]
+
+    # A PodGroup never told anything goes before those told before, whatever its name: here a, b and c
+    # are due their event again, and d, new, still has the cycle's budget first.
+    from kaiweb.core import clock
+    from kaiweb.scheduling.status_writer import EVENT_REPEAT_SECONDS
+
+    s.add_pod_group("d", {"queue": "team-a", "minMember": 2})
+    for i in range(2):
+        s.add_pod(f"d-{i}", queue=None, pod_group="d", requests={"cpu": "1", "nvidia.com/gpu": "4"})
+    try:
+        clock.advance(EVENT_REPEAT_SECONDS + 1)
+        fourth = run_cycle(shard)
+    finally:
+        clock.reset()
+    assert conditioned() == ["a", "b", "c", "d"]
+    assert left_over(fourth) == 3
 
 
 @pytest.mark.parametrize(("mode", "calls", "not_made"), [

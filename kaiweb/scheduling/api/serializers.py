@@ -16,7 +16,7 @@ class SchedulingCycleSerializer(serializers.ModelSerializer):
         model = SchedulingCycle
         fields = (
             "id", "shard", "trigger", "started_at", "finished_at", "status", "phase_durations", "duration_seconds",
-            "jobs_considered", "binds", "pipelined", "evictions", "pending", "error",
+            "jobs_considered", "binds", "pipelined", "evictions", "pending", "write_back", "error",
         )
 
 

@@ -87,6 +87,23 @@ def test_metrics_expose_cycles_decisions_and_queue_figures(admin_client):
     assert 'kai_queue_fair_share_gpu{queue_name="team-a"}' in body
     assert 'kai_queue_pending_workloads{queue_name="team-b"} 0.0' in body
     assert 'kai_cycle_phase_duration_seconds{phase="engine",shard="default"}' in body
+    # a cycle on the simulated cluster writes nothing back, so has no deferred writes to say
+    assert "kai_cycle_write_back_deferred{" not in body
+
+
+def test_metrics_say_the_writes_the_latest_cycle_left_for_the_next_ones(admin_client):
+    from django.utils import timezone
+
+    from kaiweb.scheduling.models import SchedulingCycle
+
+    sc = small_cluster(nodes=1)
+    SchedulingCycle.objects.create(shard=sc.shard, started_at=timezone.now(), status="succeeded",
+                                   write_back={"pending_deferred": 120, "pod_group_deferred": 7})
+
+    body = admin_client.get("/metrics").content.decode()
+
+    assert 'kai_cycle_write_back_deferred{kind="pending_reason",shard="default"} 120.0' in body
+    assert 'kai_cycle_write_back_deferred{kind="pod_group",shard="default"} 7.0' in body
 
 
 def test_readyz_reports_database_broker_and_cluster(client):

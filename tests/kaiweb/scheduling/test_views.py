@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 import pytest
 from django.db import connection
@@ -172,3 +173,30 @@ def test_phase_chart_stacks_the_parts_of_an_aggregate_phase_once(client, viewer,
     figure = figure[:figure.index("</script>")]
     assert '"name": "engine.allocate"' in figure
     assert '"name": "engine"' not in figure
+
+
+def test_cycle_detail_and_api_say_what_the_write_back_told_the_cluster_and_left_for_later(
+        client, viewer, admin_api, queue_tree):
+    from django.utils import timezone
+
+    told = SchedulingCycle.objects.create(
+        started_at=timezone.now(), status="succeeded",
+        write_back={"queue_statuses": 4, "pending_reports": 1000, "pending_deferred": 2500, "pod_group_statuses": 7,
+                    "pod_group_events": 9, "pod_group_deferred": 31, "pod_group_stamps": 0, "pod_group_lines": 12,
+                    "errors": 2})
+    quiet = SchedulingCycle.objects.create(started_at=timezone.now(), status="succeeded")  # not on Kubernetes
+    client.force_login(viewer)
+
+    html = client.get(f"/cycles/{told.pk}/").content.decode()
+    card = html[html.index('id="write-back"'):]
+    card = card[:card.index("</section>")]
+    rows = dict(re.findall(r"<tr><td>([^<]+)</td><td class=\"num\">(\d+)</td>", card))
+    assert rows == {"Queue statuses": "4", "Why-pending on pods": "1000", "PodGroup statuses": "7",
+                    "PodGroup events": "9", "PodGroup stamps": "0", "Places in line and estimates": "12"}
+    assert ">2500<" in card
+    assert ">31<" in card
+    assert "2 writes failed" in card
+    assert 'id="write-back"' not in client.get(f"/cycles/{quiet.pk}/").content.decode()
+
+    body = admin_api.get(f"/api/v1/cycles/{told.pk}/").json()
+    assert body["write_back"]["pod_group_deferred"] == 31
