@@ -13,6 +13,7 @@ from kaiweb.cluster.backends.simulated import SimulatedGateway
 from kaiweb.cluster.errors import Capability, ClusterUnavailable
 from kaiweb.cluster.models import MAX_DRA_DEVICES, Node
 from kaiweb.scheduling import cycle
+from kaiweb.scheduling.models import SchedulingCycle
 from kaiweb.workloads.choices import PodState, WorkloadState
 from kaiweb.workloads.models import Pod, Workload
 from tests.celery.builders import SmallCluster, small_cluster, submit
@@ -92,6 +93,8 @@ def test_a_cycle_stores_each_node_s_devices_and_who_holds_them(cluster):
     assert (node.dra_devices_total, node.dra_claimed, node.dra_read_cycle) == (2, 1, outcome.cycle_id)
     assert node.dra_read_at is not None
     assert node.dra_gpus() == (1, 1)
+    # the cycle's free GPUs: each node's 8 of the device plugin and the two DRA GPUs no claim holds
+    assert SchedulingCycle.objects.get(pk=outcome.cycle_id).free_gpus == 8 + 8 + 2
 
 
 def test_a_node_whose_devices_are_gone_is_emptied_and_an_unchanged_one_is_not_written_again(cluster):
