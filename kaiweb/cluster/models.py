@@ -19,6 +19,8 @@ from kaiweb.cluster.choices import (
 from kaiweb.core.models import TimeStampedModel
 from scheduler_core import model as m
 
+#: how many DRA devices a node keeps in `Node.dra_devices` (the rest are counted, not listed)
+MAX_DRA_DEVICES = 256
 #: the state of a shard's usage database reading (`usage_db_reading["state"]`)
 USAGE_DB_OK, USAGE_DB_FAILED = "ok", "failed"
 def redact_url(url: str) -> str:
@@ -228,6 +230,20 @@ class Node(models.Model):
         help_text="Other allocatable resources by name, e.g. {'nvidia.com/mig-1g.10gb': 7, 'ephemeral-storage': 1e11}.",
     )
     observed_at = models.DateTimeField(null=True, blank=True)
+    # Dynamic Resource Allocation, as the last cycle that read the cluster's DRA objects found it: written
+    # by that cycle (`scheduling.dra.record_devices`) only when it changed, so the cycle and time are those
+    # of the read that last changed it.
+    dra_devices = models.JSONField(
+        default=list, blank=True,
+        help_text="The node's DRA devices (ResourceSlices) and who holds them: [{driver, pool, device, gpu, claim "
+        "('namespace/name' or ''), pods (['namespace/name', ...], the claim's reservedFor), admin_access}], "
+        f"the first {MAX_DRA_DEVICES} in (driver, pool, device) order.")
+    dra_devices_total = models.PositiveIntegerField(
+        default=0, help_text="How many DRA devices the node has (more than dra_devices lists when it was cut).")
+    dra_claimed = models.PositiveIntegerField(default=0, help_text="How many of its DRA devices a claim holds.")
+    dra_read_at = models.DateTimeField(null=True, blank=True, help_text="When the DRA devices were read.")
+    dra_read_cycle = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The scheduling cycle that read the DRA devices (its id).")
 
     class Meta:
         ordering = ("cluster__name", "name")
@@ -262,6 +278,19 @@ class Node(models.Model):
             extended={k: float(v) for k, v in extended.items() if not k.startswith(MIG_PREFIX)},
             other_use=other_use,
         )
+
+    @staticmethod
+    def dra_device_held(row: Any) -> bool:
+        """A stored DRA device (a row of `dra_devices`) is held: a claim has it, and not only for admin
+        access (an ``adminAccess`` request neither needs a free device nor holds one)."""
+        return isinstance(row, dict) and bool(row.get("claim")) and not row.get("admin_access")
+
+    def dra_gpus(self) -> tuple[int, int]:
+        """The node's DRA GPU devices as (held by a claim, free), from `dra_devices`: a held GPU device is
+        one whole GPU in use, as KAI counts DRA-claimed GPUs."""
+        gpus = [r for r in self.dra_devices or [] if isinstance(r, dict) and r.get("gpu")]
+        held = sum(1 for r in gpus if self.dra_device_held(r))
+        return held, len(gpus) - held
 
     @classmethod
     def from_spec(cls, spec: Any, cluster: Cluster) -> Node:

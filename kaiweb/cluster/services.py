@@ -1,8 +1,10 @@
-"""Writes of the cluster app: clusters and scheduling shards (audited), nodes as observed."""
+"""Writes of the cluster app: clusters and scheduling shards (audited), nodes as observed, and the nodes'
+DRA devices as a cycle read them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -11,7 +13,7 @@ from django.db import models, transaction
 from kaiweb.audit import services as audit
 from kaiweb.audit.choices import AuditAction, AuditSource
 from kaiweb.cluster.choices import EvictionMode
-from kaiweb.cluster.models import Cluster, SchedulingShard
+from kaiweb.cluster.models import MAX_DRA_DEVICES, Cluster, Node, SchedulingShard
 from kaiweb.core.services import Change, already_exists, reject_unknown_fields
 
 CLUSTER_FIELDS = frozenset({"name", "backend", "settings", "enabled", "description"})
@@ -122,3 +124,30 @@ def delete_shard(shard: SchedulingShard, *, actor: Any = None, source: str = Aud
         before, pk = audit.snapshot(shard), shard.pk
         shard.delete()
         audit.record(shard, AuditAction.DELETE, actor=actor, source=source, before=before, object_id=pk)
+
+
+def record_dra_devices(cluster_id: int, devices: Mapping[str, Sequence[Mapping[str, Any]]], *, cycle_id: int | None,
+                       at: datetime) -> int:
+    """Store each named node's DRA devices (`Node.dra_devices`, as `dra.Inventory.node_devices` gives them;
+    an empty list for a node that has none any more), cut at `MAX_DRA_DEVICES` with the whole count kept.
+    Only the rows whose devices changed are written, each on its own (the watcher writes other columns of
+    the same rows: no transaction holds several row locks it could take in another order). Nodes not
+    named are left as they are (another shard's cycle reads them). Returns how many rows were written."""
+    wanted = {name: [dict(r) for r in rows] for name, rows in devices.items()}
+    # Only the rows that hold devices now or will: a cluster's other nodes are not read each cycle.
+    stored = (Node.objects.filter(cluster_id=cluster_id)
+              .filter(models.Q(dra_devices_total__gt=0) | models.Q(name__in=[n for n, r in wanted.items() if r]))
+              .values_list("pk", "name", "dra_devices", "dra_devices_total"))
+    written = 0
+    for pk, name, listed, total in stored:
+        if name not in wanted:
+            continue
+        rows = wanted[name]
+        kept = rows[:MAX_DRA_DEVICES]
+        if kept == listed and len(rows) == total:
+            continue
+        Node.objects.filter(pk=pk).update(
+            dra_devices=kept, dra_devices_total=len(rows), dra_claimed=sum(1 for r in rows if Node.dra_device_held(r)),
+            dra_read_at=at, dra_read_cycle=cycle_id)
+        written += 1
+    return written

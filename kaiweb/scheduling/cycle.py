@@ -328,6 +328,10 @@ def _run_locked(shard: SchedulingShard, *, trigger: str, advance: bool) -> Cycle
         snapshot, claims = dra.prepare(snapshot, index, gateway)
         if claims is not None:
             index.claim_problems = dict(claims.problems)
+        try:
+            dra.record_devices(shard, snapshot, claims, gateway, cycle.pk)
+        except Exception:  # noqa: BLE001 - shown on the node pages; the cycle decides without it
+            log.exception("cycle %s: storing the nodes' DRA devices failed", cycle.pk)
         phases["snapshot"] = _ms(t)
 
         t = time.perf_counter()

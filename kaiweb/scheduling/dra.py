@@ -14,6 +14,9 @@ still on it (`OtherPod`). A pod whose claim cannot be had (not found, not made f
 malformed, a selector that does not compile, no node with the devices) stays pending, and its why-pending
 says which claim and why.
 
+What was read is kept for the node pages (`record_devices`, right after `prepare`): each node's devices and
+the claim and pods holding each, written only where it changed.
+
 After the engine decided, before the binds (`allocate`): the claims are read again from the API server,
 each bound pod's claims are allocated on the chosen node (`dra.Inventory.allocate`: exact devices,
 ``matchAttribute``, never a device another claim holds) and reserved for it (``status.allocation`` and
@@ -32,9 +35,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils import timezone
+
 from kaiweb.cluster.backends.kubernetes import dra
 from kaiweb.cluster.errors import Capability, ClusterError
 from kaiweb.cluster.models import Node, OtherPod
+from kaiweb.cluster.services import record_dra_devices
 from kaiweb.workloads.models import Pod
 from scheduler_core import model as m
 from scheduler_core.predicates import NAME_FIELD
@@ -59,6 +65,7 @@ class Plan:
 
     inventory: dra.Inventory
     pods: dict[str, PodClaims] = field(default_factory=dict)  # pod uid -> its claims
+    unreadable: str = ""  # why the DRA objects could not be read ("" they were: the inventory is the cluster's)
     problems: dict[str, str] = field(default_factory=dict)  # job uid -> why its pod cannot have its claims
     # what `allocate` wrote: pod uid -> [(claim key, allocated by it)]
     written: dict[str, list[tuple[tuple[str, str], bool]]] = field(default_factory=dict)
@@ -88,7 +95,7 @@ def prepare(snapshot: m.ClusterSnapshot, index: Any, gateway: Any) -> tuple[m.Cl
     except ClusterError as exc:  # the other pods are scheduled; those with claims wait, saying why
         log.warning("the cluster's DRA objects cannot be read: %s", exc)
         inventory, unreadable = dra.Inventory({}, (), {}), f"the cluster's DRA objects cannot be read: {exc}"
-    plan = Plan(inventory)
+    plan = Plan(inventory, unreadable=unreadable)
     counted_claims: set[tuple[str, str]] = set()
     counted_devices: set[dra.DeviceKey] = set()
     jobs: list[m.JobSpec] = []
@@ -196,6 +203,40 @@ def _task_with_claims(task: m.TaskSpec, namespace: str, entries: list[Any], inve
     terms = task.required_node_affinity or (m.NodeSelectorTerm(),)
     affinity = tuple(dataclasses.replace(t, match_fields=(*t.match_fields, by_name)) for t in terms)
     return dataclasses.replace(task, request=request, required_node_affinity=affinity), tuple(names), problem
+
+
+# ------------------------------------------------------------------------------- the nodes' devices
+
+
+def record_devices(shard: Any, snapshot: m.ClusterSnapshot, plan: Plan | None, gateway: Any,
+                   cycle_id: int | None) -> int:
+    """Store the DRA devices of the snapshot's nodes, and who holds them, for the node pages
+    (`cluster.services.record_dra_devices`: only the nodes whose devices changed). Called by the cycle
+    right after `prepare`, with what it read.
+
+    Without a plan (no pod of the snapshot names a claim, so `prepare` read nothing), the DRA objects are
+    read here only while a node of the snapshot is stored with claimed devices: the claims of pods that
+    ended are released by Kubernetes without a cycle reading them, and the node's page must not show
+    them held for ever. When they cannot be read, what is stored stays as it was (and says when it was
+    read). Returns how many nodes were written."""
+    if plan is not None and plan.unreadable:
+        return 0
+    inventory = plan.inventory if plan is not None else None
+    if inventory is None:
+        if Capability.DRA not in gateway.capabilities:
+            return 0
+        names = {n.name for n in snapshot.nodes}
+        claimed = Node.objects.filter(cluster_id=shard.cluster_id, dra_claimed__gt=0).values_list("name", flat=True)
+        if not names.intersection(claimed):
+            return 0
+        try:
+            inventory = gateway.read_dra()
+        except ClusterError as exc:
+            log.warning("the cluster's DRA objects cannot be read for the node pages: %s", exc)
+            return 0
+    holders = inventory.holders()
+    devices = {n.name: inventory.node_devices(n, holders) for n in snapshot.nodes}
+    return record_dra_devices(shard.cluster_id, devices, cycle_id=cycle_id, at=timezone.now())
 
 
 # ------------------------------------------------------------------------------------------ the binds

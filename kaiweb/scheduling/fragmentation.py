@@ -22,7 +22,8 @@ from scheduler_core import placement
 
 
 def free_per_gpu(nodes: Iterable[Node]) -> dict[int, list[float]]:
-    """Per node id, the free share (0..1) of each of its GPUs, from the pods placed on it. One query."""
+    """Per node id, the free share (0..1) of each of its GPUs, from the pods placed on it, and each of its
+    DRA GPU devices no claim holds as one free GPU (`Node.dra_gpus`, as the node map counts them). One query."""
     from kaiweb.workloads.models import Pod
 
     nodes = list(nodes)
@@ -42,7 +43,7 @@ def free_per_gpu(nodes: Iterable[Node]) -> dict[int, list[float]]:
     for n in nodes:
         shared = groups.get(n.pk, {})
         whole = max(0, int(n.allocatable_gpu) - int(round(used_whole.get(n.pk, 0.0))) - len(shared))
-        out[n.pk] = [1.0] * whole + [max(0.0, 1.0 - used) for used in shared.values()]
+        out[n.pk] = [1.0] * (whole + n.dra_gpus()[1]) + [max(0.0, 1.0 - used) for used in shared.values()]
     return out
 
 
@@ -64,7 +65,7 @@ def shard_fragmentation(shard: SchedulingShard) -> tuple[float, float]:
     """The shard's free GPUs and, of them, the stranded ones, as the database sees its nodes now
     (three queries: nodes, their pods, the shard's typical pods)."""
     nodes = [n for n in Node.objects.filter(cluster_id=shard.cluster_id).only(
-        "pk", "labels", "allocatable_gpu", "cluster_id") if shard is None or shard.matches(n.labels)]
+        "pk", "labels", "allocatable_gpu", "dra_devices", "cluster_id") if shard is None or shard.matches(n.labels)]
     if not nodes:
         return 0.0, 0.0
     free = free_per_gpu(nodes)
@@ -101,7 +102,7 @@ class FragmentationCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         nodes = list(Node.objects.select_related("cluster").only(
-            "pk", "name", "labels", "allocatable_gpu", "cluster_id", "cluster__name"))
+            "pk", "name", "labels", "allocatable_gpu", "dra_devices", "cluster_id", "cluster__name"))
         per_node = GaugeMetricFamily("kai_node_stranded_gpus",
                                      "Free GPU capacity on the node that none of its shard's typical pods can use.",
                                      labels=["cluster", "node"])

@@ -21,7 +21,7 @@ from devkube.localkube import KWOK_CONTROLLERS, NO_KWOK, LocalKube, find_binarie
 from kaiweb.cluster import mirror
 from kaiweb.cluster.backends.kubernetes.client import KubernetesGateway
 from kaiweb.cluster.invariants import check_cluster
-from kaiweb.cluster.models import SchedulingShard
+from kaiweb.cluster.models import Node, SchedulingShard
 from kaiweb.cluster.watch import ClusterWatcher
 from kaiweb.scheduling.models import Decision, PendingReason
 from tests.kube.fixtures import start_cluster
@@ -318,6 +318,14 @@ def test_a_shared_claim_is_counted_once(dra: Dra) -> None:
     assert len(dra.devices_of("sharer-a")) == 2
     assert dra.queue_gpus("team-a", "allocated") == 2
     no_device_twice(dra)
+    # the node pages: the last cycle stored both devices held by the one claim, the other node's free
+    there = dra.node_of("sharer-a")
+    held_on = Node.objects.get(cluster=dra.shard.cluster, name=there)
+    free_on = Node.objects.get(cluster=dra.shard.cluster, name="dra-2" if there == "dra-1" else "dra-1")
+    assert [(d["device"], d["gpu"], d["claim"], sorted(d["pods"])) for d in held_on.dra_devices] == [
+        (f"gpu-{i}", True, "default/shared", ["default/sharer-a", "default/sharer-b"]) for i in range(2)]
+    assert [(d["device"], d["claim"]) for d in free_on.dra_devices] == [("gpu-0", ""), ("gpu-1", "")]
+    assert (held_on.dra_gpus(), free_on.dra_gpus()) == ((2, 0), (0, 2))
 
 
 def test_a_gang_with_claims_binds_all_or_nothing(dra: Dra) -> None:

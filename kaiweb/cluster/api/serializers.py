@@ -79,14 +79,21 @@ class NodeSerializer(serializers.ModelSerializer):
 
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     gpus = GpuDeviceSerializer(many=True, read_only=True)
+    dra_gpus = serializers.SerializerMethodField(
+        help_text="The node's DRA GPU devices as the node page counts them: `held` by a claim (each a whole GPU "
+        "in use) and `free`.")
 
     class Meta:
         model = Node
         fields = (
             "id", "cluster", "name", "labels", "allocatable_cpu", "allocatable_memory", "allocatable_gpu",
             "allocatable_pods", "gpu_product", "gpu_memory_mib", "mig_enabled", "topology", "ready", "unschedulable",
-            "observed_at", "gpus",
+            "observed_at", "gpus", "dra_devices", "dra_devices_total", "dra_gpus", "dra_read_at", "dra_read_cycle",
         )
+
+    def get_dra_gpus(self, node: Node) -> dict[str, int]:
+        held, free = node.dra_gpus()
+        return {"held": held, "free": free}
 
 
 class TopologyLevelSerializer(serializers.Serializer):

@@ -194,3 +194,23 @@ def test_the_choice_under_many_constraints_is_bounded() -> None:
     impossible = [{"matchAttribute": "gpu.nvidia.com/uuid"}] * 8  # eight requests on one device: never
     inv = inventory([slice_("n1", devices)], [claim("never", *requests, constraints=impossible)])
     assert isinstance(chosen(inv, "never", node("n1")), str)
+
+
+def test_a_node_s_devices_say_which_claim_holds_each_and_for_which_pods() -> None:
+    def allocated(device: str, *, admin: bool = False, pods: tuple[str, ...] = ()) -> dict[str, Any]:
+        return {"allocation": dra.allocation_status((dra.Allocated("gpu", "gpu.nvidia.com", "n1", device, admin),), "n1"),
+                "reservedFor": [{"resource": "pods", "name": p, "uid": f"uid-{p}"} for p in pods]}
+
+    inv = inventory([slice_("n1", [gpu("gpu-0"), gpu("gpu-1"), gpu("gpu-2")]), slice_("n2", [gpu("gpu-0")])],
+                    [claim("a-watch", exactly(adminAccess=True), status=allocated("gpu-0", admin=True)),
+                     claim("train", exactly(), status=allocated("gpu-0", pods=("w-0", "w-1"))),
+                     claim("z-watch", exactly(adminAccess=True), status=allocated("gpu-1", admin=True))])
+
+    rows = inv.node_devices(node("n1"))
+
+    assert [(r["device"], r["claim"], r["pods"], r["admin_access"]) for r in rows] == [
+        ("gpu-0", "default/train", ["default/w-0", "default/w-1"], False),  # the holder, not the admin claim
+        ("gpu-1", "default/z-watch", [], True),
+        ("gpu-2", "", [], False)]
+    assert all(r["gpu"] and (r["driver"], r["pool"]) == ("gpu.nvidia.com", "n1") for r in rows)
+    assert [r["device"] for r in inv.node_devices(node("n2"))] == ["gpu-0"]

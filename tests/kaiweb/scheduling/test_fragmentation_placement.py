@@ -167,3 +167,15 @@ def test_each_cycle_records_the_shards_free_and_stranded_gpus_and_the_overview_d
     chart = chart[:chart.index("</script>")]
     assert '"name": "free"' in chart
     assert '"name": "stranded"' in chart
+
+
+def test_a_node_s_dra_gpus_no_claim_holds_are_free_and_held_ones_are_not():
+    node = NodeFactory(allocatable_gpu=1)
+    node.dra_devices = [{"driver": "gpu.nvidia.com", "pool": "p", "device": f"gpu-{i}", "gpu": True,
+                         "claim": claim, "pods": [], "admin_access": admin}
+                        for i, (claim, admin) in enumerate([("ns/held", False), ("", False), ("ns/watch", True)])]
+    node.dra_devices += [{"driver": "nic.example.com", "pool": "p", "device": "nic-0", "gpu": False, "claim": "",
+                          "pods": [], "admin_access": False}]
+    node.save()
+    # the device plugin's GPU and the two DRA GPUs no claim holds (admin access holds none); no NIC
+    assert free_per_gpu([node])[node.pk] == [1.0, 1.0, 1.0]

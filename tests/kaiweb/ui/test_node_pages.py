@@ -137,3 +137,60 @@ def test_the_node_page_query_count_does_not_grow_with_its_pods(client, viewer, u
     client.get(f"/nodes/{node}/")
     with django_assert_max_num_queries(16):
         client.get(f"/nodes/{node}/")
+
+
+def _dra_row(device: str, *, gpu: bool = True, claim: str = "", pods: tuple[str, ...] = (),
+             admin_access: bool = False) -> dict:
+    return {"driver": "gpu.nvidia.com" if gpu else "nic.example.com", "pool": "p", "device": device, "gpu": gpu,
+            "claim": claim, "pods": list(pods), "admin_access": admin_access}
+
+
+def test_a_node_page_lists_its_dra_devices_and_counts_the_claimed_gpus_in_use(client, viewer, ui_data):
+    from kaiweb.scheduling.models import SchedulingCycle
+    from kaiweb.ui.nodes import build_map
+
+    pod = (Pod.objects.filter(state="Running", node__isnull=False)
+           .select_related("workload__queue", "node").first())
+    node = pod.node
+    client.force_login(viewer)
+    plain = client.get(f"/nodes/{node.name}/")
+    assert 'id="node-dra-devices"' not in plain.content.decode()
+    (before,), _ = build_map([node])
+    read_by = SchedulingCycle.objects.order_by("pk").first()
+    holder = f"{pod.workload.namespace}/{pod.name}"
+    node.dra_devices = [_dra_row("gpu-0", claim=f"{pod.workload.namespace}/train", pods=(holder,)),
+                        _dra_row("gpu-1"),
+                        _dra_row("gpu-2", claim="other/watcher", admin_access=True),
+                        _dra_row("nic-0", gpu=False, claim="other/net", pods=("other/router",))]
+    node.dra_devices_total, node.dra_read_cycle = 4, read_by.pk
+    node.save()
+
+    (after,), _ = build_map([node])
+    page = client.get(f"/nodes/{node.name}/")
+    html = page.content.decode()
+
+    # three GPU devices more, one in use (an admin-access claim holds none; a NIC is no GPU)
+    assert (after["count"], after["used"]) == (before["count"] + 3, before["used"] + 1)
+    gpus = html[html.index('id="node-devices"'):html.index("</table>", html.index('id="node-devices"'))]
+    assert gpus.count("<tr>") == after["count"] + 1
+    assert f"{after['used']:g} of {after['count']} in use" in html
+    section = html[html.index('id="node-dra-devices"'):html.index("</section>", html.index('id="node-dra-devices"'))]
+    assert section.count("<tr>") == 5
+    assert f'<a href="/workloads/{pod.workload_id}/">{holder}</a>' in section  # a pod of kaiweb's: its job
+    assert "<div>other/router</div>" in section  # another scheduler's pod: no page of its own
+    assert "admin access" in section
+    assert f'cycle #{read_by.pk}</a>' in section
+    queue = pod.workload.queue.name
+    assert dict(page.context["queues"])[queue] == dict(plain.context["queues"]).get(queue, 0.0) + 1.0
+
+
+def test_claimed_dra_gpus_are_in_the_node_api(viewer_api, ui_data):
+    node = Node.objects.order_by("name").first()
+    node.dra_devices = [_dra_row("gpu-0", claim="ns/c", pods=("ns/p",)), _dra_row("gpu-1")]
+    node.dra_devices_total = 2
+    node.save()
+
+    body = viewer_api.get(f"/api/v1/nodes/{node.name}/").json()
+
+    assert body["dra_gpus"] == {"held": 1, "free": 1}
+    assert [d["device"] for d in body["dra_devices"]] == ["gpu-0", "gpu-1"]

@@ -440,6 +440,35 @@ class Inventory:
         """The devices an allocation holds (an admin-access one holds none)."""
         return {a.key for c in self.claims.values() for a in (c.allocated or ()) if not a.admin_access}
 
+    def holders(self) -> dict[DeviceKey, tuple[Claim, bool]]:
+        """Per device a claim has, that claim and whether it has it for admin access only: a claim that
+        holds the device wins over one with admin access (which holds none); among equals, the first in
+        (namespace, name) order."""
+        out: dict[DeviceKey, tuple[Claim, bool]] = {}
+        for key in sorted(self.claims):
+            claim = self.claims[key]
+            for a in claim.allocated or ():
+                if a.key not in out or (out[a.key][1] and not a.admin_access):
+                    out[a.key] = (claim, a.admin_access)
+        return out
+
+    def node_devices(self, node: m.NodeSpec,
+                     holders: Mapping[DeviceKey, tuple[Claim, bool]] | None = None) -> list[dict[str, Any]]:
+        """The devices a pod on ``node`` can be given, each with who has it, as plain values for the node's
+        page: driver, pool, device, gpu, claim ("namespace/name", "" none), pods (the claim's reservedFor,
+        "namespace/name": a claim is only used by pods of its namespace) and admin_access. ``holders``
+        (`holders`) saves working it out again for each node."""
+        held = self.holders() if holders is None else holders
+        rows: list[dict[str, Any]] = []
+        for d in self.on_node(node):
+            claim, admin = held.get(d.key, (None, False))
+            rows.append({"driver": d.driver, "pool": d.pool, "device": d.name, "gpu": d.is_gpu,
+                         "claim": f"{claim.namespace}/{claim.name}" if claim is not None else "",
+                         "pods": [f"{claim.namespace}/{name}" for name, _ in claim.reserved_for]
+                         if claim is not None else [],
+                         "admin_access": admin})
+        return rows
+
     def gpus_on(self, node: m.NodeSpec) -> int:
         """The GPU devices a pod on ``node`` can be given (node-local ones and those reachable from it)."""
         return sum(1 for d in self.on_node(node) if d.is_gpu)
