@@ -8,6 +8,9 @@ The mirror is what a scheduler can get wrong, so these checks look at the cluste
 - **shared devices**: no shared GPU (a ``runai-gpu-group`` on a node) is given more than 1.0 of its
   device by the fractional pods bound to it (a pod on several devices counts its portion on each),
   and no pod is given a device twice or fewer or more devices than it asks for;
+- **DRA devices**: no device of a ResourceSlice is in the allocation of two ResourceClaims (but for
+  ``adminAccess``, which holds none), and every bound, non-terminal pod's claims are allocated, on its
+  node when the allocation names one, and reserved for it (the claims are written before the bind);
 - **gangs**: no PodGroup has fewer bound pods than its ``minMember`` while some of them are bound,
   once the binds have settled (a gang is bound pod by pod, so a sample may fall between two of its
   binds; ``settle_seconds`` after its latest bind it must be whole). A member that has Succeeded
@@ -29,12 +32,14 @@ from typing import Any
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
+from kaiweb.cluster.backends.kubernetes import dra
 from kaiweb.cluster.backends.kubernetes.gpu_sharing import groups_of, is_group_label
 from kaiweb.cluster.backends.kubernetes.parsing import (
     PODGROUP_GROUP,
     PODGROUP_PLURAL,
     PODGROUP_VERSION,
     pod_requests,
+    resource_claim_names,
 )
 from kaiweb.cluster.backends.types import (
     GPU_FRACTION_ANNOTATION,
@@ -53,7 +58,7 @@ _EPSILON = Decimal("0.000001")
 
 @dataclass(frozen=True)
 class Violation:
-    rule: str  # capacity | shared-device | gang
+    rule: str  # capacity | shared-device | dra-device | gang
     subject: str  # Node gpu-3, PodGroup ns/name, …
     message: str
 
@@ -159,6 +164,38 @@ def _shared_devices(pods: Iterable[Mapping[str, Any]]) -> list[Violation]:
                   for (node, group), total in sorted(given.items()) if total > 1 + _EPSILON]
 
 
+def _dra_devices(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[Violation]:
+    parsed = [dra.read_claim(c) for c in claims]
+    holders: dict[dra.DeviceKey, list[str]] = {}
+    for claim in parsed:
+        for device in claim.allocated or ():
+            if not device.admin_access:
+                holders.setdefault(device.key, []).append(f"{claim.namespace}/{claim.name}")
+    out = [Violation("dra-device", f"Device {driver}/{pool}/{device}",
+                     f"DRA device {device} of pool {pool} ({driver}) is allocated to {len(held)} ResourceClaims: "
+                     f"{', '.join(sorted(held))}")
+           for (driver, pool, device), held in sorted(holders.items()) if len(held) > 1]
+    by_key = {(c.namespace, c.name): c for c in parsed}
+    for pod in pods:
+        meta = _meta(pod)
+        if meta.get("deletionTimestamp"):
+            continue  # the resource-claim controller lets go of a leaving pod's claims on its own time
+        namespace, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        for claim_name in resource_claim_names(pod):
+            claim = by_key.get((namespace, claim_name))
+            if claim is None or claim.problem:
+                continue
+            where = f"pod {namespace}/{name} is bound to node {node} but its ResourceClaim {claim_name}"
+            if claim.allocated is None:
+                out.append(Violation("dra-device", f"Pod {namespace}/{name}", f"{where} is not allocated"))
+            elif claim.node is not None and claim.node != node:
+                out.append(Violation("dra-device", f"Pod {namespace}/{name}", f"{where} is allocated on node {claim.node}"))
+            elif uid and uid not in {u for _, u in claim.reserved_for}:
+                out.append(Violation("dra-device", f"Pod {namespace}/{name}", f"{where} is not reserved for it"))
+    return out
+
+
 def _bound_at(pod: Mapping[str, Any]) -> datetime | None:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
@@ -193,12 +230,12 @@ def _gangs(groups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]
 
 
 def violations(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
-               pod_groups: Iterable[Mapping[str, Any]] = (), *, now: datetime | None = None,
-               settle_seconds: float = SETTLE_SECONDS) -> list[Violation]:
+               pod_groups: Iterable[Mapping[str, Any]] = (), *, claims: Iterable[Mapping[str, Any]] = (),
+               now: datetime | None = None, settle_seconds: float = SETTLE_SECONDS) -> list[Violation]:
     """Every invariant broken by these objects (see the module docstring), in a stable order."""
     by_name = {_meta(n).get("name", ""): n for n in nodes}
     holding = [p for p in pods if _holds_resources(p)]
-    return [*_capacity(by_name, holding), *_shared_devices(holding),
+    return [*_capacity(by_name, holding), *_shared_devices(holding), *_dra_devices(claims, holding),
             *_gangs(pod_groups, pods, now or datetime.now(tz=UTC), settle_seconds)]
 
 
@@ -208,8 +245,8 @@ def _items(api: client.ApiClient, response: Any) -> list[dict[str, Any]]:
 
 
 def check_cluster(api: client.ApiClient, *, settle_seconds: float = SETTLE_SECONDS) -> list[Violation]:
-    """List nodes, pods and PodGroups from the API server and check them (three list calls, on a
-    client of their own that says it is an observer)."""
+    """List nodes, pods, PodGroups and ResourceClaims from the API server and check them (four list calls,
+    on a client of their own that says it is an observer)."""
     with client.ApiClient(api.configuration, header_name=OBSERVER_HEADER, header_value="invariants") as own:
         core, custom = client.CoreV1Api(own), client.CustomObjectsApi(own)
         nodes = _items(own, core.list_node(_preload_content=False).json())
@@ -221,4 +258,11 @@ def check_cluster(api: client.ApiClient, *, settle_seconds: float = SETTLE_SECON
             if exc.status != 404:  # no PodGroup CRD installed: no gangs to check
                 raise
             groups = []
-    return violations(nodes, pods, groups, settle_seconds=settle_seconds)
+        try:
+            claims = _items(own, client.ResourceV1Api(own).list_resource_claim_for_all_namespaces(
+                _preload_content=False).json())
+        except client.ApiException as exc:
+            if exc.status != 404:  # the API server serves no DRA: no claims to check
+                raise
+            claims = []
+    return violations(nodes, pods, groups, claims=claims, settle_seconds=settle_seconds)

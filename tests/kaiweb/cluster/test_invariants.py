@@ -114,3 +114,52 @@ def test_a_pod_on_several_shared_gpus_counts_its_portion_on_each_and_must_hold_w
                        now=NOW)
     assert [v.subject for v in twice] == ["Pod ns/f"]
     assert "names one shared GPU twice" in twice[0].message
+
+
+def claim(name: str, devices: list[str] | None, *, node_name: str | None = "n1", reserved: tuple[str, ...] = (),
+          admin: bool = False) -> dict[str, Any]:
+    """A ResourceClaim of one GPU request; ``devices``: what its allocation holds (None: not allocated)."""
+    status: dict[str, Any] = {}
+    if devices is not None:
+        allocation: dict[str, Any] = {"devices": {"results": [
+            {"request": "gpu", "driver": "gpu.example.com", "pool": "p", "device": d, "adminAccess": admin}
+            for d in devices]}}
+        if node_name:
+            allocation["nodeSelector"] = {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}
+        status["allocation"] = allocation
+    if reserved:
+        status["reservedFor"] = [{"resource": "pods", "name": u, "uid": u} for u in reserved]
+    return {"metadata": {"name": name, "namespace": "ns"}, "status": status, "spec": {"devices": {"requests": [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}
+
+
+def claiming(name: str, node_name: str | None, claim_name: str) -> dict[str, Any]:
+    p = pod(name, node_name, gpus=0)
+    p["metadata"]["uid"] = name
+    p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    return p
+
+
+def test_a_dra_device_in_two_claims_is_a_violation_but_admin_access_holds_none() -> None:
+    pods = [claiming("a", "n1", "ca"), claiming("b", "n1", "cb")]
+    good = [claim("ca", ["gpu-0"], reserved=("a",)), claim("cb", ["gpu-1"], reserved=("b",)),
+            claim("watch", ["gpu-0"], admin=True)]
+    assert violations([node("n1")], pods, claims=good, now=NOW) == []
+
+    twice = [claim("ca", ["gpu-0"], reserved=("a",)), claim("cb", ["gpu-0"], reserved=("b",))]
+    found = violations([node("n1")], pods, claims=twice, now=NOW)
+    assert rules(found) == [("dra-device", "Device gpu.example.com/p/gpu-0")]
+    assert "allocated to 2 ResourceClaims: ns/ca, ns/cb" in found[0].message
+
+
+def test_a_bound_pod_whose_claim_is_not_allocated_reserved_or_on_its_node_is_a_violation() -> None:
+    pods = [claiming("a", "n1", "ca"), claiming("b", "n1", "cb"), claiming("c", "n1", "cc"),
+            claiming("waiting", None, "cw"), claiming("done", "n1", "cd")]
+    pods[-1]["status"]["phase"] = "Succeeded"
+    claims = [claim("ca", None), claim("cb", ["gpu-1"], reserved=("someone-else",)),
+              claim("cc", ["gpu-2"], node_name="n2", reserved=("c",)), claim("cw", None), claim("cd", None)]
+    found = violations([node("n1"), node("n2")], pods, claims=claims, now=NOW)
+    assert rules(found) == [("dra-device", "Pod ns/a"), ("dra-device", "Pod ns/b"), ("dra-device", "Pod ns/c")]
+    assert [v.message.split("ResourceClaim ")[1] for v in found] == [
+        "ca is not allocated", "cb is not reserved for it", "cc is allocated on node n2"]

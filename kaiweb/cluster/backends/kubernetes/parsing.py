@@ -375,6 +375,15 @@ def _parse_pod(raw: Mapping[str, Any]) -> ObservedPod:
     )
 
 
+def resource_claim_names(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the ResourceClaims a pod (as the API returns it) uses, those of its templates' claims
+    once made; () when it names none or its spec.resourceClaims cannot be read."""
+    try:
+        return tuple(claim for _, claim, _ in _resource_claims(raw.get("spec") or {}, raw.get("status") or {}) if claim)
+    except _Bad:
+        return ()
+
+
 def _resource_claims(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
     """A pod's spec.resourceClaims as (entry, claim, template); a template's claim is the one
     status.resourceClaimStatuses names for the entry ("" until the resource-claim controller made it)."""
