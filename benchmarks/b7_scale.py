@@ -132,7 +132,7 @@ def _cycles_report() -> tuple[dict[str, Any], list[str]]:
         while True:
             rows = list(SchedulingCycle.objects.order_by("pk").values(
                 "pk", "status", "binds", "evictions", "error", "duration_seconds", "jobs_considered", "pipelined",
-                "pending"))
+                "pending", "phase_durations", "write_back"))
             if all(r["status"] != CycleStatus.RUNNING for r in rows) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
@@ -141,9 +141,16 @@ def _cycles_report() -> tuple[dict[str, Any], list[str]]:
     bad = [f"cycle {r['pk']} ended {r['status']}: {(r['error'] or '').strip()[:200]}"
            for r in rows if r["status"] != CycleStatus.SUCCEEDED]
     durations = sorted(r["duration_seconds"] or 0.0 for r in rows)
+    slowest = max(rows, key=lambda r: r["duration_seconds"] or 0.0, default=None)
     return {"cycles": len(rows), "binds": sum(r["binds"] for r in rows),
             "evictions": sum(r["evictions"] for r in rows),
             "cycle_seconds_max": round(durations[-1], 2) if durations else None,
+            # where the slowest cycle spent its time, and what its write-back did and left for later
+            "slowest_cycle": None if slowest is None else {
+                "cycle": slowest["pk"], "binds": slowest["binds"],
+                "phases": {k: round(float(v or 0), 2) for k, v in (slowest["phase_durations"] or {}).items()
+                           if float(v or 0) >= 0.05},
+                "write_back": slowest["write_back"] or {}},
             "binds_per_cycle_max": max((r["binds"] for r in rows), default=0),
             "last_cycles": _last_cycles(rows)}, bad
 
