@@ -48,9 +48,10 @@ class Command(BaseCommand):
             if find_tool("kwok", binaries) is None:
                 raise CommandError(f"apiserver: {NO_KWOK}; KWOK plays the kubelets of the scenarios' nodes "
                                    "(or use --apiserver fake)")
-            # KWOK plays the kubelets; no controller-manager: the corpus applies what workload
-            # controllers would create, and nothing else may create or evict pods.
-            cluster = LocalKube(binaries, controllers=None, kwok=True)
+            # KWOK plays the kubelets; no workload controllers: the corpus applies what they would
+            # create, and nothing else may create or evict pods. Scenarios with DRA claims get the
+            # resource-claim controller (`e2e.controllers_for`), which makes and releases claims only.
+            cluster = LocalKube(binaries, controllers=e2e.controllers_for(scenarios), kwok=True)
         results: dict[str, e2e.ScenarioResult] = {}
         # Scenarios with an ``org`` (node pools, departments, projects: tests/org_scenarios) set it up
         # through the org services and run every pool's shard in each cycle (`devkube.org_scenarios`).
