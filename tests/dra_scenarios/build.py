@@ -305,7 +305,8 @@ def dra_test() -> list[dict[str, Any]]:
                        {"apply": [device_class(), *node("node-1", 4), *queues, claim("bookkeeping-claim1", "q", 1),
                                   claim("bookkeeping-claim2", "q", 2), podgroup("bookkeeping", "q", 2), *pg_pods]},
                        {"cycles": 3},
-                       {"expect": {"pods": {key("q", p): {"scheduled": True} for p in ("book-1", "book-2")},
+                       {"expect": {"pods": {key("q", p): {"scheduled": True, "node": "node-1"}
+                                            for p in ("book-1", "book-2")},
                                    "claims": [{"for_pod": key("q", "book-1"), "device_count": 1},
                                               {"for_pod": key("q", "book-2"), "device_count": 2}],
                                    "queues": [{"name": "q", "status_allocated": {GPU_KEY: 3},
@@ -365,7 +366,8 @@ def reclaim_dra_test() -> list[dict[str, Any]]:
     out.append(kai("reclaim/reclaim_dra_test#2", 116, file,
                    "Reclaim based on priority, maintain over-quota weight proportion",
                    ["reclaim", "over-quota", "queue-priority", "hierarchy", "podgrouper-job", "node-selector"], [
-                       {"apply": [device_class(), *node("node-1", 8), *queues8, template("reclaimee-1-gpu", "reclaimee-1"),
+                       {"apply": [device_class(), *node("node-1", 8), *queues8,
+                                  template("reclaimee-1-gpu", "reclaimee-1"),
                                   template("reclaimee-2-gpu", "reclaimee-2"), *jobs]},
                        {"cycles": 4},
                        {"expect": {"selectors": [{"namespace": "kai-reclaimee-1", "scheduled_count": 3},
