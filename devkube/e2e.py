@@ -22,6 +22,13 @@ server lacks. It writes no database rows of its own and never reads the scenario
   pod goes Running, a pod being deleted (evicted) goes away. After each cycle the runner waits, bounded,
   until KWOK has done so (`LocalKube.wait_for_pods`), so the next step sees what a cluster would. On
   the in-process fake API server (`FakeCluster`), which has no KWOK, its store does the same at once.
+* **Dynamic Resource Allocation.** ``resource.k8s.io/v1`` objects (DeviceClass, ResourceSlice,
+  ResourceClaim, ResourceClaimTemplate) are applied as any other built-in kind; a scenario's
+  ResourceSlices stand for what a DRA driver publishes for its nodes. Scenarios with claims need
+  Kubernetes' resource-claim controller (`controllers_for`): it makes the claims of a pod's templates
+  and releases a claim whose pods are gone. After each apply and each cycle the runner waits, bounded,
+  until it has done so (`Applier.claims_settled`), as it waits for the kubelets' part. The observations
+  carry each pod's ``resourceClaims`` and ``resourceClaimStatuses`` and every ResourceClaim.
 * **Time.** ``advance_seconds`` moves `kaiweb.core.clock`; cycles themselves do not advance it.
 * **Isolation.** Every scenario gets an empty API server (etcd wiped) and an empty database.
 """
@@ -52,16 +59,32 @@ CRDS_FILE = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "crd
 
 # apiVersions the API server serves itself, or our CRDs do: anything else gets a permissive CRD.
 _BUILT_IN_GROUPS = {"", "apps", "batch", "scheduling.k8s.io", "node.k8s.io", "storage.k8s.io", "policy",
-                    "scheduling.run.ai", "kai.scheduler", "rbac.authorization.k8s.io", "coordination.k8s.io"}
+                    "scheduling.run.ai", "kai.scheduler", "rbac.authorization.k8s.io", "coordination.k8s.io",
+                    "resource.k8s.io"}
 _CLUSTER_SCOPED = {"Node", "Namespace", "Queue", "PriorityClass", "StorageClass", "PersistentVolume", "Topology",
-                   "RuntimeClass", "CSIDriver", "SchedulingShard", "CustomResourceDefinition"}
+                   "RuntimeClass", "CSIDriver", "SchedulingShard", "CustomResourceDefinition", "DeviceClass",
+                   "ResourceSlice"}
 # Creation order: what others refer to comes first.
 _KIND_RANK = {"CustomResourceDefinition": 0, "Namespace": 1, "PriorityClass": 2, "RuntimeClass": 2, "StorageClass": 2,
               "Queue": 3, "Topology": 3, "SchedulingShard": 3, "Node": 4, "PersistentVolume": 4, "ConfigMap": 5,
-              "PersistentVolumeClaim": 5, "PodGroup": 8, "Pod": 9}
+              "PersistentVolumeClaim": 5, "DeviceClass": 2, "ResourceSlice": 5, "ResourceClaimTemplate": 5,
+              "ResourceClaim": 7, "PodGroup": 8, "Pod": 9}
 _OWNER_RANK = 6
 SHARD_API_VERSION, SHARD_KIND, SHARD_NAME = "kai.scheduler/v1", "SchedulingShard", "default"
 _RESULT_POD_FIELDS = ("namespace", "name", "uid")
+DRA_API_VERSION = "resource.k8s.io/v1"
+CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
+CLAIM_CONTROLLER = "resourceclaim-controller"
+
+
+def controllers_for(scenarios: Iterable[Mapping[str, Any]]) -> str | None:
+    """The controller-manager's controllers the scenarios need: the resource-claim controller when one
+    of them has a claim (it makes a template's claims and releases those of ended pods), else none."""
+    for scenario in scenarios:
+        for step in scenario.get("steps", []):
+            if any(o.get("kind") in CLAIM_KINDS for o in step.get("apply", [])):
+                return CLAIM_CONTROLLER
+    return None
 
 
 class ScenarioError(Exception):
@@ -243,6 +266,27 @@ class Applier:
                 raise ScenarioError(f"{kind} {namespace or ''}/{name} status: {_api_message(exc)}") from exc
             log.info("%s %s/%s: no status subresource; its status is left as created", kind, namespace or "", name)
 
+    def claims_settled(self) -> bool:
+        """The resource-claim controller has done its part: every pod's claim templates have their claims
+        (``status.resourceClaimStatuses``), and no claim is still allocated for, or reserved for, a pod
+        that is gone."""
+        pods = self.resource("v1", "Pod").get().to_dict().get("items") or []
+        live = {(p["metadata"]["namespace"], p["metadata"]["uid"]) for p in pods}
+        for pod in pods:
+            wanted = {e["name"] for e in (pod.get("spec") or {}).get("resourceClaims") or []
+                      if e.get("resourceClaimTemplateName")}
+            made = {s["name"] for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+            if not wanted <= made:
+                return False
+        for claim in self.resource(DRA_API_VERSION, "ResourceClaim").get().to_dict().get("items") or []:
+            status, namespace = claim.get("status") or {}, claim["metadata"]["namespace"]
+            reserved = status.get("reservedFor") or []
+            if any((namespace, r.get("uid")) not in live for r in reserved if r.get("resource") == "pods"):
+                return False
+            if status.get("allocation") and not reserved:
+                return False
+        return True
+
     def delete(self, refs: Iterable[Mapping[str, Any]]) -> None:
         for ref in refs:
             kind = str(ref.get("kind", ""))
@@ -282,7 +326,9 @@ def _default_api_version(kind: str) -> str:
     return {"Pod": "v1", "Node": "v1", "Namespace": "v1", "ConfigMap": "v1", "Job": "batch/v1",
             "CronJob": "batch/v1", "Deployment": "apps/v1", "ReplicaSet": "apps/v1", "StatefulSet": "apps/v1",
             "PodGroup": "scheduling.run.ai/v2alpha2", "Queue": "scheduling.run.ai/v2",
-            "PriorityClass": "scheduling.k8s.io/v1"}.get(kind, "v1")
+            "PriorityClass": "scheduling.k8s.io/v1", "ResourceClaim": DRA_API_VERSION,
+            "ResourceClaimTemplate": DRA_API_VERSION, "DeviceClass": DRA_API_VERSION,
+            "ResourceSlice": DRA_API_VERSION}.get(kind, "v1")
 
 
 def _api_message(exc: ApiException) -> str:
@@ -399,8 +445,10 @@ def applier_for(kube: Any) -> Applier:
 # ----------------------------------------------------------------------------------- observation
 
 
-def observe(api_client: client.ApiClient, seen_pods: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The cluster as the corpus's results format wants it (pods, PodGroups, events, Queues)."""
+def observe(api_client: client.ApiClient, seen_pods: dict[str, dict[str, Any]], *,
+            claims: bool = False) -> dict[str, Any]:
+    """The cluster as the corpus's results format wants it (pods, PodGroups, events, Queues); with
+    ``claims`` also every ResourceClaim (``resourceclaims``, whole objects)."""
     core = client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
     pods = []
@@ -414,6 +462,9 @@ def observe(api_client: client.ApiClient, seen_pods: dict[str, dict[str, Any]]) 
                  "nodeName": spec.get("nodeName"), "deleted": bool(meta.get("deletionTimestamp")),
                  "labels": meta.get("labels") or {}, "annotations": meta.get("annotations") or {},
                  "conditions": status.get("conditions") or []}
+        if spec.get("resourceClaims"):
+            entry["resourceClaims"] = spec["resourceClaims"]
+            entry["resourceClaimStatuses"] = status.get("resourceClaimStatuses") or []
         seen_pods[key] = entry
         pods.append(entry)
     for key, entry in sorted(seen_pods.items()):
@@ -426,7 +477,11 @@ def observe(api_client: client.ApiClient, seen_pods: dict[str, dict[str, Any]]) 
         raw = api_client.sanitize_for_serialization(ev)
         events.append({"involvedObject": raw.get("involvedObject") or {}, "reason": raw.get("reason"),
                        "type": raw.get("type"), "message": raw.get("message")})
-    return {"pods": pods, "podgroups": podgroups, "events": events, "queues": queues}
+    out = {"pods": pods, "podgroups": podgroups, "events": events, "queues": queues}
+    if claims:
+        listed = client.ResourceV1Api(api_client).list_resource_claim_for_all_namespaces()
+        out["resourceclaims"] = [api_client.sanitize_for_serialization(c) for c in listed.items]
+    return out
 
 
 # ----------------------------------------------------------------------------------- the runner
@@ -488,9 +543,12 @@ class ScenarioRunner:
             applier = applier_for(self.kube)
             applier.apply_one(shard_object((scenario.get("scheduler") or {}).get("config") or {}))
             seen: dict[str, dict[str, Any]] = {}
+            dra = controllers_for([scenario]) is not None
             for step in scenario.get("steps", []):
                 if "apply" in step:
                     applier.apply(step["apply"])
+                    if dra:
+                        self._await_claims(applier)
                 elif "delete" in step:
                     applier.delete(step["delete"])
                 elif "cycles" in step:
@@ -500,10 +558,12 @@ class ScenarioRunner:
                             result.violations.extend(self.check(outcome))
                         result.cycles += 1
                         self._await_kubelets(result.cycles)
+                        if dra:
+                            self._await_claims(applier)
                 elif "advance_seconds" in step:
                     clock.advance(float(step["advance_seconds"]))
                 elif "expect" in step:
-                    result.observations.append(observe(api_client, seen))
+                    result.observations.append(observe(api_client, seen, claims=dra))
             if result.violations:
                 raise ScenarioError("invariants broken after a cycle: " + "; ".join(result.violations[:5]))
         except ScenarioError as exc:
@@ -515,6 +575,13 @@ class ScenarioRunner:
             clock.reset()  # the scenario's time does not outlive it
         result.seconds = time.perf_counter() - started
         return result
+
+    def _await_claims(self, applier: Applier) -> None:
+        """The resource-claim controller's part is done (`Applier.claims_settled`), waited for at most
+        ``kubelet_timeout`` seconds; what is still not done by then is left for the expectations to show."""
+        deadline = time.monotonic() + self.kubelet_timeout
+        while not applier.claims_settled() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def _await_kubelets(self, cycle: int) -> None:
         """What the cycle bound runs and what it evicted is gone (KWOK's part), before the next step."""

@@ -36,16 +36,16 @@ def start_cluster(**kwargs: object) -> LocalKube:
     return kube
 
 
-def kwok_scenario_cluster() -> Iterator[LocalKube]:
+def kwok_scenario_cluster(controllers: str | None = None) -> Iterator[LocalKube]:
     """The cluster the end-to-end scenarios play on (`make e2e-kai`): our CRDs, KWOK for the kubelets, no
-    controller-manager; a skip when the binaries or KWOK are missing. For a module-scoped fixture to
-    yield from."""
+    controller-manager unless ``controllers`` names some (`devkube.e2e.controllers_for`); a skip when the
+    binaries or KWOK are missing. For a module-scoped fixture to yield from."""
     bin_dir = find_binaries()
     if bin_dir is None:
         pytest.skip(NO_BINARIES)
     if find_tool("kwok", bin_dir) is None:
         pytest.skip(NO_KWOK)
-    kube = start_cluster(kwok=True, controllers=None)
+    kube = start_cluster(kwok=True, controllers=controllers)
     try:
         yield kube
     finally:

@@ -24,11 +24,12 @@ class Command(BaseCommand):
                             help="real: kube-apiserver + etcd + KWOK built by `make kube` (the default, what CI runs); "
                                  "fake: the in-process fake API server, for quick local runs")
         parser.add_argument("--floor", type=int, default=None,
-                            help="score the results with the corpus's own evaluate.py (beside PATH) and fail "
+                            help="score the results (the corpus's own evaluate.py beside PATH; our org and DRA scenarios "
+                                 "by their own checkers) and fail "
                                  "when fewer than this many scenarios pass")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        from devkube import e2e, org_scenarios
+        from devkube import dra_scenarios, e2e, org_scenarios
         from devkube.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
         from devkube.product import cycle_invariants, product_cycle
 
@@ -48,9 +49,10 @@ class Command(BaseCommand):
             if find_tool("kwok", binaries) is None:
                 raise CommandError(f"apiserver: {NO_KWOK}; KWOK plays the kubelets of the scenarios' nodes "
                                    "(or use --apiserver fake)")
-            # KWOK plays the kubelets; no controller-manager: the corpus applies what workload
-            # controllers would create, and nothing else may create or evict pods.
-            cluster = LocalKube(binaries, controllers=None, kwok=True)
+            # KWOK plays the kubelets; no workload controllers: the corpus applies what they would
+            # create, and nothing else may create or evict pods. Scenarios with DRA claims get the
+            # resource-claim controller (`e2e.controllers_for`), which makes and releases claims only.
+            cluster = LocalKube(binaries, controllers=e2e.controllers_for(scenarios), kwok=True)
         results: dict[str, e2e.ScenarioResult] = {}
         # Scenarios with an ``org`` (node pools, departments, projects: tests/org_scenarios) set it up
         # through the org services and run every pool's shard in each cycle (`devkube.org_scenarios`).
@@ -78,18 +80,23 @@ class Command(BaseCommand):
         summary = e2e.summarise(results)
         self.stderr.write(f"{summary['scenarios']} scenarios, {summary['errors']} with errors, "
                           f"{summary['invariant_violations']} invariant violations, {summary['seconds']} s")
-        if opts["floor"] is not None and with_org:
+        # Our own scenarios are checked by their own checkers (org: `org_scenarios.failures`; DRA, the
+        # scenarios under tests/dra_scenarios: `dra_scenarios.failures`); the corpus's by its evaluate.py.
+        own = (org_scenarios.failures if with_org
+               else dra_scenarios.failures if path.resolve().is_relative_to(dra_scenarios.SCENARIOS) else None)
+        if opts["floor"] is not None and own is not None:
             failed = {}
             for s in scenarios:
                 result = results[str(s["id"])]
-                failed[str(s["id"])] = [result.error] if result.error else org_scenarios.failures(s, result.observations)
+                failed[str(s["id"])] = [result.error] if result.error else own(s, result.observations)
             for sid, why in failed.items():
                 if why:
                     self.stderr.write(f"FAIL {sid}: {why[0][:300]}")
             passed = sum(1 for why in failed.values() if not why)
-            self.stderr.write(f"org scenarios: {passed}/{len(scenarios)} passed (floor {opts['floor']})")
+            kind = "org" if with_org else "DRA"
+            self.stderr.write(f"{kind} scenarios: {passed}/{len(scenarios)} passed (floor {opts['floor']})")
             if passed < opts["floor"]:
-                raise CommandError(f"org scenarios: {passed} passed, below the floor of {opts['floor']}")
+                raise CommandError(f"{kind} scenarios: {passed} passed, below the floor of {opts['floor']}")
         elif opts["floor"] is not None:
             try:
                 passed, total, failures = e2e.score(path, scenarios, payload)
