@@ -36,6 +36,36 @@ def _fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def _installed_defaults(request):
+    """A test in a transaction (``db``) starts with what a fresh install has: the rows the data migrations
+    make (the `default` cluster and shard, KAI's priority classes, the platform-admins group). In one
+    process pytest-django runs those tests before any transactional one, whose flush empties every
+    table; `make test` runs two processes a file at a time (pytest-xdist), so a process may come to them
+    after a flush: the rows are put back, inside the test's transaction, by the migrations' own code."""
+    names = request.fixturenames
+    if "transactional_db" in names or "live_server" in names:
+        return
+    marker = request.node.get_closest_marker("django_db")
+    if marker is None and "db" not in names:
+        return
+    if marker is not None and (marker.kwargs.get("transaction") or (marker.args and marker.args[0])):
+        return
+    request.getfixturevalue("db")
+    from django.apps import apps
+
+    from kaiweb.cluster.models import Cluster
+
+    if Cluster.objects.filter(name="default").exists():
+        return
+    import importlib
+
+    for module, function in (("kaiweb.cluster.migrations.0002_default_cluster", "create_default"),
+                             ("kaiweb.queues.migrations.0002_default_priority_classes", "create_defaults"),
+                             ("kaiweb.accounts.migrations.0001_platform_admins_group", "create_group")):
+        getattr(importlib.import_module(module), function)(apps, None)
+
+
+@pytest.fixture(autouse=True)
 def _fresh_cycle_memory():
     """Each test's database starts empty (and may reuse ids): the worker's per-shard memory of
     earlier cycles (engine memo, last recorded cycle) starts empty too."""
