@@ -27,13 +27,16 @@ run: $(STAMP)
 # The tests run in TEST_WORKERS processes (pytest-xdist), each on a test database and a Redis database of
 # its own, a test file at a time (a file's API server or Celery worker is started once): most tests wait
 # on an API server, a worker or a browser, so two processes finish in well under the time of one, even
-# on two cores. TEST_WORKERS=0 runs them in this process. The browser tests run in one process: a
-# browser, its page's server and a what-if replay beside another such set starve each other.
+# on two cores. TEST_WORKERS=0 runs them in this process. Two sets run after them in one process: the
+# tests marked one_process (schemathesis's: pytest-xdist collapses its per-operation tests into one that
+# does not call them all) and the browser tests (a browser, its page's server and a what-if replay
+# beside another such set starve each other).
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile
 
 test: $(STAMP)
-	$(PY) -m pytest -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
+	$(PY) -m pytest -p no:cacheprovider $(XDIST) -m "not e2e and not k8s and not one_process" $(PYTEST_ARGS)
+	@$(PY) -m pytest -p no:cacheprovider -m one_process $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] || exit $$rc
 	@if [ -x "$${KAI_CHROMIUM:-/usr/bin/chromium}" ]; then \
 		$(PY) -m pytest -p no:cacheprovider -m e2e $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "e2e: no browser tests collected"; rc=0; fi; exit $$rc; \

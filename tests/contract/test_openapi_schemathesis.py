@@ -32,6 +32,10 @@ from tests.factories import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+# Under pytest-xdist schemathesis's per-operation tests are collapsed into one that does not call them
+# all: `make test` runs this module in a process of its own.
+pytestmark = pytest.mark.one_process
+
 schema = schemathesis.openapi.from_dict(yaml.safe_load((ROOT / "deploy" / "openapi.yaml").read_text()))
 schema.app = application
 
