@@ -598,6 +598,19 @@ def summarise(results: Mapping[str, ScenarioResult]) -> dict[str, Any]:
             "seconds": round(sum(v.seconds for v in results.values()), 1)}
 
 
+def expectation_failures(scenario: Mapping[str, Any], observations: Sequence[Mapping[str, Any]],
+                         check: Callable[[Mapping[str, Any], Mapping[str, Any]], list[str]]) -> list[str]:
+    """What the observations (one per ``expect`` step, as `ScenarioRunner.run` records them) do not show
+    of the scenario's expectations, each named by its step; ``check(expect, observation)`` is the
+    checker of our own scenario sets (`devkube.org_scenarios`, `devkube.dra_scenarios`). The corpus's
+    scenarios are scored by its ``evaluate.py`` instead (`score`)."""
+    expects = [step["expect"] for step in scenario.get("steps", []) if "expect" in step]
+    if len(observations) != len(expects):
+        return [f"{len(observations)} observations for {len(expects)} expect steps"]
+    return [f"expect #{i + 1}: {f}" for i, (want, obs) in enumerate(zip(expects, observations, strict=True))
+            for f in check(want, obs)]
+
+
 def matches(scenario_id: str, pattern: str | None) -> bool:
     return pattern is None or re.search(pattern, scenario_id) is not None
 

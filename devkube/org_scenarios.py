@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from devkube import e2e
+
 SCENARIOS = Path(__file__).resolve().parents[1] / "tests" / "org_scenarios"
 POD_GROUP_ANNOTATION = "pod-group-name"
 NODE_POOL_LABEL = "kai.scheduler/node-pool"
@@ -122,8 +124,4 @@ def _check(expect: Mapping[str, Any], obs: Mapping[str, Any]) -> list[str]:
 
 def failures(scenario: Mapping[str, Any], observations: list[Mapping[str, Any]]) -> list[str]:
     """What the observations (one per ``expect`` step) do not show of the scenario's expectations."""
-    expects = [step["expect"] for step in scenario.get("steps", []) if "expect" in step]
-    if len(observations) != len(expects):
-        return [f"{len(observations)} observations for {len(expects)} expect steps"]
-    return [f"expect #{i + 1}: {f}" for i, (want, obs) in enumerate(zip(expects, observations, strict=True))
-            for f in _check(want, obs)]
+    return e2e.expectation_failures(scenario, observations, _check)

@@ -8,12 +8,14 @@ binaries (``make kube`` builds them) the real-server tests are skipped with a no
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from devkube.e2e import ScenarioRunner
 from devkube.localkube import NO_KWOK, LocalKube, find_binaries, find_tool
 from tests.fakes.kube_apiserver import FakeKubeApiServer
 from tests.kube.servers import FakeServer, RealServer
@@ -50,6 +52,29 @@ def kwok_scenario_cluster(controllers: str | None = None) -> Iterator[LocalKube]
         yield kube
     finally:
         kube.stop()
+
+
+def scenario_runner(kube: LocalKube, settings: Any, monkeypatch: pytest.MonkeyPatch,
+                    **runner: Any) -> Iterator[ScenarioRunner]:
+    """An e2e `ScenarioRunner` on ``kube`` (emptied first) whose every scenario starts on an empty
+    database with the product's Kubernetes backend pointed at the cluster; ``runner`` are the
+    runner's other arguments (``run_cycle``, ``check``, ``setup``). For a fixture to yield from."""
+    from django.core.management import call_command
+
+    from kaiweb.cluster import mirror
+
+    def prepare(cluster: LocalKube) -> None:
+        call_command("flush", interactive=False, verbosity=0)
+        settings.KAI_CLUSTER_BACKEND = "kubernetes"
+        settings.KAI_KUBERNETES_HOST = ""
+        monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+        mirror.kubernetes_cluster()
+
+    before = os.environ.get("KUBECONFIG")
+    kube.reset()
+    yield ScenarioRunner(kube, prepare=prepare, **runner)
+    if before is None:
+        os.environ.pop("KUBECONFIG", None)
 
 
 @pytest.fixture(scope="module")

@@ -10,19 +10,16 @@ are checked after every cycle (by the runner, and by the project's conftest).
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
 from devkube import dra_scenarios, e2e
 from devkube.localkube import LocalKube
 from devkube.product import cycle_invariants, product_cycle
-from kaiweb.cluster import mirror
-from tests.kube.fixtures import kwok_scenario_cluster
+from tests.kube.fixtures import kwok_scenario_cluster, scenario_runner
 
 pytestmark = [pytest.mark.kube, pytest.mark.django_db(transaction=True)]
 
@@ -41,18 +38,7 @@ def kwok_cluster() -> Iterator[LocalKube]:
 
 @pytest.fixture
 def runner(kwok_cluster: LocalKube, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[e2e.ScenarioRunner]:
-    def prepare(kube: LocalKube) -> None:
-        call_command("flush", interactive=False, verbosity=0)
-        settings.KAI_CLUSTER_BACKEND = "kubernetes"
-        settings.KAI_KUBERNETES_HOST = ""
-        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
-        mirror.kubernetes_cluster()
-
-    before = os.environ.get("KUBECONFIG")
-    kwok_cluster.reset()
-    yield e2e.ScenarioRunner(kwok_cluster, prepare=prepare, run_cycle=product_cycle, check=cycle_invariants)
-    if before is None:
-        os.environ.pop("KUBECONFIG", None)
+    yield from scenario_runner(kwok_cluster, settings, monkeypatch, run_cycle=product_cycle, check=cycle_invariants)
 
 
 def test_every_kai_dra_spec_is_a_scenario_with_an_expectation():

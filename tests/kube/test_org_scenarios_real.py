@@ -7,17 +7,14 @@ checks what `kubectl` would show: where the pods run, each PodGroup's node pool 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
 from devkube import e2e, org_scenarios
 from devkube.localkube import LocalKube
-from kaiweb.cluster import mirror
-from tests.kube.fixtures import kwok_scenario_cluster
+from tests.kube.fixtures import kwok_scenario_cluster, scenario_runner
 
 pytestmark = [pytest.mark.kube, pytest.mark.django_db(transaction=True)]
 
@@ -31,19 +28,8 @@ def kwok_cluster() -> Iterator[LocalKube]:
 
 @pytest.fixture
 def runner(kwok_cluster: LocalKube, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[e2e.ScenarioRunner]:
-    def prepare(kube: LocalKube) -> None:
-        call_command("flush", interactive=False, verbosity=0)
-        settings.KAI_CLUSTER_BACKEND = "kubernetes"
-        settings.KAI_KUBERNETES_HOST = ""
-        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
-        mirror.kubernetes_cluster()
-
-    before = os.environ.get("KUBECONFIG")
-    kwok_cluster.reset()
-    yield e2e.ScenarioRunner(kwok_cluster, prepare=prepare, run_cycle=org_scenarios.every_shard_cycle,
-                             check=org_scenarios.every_shard_invariants, setup=org_scenarios.apply_org)
-    if before is None:
-        os.environ.pop("KUBECONFIG", None)
+    yield from scenario_runner(kwok_cluster, settings, monkeypatch, run_cycle=org_scenarios.every_shard_cycle,
+                               check=org_scenarios.every_shard_invariants, setup=org_scenarios.apply_org)
 
 
 def test_there_are_at_least_twenty_org_scenarios_each_with_an_expectation():
