@@ -135,12 +135,13 @@ def shown(value: object) -> str:
 
 
 def number(x: float) -> str:
-    """A plain number as reasons show it: -1 reads "unlimited", the rest as ``_fixed``.
+    """A plain number as reasons show it: -1 (a quota or limit's "none") and infinity (what an
+    unlimited quota protects) read "unlimited", the rest as ``_fixed``.
 
-    >>> number(-1), number(3), number(0.255)
-    ('unlimited', '3', '0.26')
+    >>> number(-1), number(float("inf")), number(3), number(0.255)
+    ('unlimited', 'unlimited', '3', '0.26')
     """
-    return "unlimited" if x == -1 else _fixed(x)
+    return "unlimited" if x == -1 or x == float("inf") else _fixed(x)
 
 
 def _fixed(x: float) -> str:

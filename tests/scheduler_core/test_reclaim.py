@@ -70,3 +70,14 @@ def test_a_victim_reclaim_moves_to_another_node_is_evicted_from_its_own():
     result = run_cycle(snapshot([node("n1", 4), node("n2", 2)], qs, jobs), m.CycleConfig(actions=("reclaim",)))
     assert [(e.task, e.node, e.action, e.preemptor) for e in result.evictions] == [("a-0", "n1", "reclaim", "b")]
     assert {(p.task, p.node, p.moved_from) for p in result.pipelined} == {("a-0", "n2", "n1"), ("b-0", "n1", None)}
+
+
+def test_a_victim_queue_with_unlimited_quota_is_named_so_in_the_reason_and_the_cycle_goes_on():
+    # qA's GPU quota is -1 (unlimited), so all it holds is protected: the reason says "unlimited"
+    # (the cycle used to fail formatting the infinite threshold)
+    qs = [queue("qA", gpu_quota=-1), queue("qB", gpu_quota=2, creation=1)]
+    jobs = [job(f"a{i}", "qA", running_on=["n1"], age=100 + i) for i in range(4)] + [job("b", "qB", gpus=2)]
+    result = run_cycle(snapshot([node("n1", 4)], qs, jobs))
+    assert result.evictions == ()
+    assert status_of(result)["b-0"][0] == m.PENDING
+    assert "queue qA may give up at most 0 GPUs (holds 4, protected up to unlimited)" in result.pending["b"].message

@@ -62,6 +62,48 @@ def crowded(draw, fractions: bool = True):
     return m.ClusterSnapshot(nodes=tuple(nodes), queues=tuple(queues), jobs=tuple(jobs), now=NOW)
 
 
+@st.composite
+def sharers(draw):
+    """Nodes whose devices (of different memory sizes) already hold shared groups, some of them
+    releasing, and a fill of pending fractional, GPU-memory, whole-GPU and CPU-only pods: the
+    placement's shortcuts for shared pods (the sharing-order bonus and the device counts from
+    ``Session.group_room``) against scoring every candidate's groups one by one."""
+    n_nodes = draw(st.integers(1, 6))
+    nodes = [node(f"n{i}", draw(st.sampled_from([1, 2, 4, 8])),
+                  gpu_memory_mib=draw(st.sampled_from([100, 16384, 40960, 81920]))) for i in range(n_nodes)]
+    queues = [queue("q0", gpu_quota=-1), queue("q1", gpu_quota=draw(st.integers(0, 6)))]
+    jobs: list[m.JobSpec] = []
+    for i, nd in enumerate(nodes):
+        for d in range(draw(st.integers(0, nd.gpus))):
+            for k in range(draw(st.integers(1, 3))):
+                state = draw(st.sampled_from([m.RUNNING, m.RUNNING, m.RELEASING]))
+                name = f"s{i}-{d}-{k}"
+                jobs.append(m.JobSpec(name, "q0", creation=NOW - 900, last_start=NOW - 3600, tasks=(
+                    fraction_task(f"{name}-0", draw(st.sampled_from([0.125, 0.25, 0.3, 0.5])), state, nd.name,
+                                  (f"n{i}-dev{d}",)),)))
+    for j in range(draw(st.integers(1, 25))):
+        kind = draw(st.sampled_from(["fraction", "fraction", "memory", "whole", "cpu"]))
+        if kind == "fraction":
+            task = fraction_task(f"p{j}-0", draw(st.sampled_from([0.125, 0.25, 0.3, 0.5, 0.75])))
+        elif kind == "memory":
+            task = m.TaskSpec(f"p{j}-0", m.TaskRequest(cpu_millis=500, memory_bytes=GIB, gpu_kind=m.GPU_MEMORY,
+                                                       gpu_memory_mib=draw(st.sampled_from([50, 4096, 20000]))))
+        elif kind == "whole":
+            task = gpu_task(f"p{j}-0", draw(st.sampled_from([1, 2])))
+        else:
+            task = m.TaskSpec(f"p{j}-0", m.TaskRequest(cpu_millis=1000, memory_bytes=GIB))
+        jobs.append(m.JobSpec(f"p{j}", f"q{j % 2}", tasks=(task,), creation=NOW - 100 + j))
+    return m.ClusterSnapshot(nodes=tuple(nodes), queues=tuple(queues), jobs=tuple(jobs), now=NOW)
+
+
+@SETTINGS
+@given(sharers(), st.sampled_from(["binpack", "spread"]))
+def test_shared_gpu_placement_shortcuts_change_no_decision(snap, placement):
+    fast = m.CycleConfig(gpu_placement=placement)
+    plain = m.CycleConfig(gpu_placement=placement, shortcuts=False)
+    assert decisions(run_cycle(snap, fast)) == decisions(run_cycle(snap, plain))
+
+
 @SETTINGS
 @given(crowded())
 def test_consolidation_shortcuts_change_no_decision_on_crowded_clusters(snap):
