@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,15 @@ def _redis_answers() -> bool:
         return False
 
 
+def _drop_kept_database(stderr: str) -> None:
+    """``--keep-logs`` keeps the last scenario's database for a post-mortem and says which
+    (``kept as kaiweb_b7_<pid>``); the logs are enough here, so the test leaves no database behind."""
+    from benchmarks.b5_control_plane import drop_database
+
+    for name in re.findall(r"database is kept as (kaiweb_b7_[0-9]+)", stderr):
+        drop_database(name)
+
+
 def test_b1_on_four_kwok_nodes_passes_with_no_invariant_violation(tmp_path: Path) -> None:
     bin_dir = find_binaries()
     if bin_dir is None:
@@ -50,6 +60,7 @@ def test_b1_on_four_kwok_nodes_passes_with_no_invariant_violation(tmp_path: Path
         [sys.executable, "benchmarks/b7_scale.py", "--nodes", "4", "--scenarios", "B1", "--json",
          "--keep-logs", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    _drop_kept_database(done.stderr)
 
     assert done.stdout.strip(), f"no output (exit {done.returncode}); stderr:\n{done.stderr[-3000:]}"
     out = json.loads(done.stdout.strip().splitlines()[-1])
