@@ -9,7 +9,7 @@ binaries (``make kube`` builds them) the real-server tests are skipped with a no
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +54,9 @@ def kwok_scenario_cluster(controllers: str | None = None) -> Iterator[LocalKube]
         kube.stop()
 
 
-def scenario_runner(kube: LocalKube, settings: Any, monkeypatch: pytest.MonkeyPatch,
-                    **runner: Any) -> Iterator[ScenarioRunner]:
-    """An e2e `ScenarioRunner` on ``kube`` (emptied first) whose every scenario starts on an empty
-    database with the product's Kubernetes backend pointed at the cluster; ``runner`` are the
-    runner's other arguments (``run_cycle``, ``check``, ``setup``). For a fixture to yield from."""
+def product_on(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Callable[[LocalKube], None]:
+    """A `ScenarioRunner`'s ``prepare``: an empty database, and the product's Kubernetes backend
+    pointed at the scenario's cluster (its kubeconfig) with that cluster's row made."""
     from django.core.management import call_command
 
     from kaiweb.cluster import mirror
@@ -70,9 +68,17 @@ def scenario_runner(kube: LocalKube, settings: Any, monkeypatch: pytest.MonkeyPa
         monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
         mirror.kubernetes_cluster()
 
+    return prepare
+
+
+def scenario_runner(kube: LocalKube, settings: Any, monkeypatch: pytest.MonkeyPatch,
+                    **runner: Any) -> Iterator[ScenarioRunner]:
+    """An e2e `ScenarioRunner` on ``kube`` (emptied first) preparing each scenario with `product_on`;
+    ``runner`` are the runner's other arguments (``run_cycle``, ``check``, ``setup``). For a fixture
+    to yield from."""
     before = os.environ.get("KUBECONFIG")
     kube.reset()
-    yield ScenarioRunner(kube, prepare=prepare, **runner)
+    yield ScenarioRunner(kube, prepare=product_on(settings, monkeypatch), **runner)
     if before is None:
         os.environ.pop("KUBECONFIG", None)
 

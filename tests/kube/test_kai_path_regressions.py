@@ -12,13 +12,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
 from devkube import e2e
 from devkube.localkube import LocalKube
 from devkube.product import product_cycle
-from kaiweb.cluster import mirror
-from tests.kube.fixtures import kwok_scenario_cluster
+from tests.kube.fixtures import kwok_scenario_cluster, product_on
 
 pytestmark = [pytest.mark.kube, pytest.mark.django_db(transaction=True)]
 
@@ -83,12 +81,7 @@ def kwok_cluster() -> Iterator[LocalKube]:
 def play(kwok_cluster: LocalKube, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
     """Run a list of steps through the product's Kubernetes path; returns the last observation."""
 
-    def prepare(kube: LocalKube) -> None:
-        call_command("flush", interactive=False, verbosity=0)
-        settings.KAI_CLUSTER_BACKEND = "kubernetes"
-        settings.KAI_KUBERNETES_HOST = ""
-        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
-        mirror.kubernetes_cluster()
+    prepare = product_on(settings, monkeypatch)
 
     def run(steps: list[dict[str, Any]], config: dict[str, Any] | None = None) -> dict[str, Any]:
         kwok_cluster.reset()
