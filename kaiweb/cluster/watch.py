@@ -18,6 +18,7 @@ process (Celery never holds a watch open).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -144,6 +145,7 @@ class ResourceWatch:
         self.relists = 0
         self.errors = 0
         self._stopping = False
+        self._response: Any = None  # the live watch connection, for stop() to shut down
 
     def _emit(self, type_: str, raw: Mapping[str, Any]) -> None:
         parsed = self.kind.parse(raw)
@@ -203,14 +205,16 @@ class ResourceWatch:
         client's model deserialization (a third of the watch threads' time at 500 nodes) is skipped. Raises
         `ApiException` (410 included, from an ERROR event) and transport errors; `step` handles them."""
         timeout = max(1, int(timeout_seconds or self.timeout_seconds))
-        self._stopping = False
         response = self.kind.list_fn(
             *self.kind.args, watch=True, resource_version=self.resource_version, allow_watch_bookmarks=True,
             timeout_seconds=timeout, _preload_content=False,
             # A silent connection is noticed a little after the server should have closed it.
             _request_timeout=(self.gateway.request_timeout, timeout + 15), **self.kind.kwargs,
         )
+        self._response = response
         try:
+            if self._stopping:  # stop() came while the connection was being made
+                return
             for line in iter_resp_lines(response):
                 if self._stopping:
                     break
@@ -225,12 +229,18 @@ class ResourceWatch:
                                        reason=f"{status.get('reason')}: {status.get('message')}")
                 self._handle(event)
         finally:
+            self._response = None
             response.close()  # releases the connection even when the callback raised
             response.release_conn()
 
     def stop(self) -> None:
-        """Ends the connection at its next line (or when the server closes it)."""
+        """Ends the watch now: a connection waiting for its next line is shut down from here (a quiet
+        kind would otherwise hold its thread, and a pod being stopped, for up to ``timeout_seconds``)."""
         self._stopping = True
+        response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):  # already closed, or closing in its own thread
+                response.shutdown()
 
     def step(self, timeout_seconds: int | None = None) -> bool:
         """List if needed, else one watch connection. Returns False after a failure (the caller
@@ -255,6 +265,8 @@ class ResourceWatch:
                     return False
             logger.warning("%s watch failed: %s %s", self.kind.kind, exc.status, exc.reason)
         except (ClusterError, urllib3.exceptions.HTTPError, OSError) as exc:
+            if self._stopping:  # stop() shut the connection down
+                return True
             logger.warning("%s watch interrupted: %s", self.kind.kind, exc)
         self.errors += 1
         return False
@@ -263,7 +275,8 @@ class ResourceWatch:
         """Steps until ``stop`` is set or the monotonic ``deadline`` passes, backing off after
         consecutive failures (base × 2^n, capped)."""
         failures = 0
-        while not stop.is_set():
+        self._stopping = False
+        while not stop.is_set() and not self._stopping:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return
@@ -337,8 +350,9 @@ class ClusterWatcher:
                     t.join(timeout=0.5)
         finally:
             self.stop()
+            until = time.monotonic() + 5  # stop() shut the connections down: the threads end at once
             for t in threads:
-                t.join(timeout=5)
+                t.join(timeout=max(0.0, until - time.monotonic()))
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -5,6 +5,7 @@ Each test gets the cluster it needs from `LocalKube` (skipped without ``make kub
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -219,6 +220,27 @@ def test_after_an_etcd_compaction_the_watch_gets_410_and_relists(uncached_cluste
     server.add_pod("later")
     watch.step()
     assert [(e.type, e.name) for e in events] == [("ADDED", "later")]
+
+
+def test_stop_ends_a_watch_whose_connection_is_quiet(server: RealServer) -> None:
+    """A watcher being stopped (SIGTERM) must not wait for a quiet kind's next event: its connection,
+    open for minutes, is shut down by stop(), and the thread ends without logging a failure."""
+    server.wipe()
+    gateway = KubernetesGateway(server.api_client, request_timeout=5.0)
+    (kind,) = resource_kinds(gateway, ["Queue"])
+    watch = ResourceWatch(gateway, kind, lambda _: None, timeout_seconds=600)
+    stop = threading.Event()
+    thread = threading.Thread(target=watch.run, args=(stop,), daemon=True)
+    thread.start()
+    wait_for("the first list", lambda: watch.resource_version)
+    time.sleep(0.5)  # then the watch connection, with nothing to read
+
+    stop.set()
+    watch.stop()
+    thread.join(timeout=60)  # far below the connection's 600 s: only stop() can end it
+
+    assert not thread.is_alive()
+    assert watch.errors == 0
 
 
 # -- real workload controllers create the pods the mirror reads ----------------------------------
