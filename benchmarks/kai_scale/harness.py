@@ -466,22 +466,25 @@ def no_cycle_running(quiet: float = 3.0, timeout: float = 120.0) -> None:
 
 def stop_scheduling(run: Run) -> None:
     """KAI's ``DisableScheduler`` for a "D" scenario whose set-up the scheduler placed: beat stops, the
-    cycle running is let end, then the worker stops; the watcher (with the pod-grouper) keeps running.
-    ``start_scheduling`` starts worker and beat again, logging afresh (the earlier logs are kept as
-    ``worker.<n>.log`` and ``beat.<n>.log``, so the restart's readiness is read from its own log)."""
+    cycle running is let end, then the workers stop; the watcher (with the pod-grouper) keeps running.
+    ``start_scheduling`` starts the workers and beat again, logging afresh (the earlier logs are kept as
+    ``worker.<n>.log``, ``whatif.<n>.log`` and ``beat.<n>.log``, so the restart's readiness is read from
+    its own log)."""
     product = run.product
     if product is None:
         raise RuntimeError("stop_scheduling: only the product's scheduler is stopped and started again")
     product.stop_beat()
     no_cycle_running()
-    for process in (product.worker, product.beat):
+    # The what-if worker too: start_scheduling starts all three again, and one left running here would
+    # outlive the benchmark (nothing holds it any more).
+    for process in (product.worker, product.whatif, product.beat):
         if process is not None:
             _stop_group(process)
-    product.worker = product.beat = None
+    product.worker = product.whatif = product.beat = None
     turn = 1
     while (product.logs / f"worker.{turn}.log").exists():
         turn += 1
-    for name in ("worker", "beat"):
+    for name in ("worker", "whatif", "beat"):
         with contextlib.suppress(OSError):
             (product.logs / f"{name}.log").rename(product.logs / f"{name}.{turn}.log")
 
