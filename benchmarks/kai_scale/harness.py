@@ -253,11 +253,18 @@ class Product:
         if self.beat is not None:
             _stop_group(self.beat)
 
-    def stop(self) -> None:
-        # Beat first, so that no cycle is queued behind the one the worker finishes (warm shutdown).
-        for process in (self.beat, self.worker, self.whatif, self.watcher):
+    def stop_scheduler(self) -> None:
+        """What `start_scheduler` started: beat first, so that no cycle is queued behind the one the
+        worker finishes (warm shutdown), then both workers."""
+        for process in (self.beat, self.worker, self.whatif):
             if process is not None:
                 _stop_group(process)
+        self.beat = self.worker = self.whatif = None
+
+    def stop(self) -> None:
+        self.stop_scheduler()
+        if self.watcher is not None:
+            _stop_group(self.watcher)
 
 
 # ------------------------------------------------------------------------------ a scenario run
@@ -475,12 +482,7 @@ def stop_scheduling(run: Run) -> None:
         raise RuntimeError("stop_scheduling: only the product's scheduler is stopped and started again")
     product.stop_beat()
     no_cycle_running()
-    # The what-if worker too: start_scheduling starts all three again, and one left running here would
-    # outlive the benchmark (nothing holds it any more).
-    for process in (product.worker, product.whatif, product.beat):
-        if process is not None:
-            _stop_group(process)
-    product.worker = product.whatif = product.beat = None
+    product.stop_scheduler()
     turn = 1
     while (product.logs / f"worker.{turn}.log").exists():
         turn += 1
